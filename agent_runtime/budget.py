@@ -1,0 +1,46 @@
+"""Token budgets: cumulative across attempts, checked before every model request
+and every pending tool call.
+
+Consumed tokens are the provider's reported `totalTokens`, else
+`inputTokens + outputTokens`. A budgeted run whose provider reports neither
+fails the step: silently counting zero would let the budget be overspent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent_runtime.errors import StepFailed, SuspendRun
+from agent_runtime.models.base import Usage
+
+
+@dataclass
+class TokenBudget:
+    max_total_tokens: int | None
+    consumed_tokens: int = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.max_total_tokens is not None and self.consumed_tokens >= self.max_total_tokens
+
+    def check(self, *, before: str) -> None:
+        """Suspend the run (`token-budget`) when nothing is left; `before` says what waits."""
+        if self.exhausted:
+            raise SuspendRun("token-budget", {
+                "max_total_tokens": self.max_total_tokens,
+                "consumed_tokens": self.consumed_tokens,
+                "before": before,
+            })
+
+    def consume(self, usage: Usage | None, *, step_path: str) -> int:
+        tokens = None if usage is None else usage.tokens()
+        if tokens is None:
+            if self.max_total_tokens is not None:
+                raise StepFailed(
+                    "usage_missing",
+                    f"step {step_path}: the model reported no token usage, but the run has a "
+                    "token budget; use a provider that reports usage or run without a budget",
+                )
+            return 0
+        self.consumed_tokens += tokens
+        return tokens

@@ -1,0 +1,422 @@
+"""The `agent-runtime` command.
+
+Exit codes: 0 completed, 10 suspended, 1 failed or cancelled, 2 invalid input
+(the message names the file, the field and the reason). A run remembers its
+runtime options (`--config`, `--model`, `--tools`); `resume` and
+`approve --resume` reuse them unless given again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from stores import DRIVERS, open_store
+from stores.base import (
+    ApprovalConflict,
+    CorruptRecord,
+    InvalidTransition,
+    LeaseHeld,
+    RunNotFound,
+    RunStore,
+    RunTerminal,
+    StoreError,
+)
+from stores.records import Budget, RunRecord, RunStatus
+
+from agent_runtime.config import import_tool_target, load_config
+from agent_runtime.engine import AgentRuntime, RunResult
+from agent_runtime.errors import ConfigError, InvalidInput
+from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink, read_events
+from agent_runtime.manifest import load_manifest_file, manifest_hash
+from agent_runtime.reports import print_event, print_record, print_result, print_runs
+from agent_runtime.stream import StreamView
+from agent_runtime.tools import Tool, load_tool_file, tool
+from agent_runtime.variables import resolve_variables
+
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_SUSPENDED = 10
+EXIT_INTERRUPTED = 130
+
+DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
+DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
+
+
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store-driver", choices=DRIVERS, default="sqlite",
+                        help="where runs live (default: sqlite)")
+    parser.add_argument("--store", metavar="LOCATION",
+                        help=f"the store's file or directory (default: {DEFAULT_STORE})")
+
+
+def _execution_flags(parser: argparse.ArgumentParser) -> None:
+    _store_flags(parser)
+    parser.add_argument("--max-total-tokens", type=int, metavar="N",
+                        help="token budget across all attempts")
+    parser.add_argument("--config", metavar="FILE", help="runtime config (providers, models)")
+    parser.add_argument("--model", metavar="PROVIDER/MODEL",
+                        help="use this model for every step (e.g. scripted/echo)")
+    parser.add_argument("--tools", metavar="FILE.py", action="append",
+                        help="import @agent_runtime.tool functions from a file (repeatable)")
+    parser.add_argument("--events", metavar="FILE|none", default=DEFAULT_EVENTS,
+                        help=f"JSONL event log (default: {DEFAULT_EVENTS})")
+    parser.add_argument("--artifacts", metavar="DIR|none",
+                        help="where artifacts are written (default: none)")
+    parser.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
+                        help="lease length; renewed at every checkpoint (default: 30)")
+    parser.add_argument("--stream", action="store_true", help="show a live view of the run")
+    parser.add_argument("--format", choices=("pretty", "json", "ndjson"), default="pretty")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-runtime", description="A durable runtime for LLM agent runs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check an agent or run manifest")
+    validate.add_argument("file")
+    validate.add_argument("--config", metavar="FILE")
+    validate.add_argument("--model", metavar="PROVIDER/MODEL")
+    validate.add_argument("--tools", metavar="FILE.py", action="append")
+    validate.add_argument("--format", choices=("pretty", "json"), default="pretty")
+
+    run = commands.add_parser("run", help="start a run of a manifest")
+    run.add_argument("file")
+    run.add_argument("--variables", metavar="JSON|@FILE",
+                     help="variable overrides as a JSON object, or @file (JSON or YAML)")
+    run.add_argument("--run-id", metavar="ID")
+    _execution_flags(run)
+
+    resume = commands.add_parser("resume", help="continue a run from its latest checkpoint")
+    resume.add_argument("run_id")
+    resume.add_argument("--allow-running-takeover", action="store_true",
+                        help="take over a run whose owner died (only once its lease expired)")
+    _execution_flags(resume)
+
+    approve = commands.add_parser("approve", help="answer the approval a run waits for")
+    approve.add_argument("run_id")
+    approve.add_argument("--reject", action="store_true", help="reject instead of approve")
+    approve.add_argument("--response", metavar="JSON", help="a JSON value to record")
+    approve.add_argument("--by", metavar="NAME", help="who answers")
+    approve.add_argument("--resume", action="store_true", help="resume the run afterwards")
+    _execution_flags(approve)
+
+    cancel = commands.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id")
+    _store_flags(cancel)
+
+    inspect = commands.add_parser("inspect", help="show a run")
+    inspect.add_argument("run_id")
+    inspect.add_argument("--checkpoints", action="store_true", help="list its checkpoints")
+    inspect.add_argument("--format", choices=("pretty", "json"), default="pretty")
+    _store_flags(inspect)
+
+    listing = commands.add_parser("list", help="list runs")
+    listing.add_argument("--status", action="append", choices=[s.value for s in RunStatus])
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--format", choices=("pretty", "json"), default="pretty")
+    _store_flags(listing)
+
+    events = commands.add_parser("events", help="print events from a JSONL event log")
+    events.add_argument("file", nargs="?", default=DEFAULT_EVENTS)
+    events.add_argument("--run", metavar="RUN_ID")
+    events.add_argument("--type", metavar="TYPE", help="an event type or prefix (model.*)")
+    events.add_argument("--tail", action="store_true", help="keep following the file")
+    events.add_argument("--format", choices=("pretty", "ndjson"), default="pretty")
+    return parser
+
+
+# -- options ----------------------------------------------------------------
+
+
+def _open_store(args: argparse.Namespace) -> RunStore:
+    location = args.store or (DEFAULT_STORE if args.store_driver != "memory" else None)
+    try:
+        return open_store(args.store_driver, location)
+    except ValueError as error:
+        raise ConfigError(str(error), source="--store") from error
+
+
+def _parse_variables(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    source = "--variables"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as error:
+            raise InvalidInput(f"cannot read the variables file: {error.strerror}",
+                               source=source) from error
+    try:
+        value = json.loads(text) if source == "--variables" or source.endswith(".json") \
+            else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        raise InvalidInput(f"not valid JSON: {error}", source=source) from error
+    if not isinstance(value, dict):
+        raise InvalidInput("must be an object of variable names to values", source=source)
+    return value
+
+
+def _model_option(value: str | None) -> str | None:
+    if value is None:
+        return None
+    provider, _, model = value.partition("/")
+    if not provider or not model:
+        raise InvalidInput("expected PROVIDER/MODEL, e.g. scripted/echo or openai/gpt-5.6",
+                           source="--model")
+    if provider == "scripted" and model != "echo":
+        script = Path(model)
+        if not script.is_file():
+            raise InvalidInput(f"scripted model script {model!r} not found", source="--model")
+        return f"scripted/{script.resolve()}"
+    return value
+
+
+def _options(args: argparse.Namespace, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Runtime options of a run: given flags win, else what the run remembered."""
+    options = dict(previous or {})
+    if getattr(args, "model", None):
+        options["model"] = _model_option(args.model)
+    if getattr(args, "config", None):
+        options["config"] = str(Path(args.config).resolve())
+    if getattr(args, "tools", None):
+        options["tools"] = [str(Path(path).resolve()) for path in args.tools]
+    return options
+
+
+def _tools(options: dict[str, Any], config: Any) -> list[Tool]:
+    found: list[Tool] = []
+    for path in options.get("tools", []):
+        found.extend(load_tool_file(path))
+    if config is not None:
+        for name, target in config.tools.items():
+            item = import_tool_target(target, source=options.get("config", "--config"), name=name)
+            found.append(item if isinstance(item, Tool) else tool(name=name)(item))
+    return found
+
+
+def _runtime(args: argparse.Namespace, store: RunStore, options: dict[str, Any],
+             extra_sinks: Sequence[EventSink] = ()) -> tuple[AgentRuntime, list[JsonlEventSink]]:
+    config = load_config(options["config"]) if options.get("config") else None
+    sinks: list[EventSink] = list(extra_sinks)
+    files: list[JsonlEventSink] = []
+    events = getattr(args, "events", DEFAULT_EVENTS)
+    if events and events != "none":
+        files.append(JsonlEventSink(events))
+        sinks.append(files[-1])
+    if getattr(args, "stream", False):
+        sinks.append(StreamView(sys.stderr))
+    if getattr(args, "format", "pretty") == "ndjson":
+        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
+    runtime = AgentRuntime(store=store, config=config, tools=_tools(options, config),
+                           event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0))
+    return runtime, files
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    value = getattr(args, "max_total_tokens", None)
+    if value is None:
+        return None
+    if value <= 0:
+        raise InvalidInput("must be a positive number of tokens", source="--max-total-tokens")
+    return Budget(max_total_tokens=value)
+
+
+def _exit_code(result: RunResult) -> int:
+    if result.status is RunStatus.COMPLETED:
+        return EXIT_COMPLETED
+    if result.status is RunStatus.SUSPENDED:
+        return EXIT_SUSPENDED
+    return EXIT_FAILED
+
+
+# -- commands ---------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    loaded = load_manifest_file(args.file)
+    if loaded.run is not None:
+        overrides = {item.key: item.value for item in loaded.run.variables or []}
+        resolve_variables(loaded.agent, overrides, source=str(loaded.path))
+    if args.config or args.model or args.tools:
+        options = _options(args)
+        config = load_config(options["config"]) if options.get("config") else None
+        AgentRuntime(config=config, tools=_tools(options, config)).check_runnable(
+            loaded.agent, options, source=str(loaded.agent_path))
+    summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
+               "agent": loaded.agent.id or loaded.agent.name,
+               "steps": len(loaded.agent.steps), "manifest_hash": manifest_hash(loaded.agent)}
+    if args.format == "json":
+        print(json.dumps(summary))
+    else:
+        print(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
+              f"{summary['agent'] or '-'}, {summary['steps']} top-level steps, "
+              f"{summary['manifest_hash']})")
+    return EXIT_COMPLETED
+
+
+def _finish(result: RunResult, args: argparse.Namespace) -> int:
+    print_result(result, args.format, sys.stdout)
+    return _exit_code(result)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    loaded = load_manifest_file(args.file)
+    variables = _parse_variables(args.variables)
+    options = _options(args)
+    options["manifest_path"] = str(loaded.path.resolve())
+    with _open_store(args) as store:
+        runtime, files = _runtime(args, store, options)
+        try:
+            result = runtime.run_sync(manifest=loaded, variables=variables, budget=_budget(args),
+                                      run_id=args.run_id, options=options)
+        finally:
+            for sink in files:
+                sink.close()
+    return _finish(result, args)
+
+
+def _load(store: RunStore, run_id: str) -> RunRecord:
+    record = store.load_run(run_id)
+    if record is None:
+        raise InvalidInput(f"no run with id {run_id!r} in this store", source="RUN_ID")
+    return record
+
+
+def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord) -> int:
+    options = _options(args, record.options)
+    runtime, files = _runtime(args, store, options)
+    manifest_path = options.get("manifest_path")
+    manifest = manifest_path if manifest_path and Path(manifest_path).is_file() else None
+    try:
+        result = runtime.run_sync(run_id=record.run_id, resume=True, manifest=manifest,
+                                  budget=_budget(args),
+                                  allow_running_takeover=getattr(args, "allow_running_takeover",
+                                                                 False))
+    finally:
+        for sink in files:
+            sink.close()
+    return _finish(result, args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        return _resume(args, store, _load(store, args.run_id))
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    response = None
+    if args.response is not None:
+        try:
+            response = json.loads(args.response)
+        except ValueError as error:
+            raise InvalidInput(f"not valid JSON: {error}", source="--response") from error
+    with _open_store(args) as store:
+        record = _load(store, args.run_id)
+        approval_id = AgentRuntime(store=store).approve(
+            args.run_id, approved=not args.reject, response=response, responded_by=args.by)
+        verdict = "rejected" if args.reject else "approved"
+        print(f"{verdict} {approval_id} of run {args.run_id}", file=sys.stderr)
+        if not args.resume:
+            return EXIT_COMPLETED
+        return _resume(args, store, _load(store, record.run_id))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        _load(store, args.run_id)
+        AgentRuntime(store=store).cancel(args.run_id)
+        print(f"cancelled run {args.run_id}")
+    return EXIT_COMPLETED
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        record = _load(store, args.run_id)
+        checkpoints = store.list_checkpoints(args.run_id) if args.checkpoints else None
+        print_record(record, checkpoints, args.format, sys.stdout)
+    return EXIT_COMPLETED
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        runs: list[RunRecord] = []
+        cursor = None
+        while len(runs) < args.limit:
+            page = store.list_runs(statuses=args.status, limit=min(100, args.limit - len(runs)),
+                                   cursor=cursor)
+            runs.extend(page.runs)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        print_runs(runs, args.format, sys.stdout)
+    return EXIT_COMPLETED
+
+
+def _matches(event: Any, args: argparse.Namespace) -> bool:
+    if args.run and event.run_id != args.run:
+        return False
+    if args.type:
+        wanted = args.type.rstrip("*").rstrip(".")
+        return bool(event.type == wanted or event.type.startswith(wanted + "."))
+    return True
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        raise InvalidInput("event log not found", source=args.file)
+    seen = 0
+    while True:
+        for index, event in enumerate(read_events(path)):
+            if index >= seen and _matches(event, args):
+                print_event(event, args.format, sys.stdout)
+            seen = max(seen, index + 1)
+        if not args.tail:
+            return EXIT_COMPLETED
+        time.sleep(0.5)
+
+
+COMMANDS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume,
+            "approve": cmd_approve, "cancel": cmd_cancel, "inspect": cmd_inspect,
+            "list": cmd_list, "events": cmd_events}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except InvalidInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    except LeaseHeld as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    except (RunTerminal, InvalidTransition, ApprovalConflict, RunNotFound) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    except CorruptRecord as error:
+        print(f"error: the store is damaged: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except StoreError as error:
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted; the run keeps its latest checkpoint — continue it with "
+              "`agent-runtime resume RUN_ID --allow-running-takeover` once its lease expires",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

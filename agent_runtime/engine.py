@@ -1,0 +1,330 @@
+"""AgentRuntime: start, resume and advance durable runs.
+
+    runtime = AgentRuntime(store=SqliteRunStore("runs.sqlite"), tools=[lookup_order])
+    result = await runtime.run(manifest="agent.yaml", variables={"topic": "leases"})
+    result = await runtime.run(run_id=result.run_id, resume=True)
+
+Every execution — a first start or a resume — begins with a resume
+reservation (`resume_run`): a new attempt with a lease. Everything the
+attempt writes is fenced by that attempt. Bad input is rejected before a run
+is created (`InvalidInput`); a run that cannot continue is failed with a
+recorded error, never left half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from stores.base import RunAlreadyExists, RunStore
+from stores.memory import MemoryRunStore
+from stores.records import Budget, ParentRef, RunRecord, RunStatus
+
+from agent_runtime.config import RuntimeConfig, empty_config
+from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
+from agent_runtime.events import EventSink
+from agent_runtime.execution import Execution
+from agent_runtime.manifest import (
+    AgentManifest,
+    LoadedManifest,
+    ProfileModelRef,
+    PromptStep,
+    iter_steps,
+    load_manifest_file,
+    manifest_hash,
+    manifest_json,
+    parse_agent_manifest,
+)
+from agent_runtime.models.base import ModelAdapter
+from agent_runtime.models.scripted import ScriptedModel
+from agent_runtime.state import RunState
+from agent_runtime.steps import StepRegistry, default_steps
+from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
+from agent_runtime.tools import Tool, ToolRegistry
+from agent_runtime.variables import resolve_variables
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: RunStatus
+    attempt: int
+    output: Any = None
+    suspension: dict[str, Any] | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body = {"run_id": self.run_id, "status": self.status.value, "attempt": self.attempt,
+                "output": self.output, "suspension": self.suspension, "usage": self.usage}
+        if self.error is not None:
+            body["error"] = self.error
+        return body
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    adapter: ModelAdapter
+    provider: str
+    model: str
+    options: dict[str, Any]
+
+
+def default_owner() -> str:
+    """Who holds a lease: host and pid, so the reconciler can tell whether it is alive."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex[:20]}"
+
+
+class AgentRuntime:
+    def __init__(self, *, store: RunStore | None = None,
+                 models: Mapping[str, ModelAdapter] | None = None,
+                 tools: Iterable[Tool] | Mapping[str, Tool] | ToolRegistry | None = None,
+                 approvals: ApprovalAdapter | None = None, artifacts: Any = None,
+                 event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
+                 config: RuntimeConfig | None = None, steps: StepRegistry | None = None,
+                 owner: str | None = None, lease_seconds: float = 60.0,
+                 base_dir: Path | None = None) -> None:
+        self.store: RunStore = store if store is not None else MemoryRunStore()
+        self.models: dict[str, ModelAdapter] = dict(models or {})
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.approvals: ApprovalAdapter = approvals or StoreApprovals()
+        self.artifacts = artifacts
+        self.event_sinks = list(event_sinks)
+        self.clock: Clock = clock or SystemClock()
+        self.config = config or empty_config()
+        self.steps = steps or default_steps()
+        self.owner = owner or default_owner()
+        self.lease_seconds = lease_seconds
+        self.base_dir = base_dir or Path.cwd()
+        self.scripted = ScriptedModel(self.base_dir)
+
+    # -- models and tools ----------------------------------------------------
+
+    def adapter_for(self, provider: str) -> ModelAdapter:
+        if provider in self.models:
+            return self.models[provider]
+        driver = self.config.driver_of(provider)
+        if driver == "scripted":
+            return self.scripted
+        if driver is None:
+            raise StepFailed("provider_unavailable",
+                             f"unknown model provider {provider!r}; define it under `providers` "
+                             "in the runtime config (--config) or run offline with "
+                             "--model scripted/echo")
+        raise StepFailed("provider_unavailable",
+                         f"model provider {provider!r} (driver {driver}) has no adapter in this "
+                         "runtime; run offline with --model scripted/echo or pass an adapter "
+                         "in AgentRuntime(models=...)")
+
+    def resolve_model(self, step_model: Any, manifest: AgentManifest,
+                      options: Mapping[str, Any]) -> ResolvedModel:
+        override = options.get("model")
+        if override:
+            provider, _, model = str(override).partition("/")
+            return ResolvedModel(self.adapter_for(provider), provider, model, {})
+        ref = step_model or manifest.model
+        if ref is None:
+            raise StepFailed("no_model", "no model: set `model` in the manifest or the step, "
+                             "or pass --model PROVIDER/MODEL")
+        if isinstance(ref, ProfileModelRef):
+            profile = self.config.models.get(ref.ref)
+            if profile is None:
+                raise StepFailed("unknown_model_profile",
+                                 f"model profile {ref.ref!r} is not defined in the runtime "
+                                 "config (--config)")
+            merged = {**(profile.options or {}), **(ref.options or {})}
+            return ResolvedModel(self.adapter_for(profile.provider), profile.provider,
+                                 profile.model, merged)
+        return ResolvedModel(self.adapter_for(ref.provider), ref.provider, ref.model,
+                             dict(ref.options or {}))
+
+    def resolve_tools(self, names: Iterable[str]) -> dict[str, Any]:
+        resolved: dict[str, Any] = {}
+        for name in names:
+            found = self.tools.get(name)
+            if found is None:
+                if "__" in name:
+                    alias = name.split("__", 1)[0]
+                    raise StepFailed("unknown_tool",
+                                     f"tool {name!r} belongs to connection {alias!r}, which "
+                                     "this runtime does not provide")
+                raise StepFailed("unknown_tool",
+                                 f"tool {name!r} is not registered; register it with "
+                                 "@agent_runtime.tool and --tools FILE.py")
+            resolved[name] = found
+        return resolved
+
+    def check_runnable(self, manifest: AgentManifest, options: Mapping[str, Any], *,
+                       source: str) -> None:
+        """Refuse, before a run exists, a manifest whose models or tools this host lacks."""
+        for path, step in iter_steps(manifest.steps):
+            if not isinstance(step, PromptStep):
+                continue
+            try:
+                self.resolve_model(step.model, manifest, options)
+            except StepFailed as failure:
+                raise ConfigError(failure.message, source=source, field=f"{path}.model") from None
+            try:
+                self.resolve_tools(step.tools or [])
+            except StepFailed as failure:
+                raise ConfigError(failure.message, source=source, field=f"{path}.tools") from None
+
+    # -- runs ------------------------------------------------------------------
+
+    async def run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
+                  | Path | None = None, variables: Mapping[str, Any] | None = None,
+                  budget: Budget | None = None, run_id: str | None = None, resume: bool = False,
+                  allow_running_takeover: bool = False, options: Mapping[str, Any] | None = None,
+                  parent: ParentRef | None = None,
+                  effect_resolutions: Mapping[str, dict[str, Any]] | None = None) -> RunResult:
+        """Start a run, or with `resume=True` continue `run_id` from its latest checkpoint."""
+        if resume:
+            if run_id is None:
+                raise InvalidInput("resume needs a run_id", field="run_id")
+            return await self._resume(run_id, manifest=manifest, budget=budget,
+                                      allow_running_takeover=allow_running_takeover,
+                                      effect_resolutions=effect_resolutions)
+        if manifest is None:
+            raise InvalidInput("a run needs a manifest", field="manifest")
+        agent, loaded, source = self._load(manifest)
+        run_overrides: dict[str, Any] = {}
+        if loaded is not None and loaded.run is not None:
+            run_overrides = {item.key: item.value for item in loaded.run.variables or []}
+            if budget is None and loaded.run.budget is not None:
+                budget = Budget(max_total_tokens=loaded.run.budget.max_total_tokens)
+            run_id = run_id or loaded.run.run_id
+        overrides = {**run_overrides, **dict(variables or {})}
+        label = source if not variables else ("--variables" if not run_overrides
+                                              else f"{source} with --variables")
+        resolved = resolve_variables(agent, overrides, source=label)
+        run_options = dict(options or {})
+        self.check_runnable(agent, run_options, source=source)
+        now = self.clock.now()
+        record = RunRecord(run_id=run_id or new_run_id(), manifest_hash=manifest_hash(agent),
+                           manifest=manifest_json(agent), variables=resolved,
+                           budget=budget or Budget(), parent=parent, options=run_options,
+                           created_at=now, updated_at=now)
+        try:
+            self.store.create_run(record)
+        except RunAlreadyExists as error:
+            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
+                               field="run_id") from error
+        reserved = self.store.resume_run(record.run_id, owner=self.owner, now=now,
+                                         lease_seconds=self.lease_seconds)
+        state = RunState.initial(resolved, record.budget.max_total_tokens)
+        return await Execution(self, reserved, agent, state, []).execute()
+
+    def run_sync(self, **kwargs: Any) -> RunResult:
+        """`run` for code without an event loop."""
+        return asyncio.run(self.run(**kwargs))
+
+    def _load(self, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
+              | Path) -> tuple[AgentManifest, LoadedManifest | None, str]:
+        if isinstance(manifest, AgentManifest):
+            return manifest, None, "manifest"
+        if isinstance(manifest, LoadedManifest):
+            return manifest.agent, manifest, str(manifest.path)
+        if isinstance(manifest, Mapping):
+            return parse_agent_manifest(dict(manifest), source="manifest"), None, "manifest"
+        loaded = load_manifest_file(manifest)
+        return loaded.agent, loaded, str(loaded.path)
+
+    def stored_manifest(self, record: RunRecord) -> AgentManifest:
+        return parse_agent_manifest(record.manifest, source=f"run {record.run_id}")
+
+    async def _resume(self, run_id: str, *, manifest: Any, budget: Budget | None,
+                      allow_running_takeover: bool,
+                      effect_resolutions: Mapping[str, dict[str, Any]] | None) -> RunResult:
+        record = self.store.load_run(run_id)
+        if record is None:
+            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        agent = self.stored_manifest(record)
+        if manifest is not None:
+            given, _, source = self._load(manifest)
+            given_hash = manifest_hash(given)
+            if given_hash != record.manifest_hash:
+                raise ManifestMismatch(
+                    f"the manifest changed since run {run_id!r} started ({record.manifest_hash} "
+                    f"-> {given_hash}); a changed manifest is a new definition: start a new run",
+                    source=source)
+        reserved = self.store.resume_run(run_id, owner=self.owner, now=self.clock.now(),
+                                         lease_seconds=self.lease_seconds,
+                                         allow_running_takeover=allow_running_takeover)
+        execution = self._execution(reserved, agent, budget=budget)
+        execution.resolutions = dict(effect_resolutions or {})
+        return await execution.execute()
+
+    def _execution(self, record: RunRecord, agent: AgentManifest, *, budget: Budget | None = None,
+                   deadline: datetime | None = None) -> Execution:
+        checkpoint = self.store.load_latest_checkpoint(record.run_id)
+        if checkpoint is None:
+            state = RunState.initial(record.variables, record.budget.max_total_tokens)
+            cursor = []
+        else:
+            state = RunState.from_checkpoint(checkpoint)
+            cursor = list(checkpoint.cursor)
+        if budget is not None:
+            # A resume limit replaces the persisted one; omitting it keeps it.
+            state.budget.max_total_tokens = budget.max_total_tokens
+        return Execution(self, record, agent, state, cursor, deadline=deadline)
+
+    async def advance(self, run_id: str, *, deadline: datetime | None = None,
+                      expected_attempt: int | None = None) -> RunResult:
+        """Execute a reserved (running) attempt until the deadline, a suspension or the end.
+
+        The caller holds the attempt (the state machine's Reserve step); at the
+        deadline the result's status is `running` and a later call continues.
+        """
+        record = self.store.load_run(run_id)
+        if record is None:
+            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        if record.status is not RunStatus.RUNNING or (
+                expected_attempt is not None and record.attempt != expected_attempt):
+            return RunResult(run_id=run_id, status=record.status, attempt=record.attempt,
+                             output=record.output,
+                             suspension=None if record.suspension is None
+                             else record.suspension.model_dump(mode="json"),
+                             error=None if record.error is None
+                             else record.error.model_dump(mode="json"))
+        execution = self._execution(record, self.stored_manifest(record), deadline=deadline)
+        return await execution.execute()
+
+    def approve(self, run_id: str, *, approved: bool = True, response: Any = None,
+                responded_by: str | None = None, approval_id: str | None = None) -> str:
+        """Record the answer to the approval a run waits for; return its approval id."""
+        record = self.store.load_run(run_id)
+        if record is None:
+            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        if approval_id is None:
+            suspension = record.suspension
+            if record.status is not RunStatus.SUSPENDED or suspension is None \
+                    or suspension.reason != "approval":
+                raise InvalidInput(f"run {run_id!r} is {record.status.value}, not waiting for "
+                                   "an approval", field="run_id")
+            approval_id = str(suspension.details["approval_id"])
+        self.store.resolve_approval(run_id, approval_id, approved=approved, response=response,
+                                    responded_by=responded_by, at=self.clock.now())
+        return approval_id
+
+    def cancel(self, run_id: str) -> None:
+        self.store.cancel_run(run_id, at=self.clock.now())

@@ -1,0 +1,93 @@
+"""Errors of the engine, and the control-flow signals user code must not swallow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentRuntimeError(Exception):
+    """Base of the engine's errors."""
+
+
+class InvalidInput(AgentRuntimeError):
+    """Bad input from a user: a manifest, a variable, a flag. The CLI exits 2.
+
+    The message names where (`source`: a file or "--variables"), what
+    (`field`: a dotted/indexed path such as `steps[1].outputVariable`) and why.
+    """
+
+    def __init__(self, reason: str, *, source: str | None = None, field: str | None = None) -> None:
+        self.reason = reason
+        self.source = source
+        self.field = field
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = ": ".join(part for part in (self.source, self.field) if part)
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+class ManifestError(InvalidInput):
+    """An agent or run manifest is malformed or breaks a schema rule."""
+
+
+class VariableError(InvalidInput):
+    """A run variable override breaks the declaration rules."""
+
+
+class ConfigError(InvalidInput):
+    """The runtime config or a runtime option is invalid."""
+
+
+class ManifestMismatch(InvalidInput):
+    """Resuming with a manifest whose hash differs from the run's."""
+
+
+class ConditionSyntaxError(InvalidInput):
+    """A `when`, `condition` or `goal` expression does not parse."""
+
+    def __init__(self, reason: str, *, expression: str, position: int,
+                 source: str | None = None, field: str | None = None) -> None:
+        self.expression = expression
+        self.position = position
+        super().__init__(reason, source=source, field=field)
+
+
+class ConditionEvaluationError(AgentRuntimeError):
+    """A condition parsed but could not be evaluated (for example a bad operand type)."""
+
+
+class StepFailed(AgentRuntimeError):
+    """A step failed; the run fails with this error code, message and details."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
+class RunSignal(BaseException):
+    """Control flow that user tool code must not swallow with `except Exception`."""
+
+
+class SuspendRun(RunSignal):
+    """Suspend the run for `reason` (approval, sub-run, token-budget, effect-unknown)."""
+
+    def __init__(self, reason: str, details: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.details = details
+
+
+class EndRun(RunSignal):
+    """End the run early: `complete` with the outputs so far, or `cancel`."""
+
+    def __init__(self, action: str, reason: str) -> None:
+        super().__init__(action)
+        self.action = action
+        self.reason = reason
+
+
+class DeadlineReached(RunSignal):
+    """`advance` reached its deadline at a commit point; the run stays running."""

@@ -1,0 +1,137 @@
+"""Run events and the sinks that receive them.
+
+An event is `{id, run_id, attempt, sequence, timestamp, type, step_id?,
+step_path?, data?}`, ordered by `(attempt, sequence)`. Event data carries ids,
+timings, token counts and error codes — never prompt text, model output or
+variable values — so events can go to logs and metrics safely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Event:
+    id: str
+    run_id: str
+    attempt: int
+    sequence: int
+    timestamp: datetime
+    type: str
+    step_id: str | None = None
+    step_path: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id, "run_id": self.run_id, "attempt": self.attempt,
+            "sequence": self.sequence, "timestamp": self.timestamp.isoformat(),
+            "type": self.type,
+        }
+        if self.step_id is not None:
+            body["step_id"] = self.step_id
+        if self.step_path is not None:
+            body["step_path"] = self.step_path
+        if self.data:
+            body["data"] = self.data
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Event:
+        return cls(id=body["id"], run_id=body["run_id"], attempt=body["attempt"],
+                   sequence=body["sequence"], timestamp=datetime.fromisoformat(body["timestamp"]),
+                   type=body["type"], step_id=body.get("step_id"),
+                   step_path=body.get("step_path"), data=body.get("data") or {})
+
+
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+
+class ListEventSink:
+    """Keeps events in memory (tests, embedding)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def types(self) -> list[str]:
+        return [event.type for event in self.events]
+
+
+class CallbackEventSink:
+    def __init__(self, callback: Callable[[Event], None]) -> None:
+        self._callback = callback
+
+    def emit(self, event: Event) -> None:
+        self._callback(event)
+
+
+class JsonlEventSink:
+    """Appends one JSON object per line; a line is written whole or not at all."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        # O_APPEND makes each single write() land at the end even with
+        # several processes appending to the same file.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def emit(self, event: Event) -> None:
+        line = (json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False)
+                + "\n").encode("utf-8")
+        with self._lock:
+            os.write(self._fd, line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def read_events(path: str | Path) -> Iterator[Event]:
+    """Events of a JSONL file; a torn last line (a killed writer) is skipped."""
+    with open(path, encoding="utf-8") as source:
+        for line in source:
+            if not line.endswith("\n"):
+                return
+            if line.strip():
+                yield Event.from_json(json.loads(line))
+
+
+class EventEmitter:
+    """Numbers and timestamps the events of one execution and fans them out."""
+
+    def __init__(self, sinks: Iterable[EventSink], *, run_id: str, attempt: int,
+                 now: Callable[[], datetime]) -> None:
+        self._sinks = list(sinks)
+        self._run_id = run_id
+        self._attempt = attempt
+        self._now = now
+        self._sequence = 0
+        self._lock = threading.Lock()
+
+    def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
+             **data: Any) -> Event:
+        with self._lock:
+            self._sequence += 1
+            event = Event(id=uuid.uuid4().hex, run_id=self._run_id, attempt=self._attempt,
+                          sequence=self._sequence, timestamp=self._now(), type=type_,
+                          step_id=step_id, step_path=step_path,
+                          data={k: v for k, v in data.items() if v is not None})
+        for sink in self._sinks:
+            sink.emit(event)
+        return event

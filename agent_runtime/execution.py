@@ -1,0 +1,338 @@
+"""One attempt of a run: the interpreter of the cursor and its commit points.
+
+An `Execution` owns the attempt reserved by `resume_run`. It walks the
+manifest's steps with a stack of frames (the cursor), checkpointing after
+every step, loop iteration, model response and tool result. Each checkpoint
+renews the lease in the same write and is fenced by the attempt, so a
+superseded owner stops at its next commit point. Resuming rebuilds the stack
+from the latest checkpoint and continues exactly where it was.
+
+Step kinds live in `agent_runtime.steps`, one module each; this module knows
+none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from stores.base import RunTerminal, StaleAttempt, StoreError
+from stores.records import Frame, RunError, RunRecord, RunStatus, utc_now
+
+from agent_runtime.conditions import evaluate_condition
+from agent_runtime.errors import (
+    ConditionEvaluationError,
+    DeadlineReached,
+    EndRun,
+    StepFailed,
+    SuspendRun,
+)
+from agent_runtime.events import EventEmitter
+from agent_runtime.manifest import AgentManifest, Step
+from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
+
+if TYPE_CHECKING:
+    from agent_runtime.engine import AgentRuntime, RunResult
+
+T = TypeVar("T")
+
+
+@dataclass
+class LostOwnership(Exception):
+    """The store refused a write: another attempt took over, or the run was cancelled."""
+
+    cause: StoreError
+
+
+def join_path(prefix: str, *parts: object) -> str:
+    tail = "/".join(str(part) for part in parts)
+    return f"{prefix}/{tail}" if prefix else tail
+
+
+class Execution:
+    def __init__(self, runtime: AgentRuntime, run: RunRecord, manifest: AgentManifest,
+                 state: RunState, cursor: list[Frame], *,
+                 deadline: datetime | None = None) -> None:
+        self.runtime = runtime
+        self.run = run
+        self.run_id = run.run_id
+        self.attempt = run.attempt
+        self.manifest = manifest
+        self.state = state
+        self.resume_cursor = cursor
+        self.deadline = deadline
+        self.stack: list[Frame] = []
+        self.scopes: list[dict[str, Any]] = []
+        self.events = EventEmitter(runtime.event_sinks, run_id=run.run_id, attempt=run.attempt,
+                                   now=runtime.clock.now)
+        self._last_renewal = time.monotonic()
+        self._lost: StoreError | None = None
+        # Operator decisions on effects whose outcome was unknown, by key.
+        self.resolutions: dict[str, dict[str, Any]] = {}
+
+    # -- what steps use ------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        return self.runtime.store
+
+    def now(self) -> datetime:
+        return self.runtime.clock.now()
+
+    def scope(self) -> dict[str, Any]:
+        """Variables as templates and conditions see them: loop scopes over run variables."""
+        if not self.scopes:
+            return self.state.variables
+        merged = dict(self.state.variables)
+        for scope in self.scopes:
+            merged.update(scope)
+        return merged
+
+    def effect_resolution(self, key: str) -> dict[str, Any] | None:
+        return self.resolutions.get(key)
+
+    def condition(self, expression: str, *, step_path: str, field: str) -> bool:
+        try:
+            return evaluate_condition(expression, self.scope())
+        except ConditionEvaluationError as error:
+            raise StepFailed("condition_error", f"step {step_path}: {field}: {error}") from error
+
+    async def checkpoint(self) -> None:
+        """A commit point: save the state and cursor, renew the lease, honour the deadline."""
+        if self._lost is not None:
+            raise LostOwnership(self._lost)
+        self.state.seq += 1
+        now = self.now()
+        checkpoint = self.state.to_checkpoint(
+            run_id=self.run_id, attempt=self.attempt, manifest_hash=self.run.manifest_hash,
+            cursor=self.cursor(), created_at=now)
+        try:
+            self.store.save_checkpoint(
+                checkpoint, expected_attempt=self.attempt,
+                lease_expires_at=now + timedelta(seconds=self.runtime.lease_seconds))
+        except (StaleAttempt, RunTerminal) as error:
+            raise LostOwnership(error) from error
+        self._last_renewal = time.monotonic()
+        self.events.emit("checkpoint.saved", seq=self.state.seq)
+        if self.deadline is not None and now >= self.deadline:
+            raise DeadlineReached()
+
+    def cursor(self) -> list[Frame]:
+        return [frame.model_copy(deep=True) for frame in self.stack]
+
+    async def guarded(self, call: Awaitable[T]) -> T:
+        """Await a long model or tool call while a heartbeat keeps the lease alive."""
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            return await call
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _heartbeat(self) -> None:
+        interval = max(self.runtime.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            if time.monotonic() - self._last_renewal < interval:
+                continue
+            try:
+                self.store.renew_lease(self.run_id, expected_attempt=self.attempt,
+                                       now=self.now(), lease_seconds=self.runtime.lease_seconds)
+            except (StaleAttempt, RunTerminal) as error:
+                self._lost = error  # the next commit point stops the attempt
+                return
+            self._last_renewal = time.monotonic()
+            self.events.emit("run.heartbeat")
+
+    # -- the walk ------------------------------------------------------------
+
+    async def run_sequence(self, steps: Sequence[Step], *, prefix: str,
+                           loop_iteration: int | None, resume: list[Frame]) -> None:
+        """Run `steps` in order from the resume frame; checkpoint after each one."""
+        level = len(self.stack)
+        start = resume[0].step_index if resume else 0
+        first: Frame | None = resume[0] if resume else None
+        self.stack.append(self._frame_at(steps, start, prefix, loop_iteration))
+        for index in range(start, len(steps)):
+            step = steps[index]
+            if first is not None and first.step_id == step.id:
+                frame, below = first, resume[1:]
+            else:
+                frame, below = self._frame_at(steps, index, prefix, loop_iteration), []
+            first = None
+            self.stack[level] = frame
+            if level > 0:
+                self.stack[level - 1].child_index = index
+            await self.run_step(step, frame, below)
+            del self.stack[level + 1:]
+            self.stack[level] = self._frame_at(steps, index + 1, prefix, loop_iteration)
+            if level > 0:
+                self.stack[level - 1].child_index = index + 1
+            await self.checkpoint()
+        # Popped only on normal completion: a suspension or failure propagating
+        # through here is saved with the stack as it stands, pointing at the step.
+        del self.stack[level:]
+
+    @staticmethod
+    def _frame_at(steps: Sequence[Step], index: int, prefix: str,
+                  loop_iteration: int | None) -> Frame:
+        if index >= len(steps):  # past the end: this sequence is done
+            return Frame(step_path=prefix, step_id="", step_index=index,
+                         loop_iteration=loop_iteration)
+        step = steps[index]
+        return Frame(step_path=join_path(prefix, step.id), step_id=step.id, step_index=index,
+                     loop_iteration=loop_iteration)
+
+    async def run_step(self, step: Step, frame: Frame, resume: list[Frame]) -> None:
+        fresh = not frame.continuation and not resume
+        depth = len(self.stack) - 1
+        if fresh and step.when is not None and not self.condition(
+                step.when, step_path=frame.step_path, field="when"):
+            self.state.add_result({"kind": STEP, "step_path": frame.step_path,
+                                   "step_id": step.id, "depth": depth, "status": SKIPPED,
+                                   "at": self.now().isoformat()})
+            self.events.emit("step.skipped", step_id=step.id, step_path=frame.step_path)
+            return
+        limit = self.manifest.limits.max_steps if self.manifest.limits else None
+        if fresh and limit is not None and self.state.executed_steps >= limit:
+            raise StepFailed("max_steps_exceeded",
+                             f"limits.maxSteps is {limit}; step {frame.step_path} would exceed it")
+        executor = self.runtime.steps.get(step.type)
+        if executor is None:
+            raise StepFailed("unsupported_step",
+                             f"step {frame.step_path}: {step.type!r} steps are not supported "
+                             "by this runtime yet")
+        consumed_before = self.state.budget.consumed_tokens
+        started = time.monotonic()
+        self.events.emit("step.started", step_id=step.id, step_path=frame.step_path,
+                         kind=step.type, resumed=not fresh or None)
+        output = await executor.execute(step, frame, self, resume)
+        if step.output_variable:
+            self.state.variables[step.output_variable] = output
+        self.state.add_result({"kind": STEP, "step_path": frame.step_path, "step_id": step.id,
+                               "depth": depth, "status": COMPLETED, "output": output,
+                               "at": self.now().isoformat()})
+        self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
+                         kind=step.type, duration_ms=round((time.monotonic() - started) * 1000),
+                         tokens=self.state.budget.consumed_tokens - consumed_before)
+
+    # -- the attempt ---------------------------------------------------------
+
+    def final_output(self) -> Any:
+        """Marked top-level outputs in manifest order (one value or a list), else the
+        last completed top-level step's output."""
+        marked = {step.id for step in self.manifest.steps if step.include_in_final_output}
+        completed = [entry for entry in self.state.step_results
+                     if entry["kind"] == STEP and entry["depth"] == 0
+                     and entry["status"] == COMPLETED]
+        chosen = [entry["output"] for entry in completed if entry["step_id"] in marked]
+        if chosen:
+            return chosen[0] if len(chosen) == 1 else chosen
+        return completed[-1]["output"] if completed else None
+
+    def _final_checkpoint(self) -> Any:
+        self.state.seq += 1
+        return self.state.to_checkpoint(
+            run_id=self.run_id, attempt=self.attempt, manifest_hash=self.run.manifest_hash,
+            cursor=self.cursor(), created_at=self.now())
+
+    async def execute(self) -> RunResult:
+        started = time.monotonic()
+        first = self.attempt == 1 and self.state.seq == 0
+        self.events.emit("run.started" if first else "run.resumed",
+                         from_seq=None if first else self.state.seq)
+        try:
+            return await self._attempt(started)
+        except LostOwnership as lost:
+            return self._lost_result(lost.cause)
+
+    async def _attempt(self, started: float) -> RunResult:
+        steps = self.manifest.steps
+        try:
+            await self.run_sequence(steps, prefix="", loop_iteration=None,
+                                    resume=self.resume_cursor)
+        except SuspendRun as signal:
+            self._store_write(self.store.suspend_run, self.run_id,
+                              expected_attempt=self.attempt, reason=signal.reason,
+                              details=signal.details, at=self.now(),
+                              checkpoint=self._final_checkpoint())
+            self.events.emit("run.suspended", reason=signal.reason,
+                             approval_id=signal.details.get("approval_id"),
+                             child_run_id=signal.details.get("child_run_id"))
+            return self.result(RunStatus.SUSPENDED, suspension={"reason": signal.reason,
+                                                                "details": signal.details})
+        except EndRun as signal:
+            return self._end_early(signal)
+        except StepFailed as failure:
+            return self._fail(RunError(type=failure.code, message=failure.message,
+                                       details=failure.details))
+        except DeadlineReached:
+            return self.result(RunStatus.RUNNING)
+        except LostOwnership:
+            raise
+        except Exception as error:
+            # A bug in a step, tool adapter or provider driver: fail the run with
+            # what happened rather than leave it to crash-loop; `fork` retries it.
+            return self._fail(RunError(type="internal_error",
+                                       message=f"{type(error).__name__}: {error}"))
+        self.stack = [self._frame_at(steps, len(steps), "", None)]
+        output = self.final_output()
+        self._store_write(self.store.complete_run, self.run_id, expected_attempt=self.attempt,
+                          output=output, at=self.now(), checkpoint=self._final_checkpoint())
+        self.events.emit("run.completed",
+                         duration_ms=round((time.monotonic() - started) * 1000),
+                         tokens=self.state.budget.consumed_tokens)
+        return self.result(RunStatus.COMPLETED, output=output)
+
+    def _fail(self, error: RunError) -> RunResult:
+        self._store_write(self.store.fail_run, self.run_id, expected_attempt=self.attempt,
+                          error=error, at=self.now(), checkpoint=self._final_checkpoint())
+        self.events.emit("run.failed", error_type=error.type)
+        return self.result(RunStatus.FAILED, error=error)
+
+    def _end_early(self, signal: EndRun) -> RunResult:
+        output = self.final_output()
+        if signal.action == "complete":
+            self._store_write(self.store.complete_run, self.run_id,
+                              expected_attempt=self.attempt, output=output, at=self.now(),
+                              checkpoint=self._final_checkpoint())
+            self.events.emit("run.completed", reason=signal.reason)
+            return self.result(RunStatus.COMPLETED, output=output)
+        self._store_write(self.store.save_checkpoint, self._final_checkpoint(),
+                          expected_attempt=self.attempt)
+        self._store_write(self.store.cancel_run, self.run_id, at=self.now(),
+                          expected_attempt=self.attempt)
+        self.events.emit("run.cancelled", reason=signal.reason)
+        return self.result(RunStatus.CANCELLED)
+
+    def _store_write(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        try:
+            write(*args, **kwargs)
+        except (StaleAttempt, RunTerminal) as error:
+            raise LostOwnership(error) from error
+
+    def _lost_result(self, cause: StoreError) -> RunResult:
+        current = self.store.load_run(self.run_id)
+        status = current.status if current is not None else RunStatus.FAILED
+        self.events.emit("run.superseded", reason=type(cause).__name__,
+                         status=status.value)
+        return self.result(RunStatus(status),
+                           error=RunError(type="lost_ownership", message=str(cause)))
+
+    def result(self, status: RunStatus, *, output: Any = None,
+               suspension: dict[str, Any] | None = None,
+               error: RunError | None = None) -> RunResult:
+        from agent_runtime.engine import RunResult  # noqa: PLC0415 - engine imports this module
+
+        return RunResult(run_id=self.run_id, status=status, attempt=self.attempt, output=output,
+                         suspension=suspension, usage=self.state.usage(),
+                         error=None if error is None else error.model_dump(mode="json"))
+
+
+__all__ = ["Execution", "LostOwnership", "join_path", "utc_now"]

@@ -1,0 +1,516 @@
+"""Agent and run manifests, schema 1.0: models, parsing, validation and the hash.
+
+The schema is the reference TypeScript implementation's (`clearideas/agent-runtime`):
+every object is strict (an unknown field is an error), fields are camelCase in
+files and snake_case in Python. Everything a manifest can get wrong is reported
+as a `ManifestError` naming the file, the field as the user wrote it
+(`steps[0].steps[2].loop.maxIterations`) and the reason, before a run exists.
+
+Cross-field rules raise `rule_error(reason, *at)`; `at` is the offending
+sub-path relative to the model that found it, appended to pydantic's location
+when the error is reported (see `agent_runtime.manifest_input`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import jsonschema
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    PositiveInt,
+    StringConstraints,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agent_runtime.conditions import compile_condition
+from agent_runtime.errors import ConditionSyntaxError, ManifestError
+from agent_runtime.manifest_input import (
+    JsonObject,
+    NonEmptyStr,
+    SchemaModel,
+    check_structure,
+    manifest_error_from_validation,
+    read_document,
+    rule_error,
+)
+from agent_runtime.messages import PromptMessage, history_problem
+from agent_runtime.variables import VariableKey, VariablePath, VariableType, value_matches_type
+
+SCHEMA_VERSION = "1.0"
+DEFAULT_MAX_TOOL_CALLS_PER_ITERATION = 25
+STEP_TYPES = ("prompt", "loop", "approval", "sub-run", "webhook", "code")
+
+_CONNECTION_ALIAS = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def _condition(expression: str | None) -> str | None:
+    """Conditions are compiled at parse time so a typo fails before the run starts."""
+    if expression is not None:
+        try:
+            compile_condition(expression)
+        except ConditionSyntaxError as exc:
+            raise rule_error(f"unparsable condition: {exc.reason}") from exc
+    return expression
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise rule_error(f"{value!r} is not an http or https URL")
+    return value
+
+
+def _connection_alias(value: str) -> str:
+    if not _CONNECTION_ALIAS.fullmatch(value):
+        raise rule_error(
+            f"{value!r} is not a valid alias: use a lowercase letter, "
+            "then lowercase letters, digits or '-'"
+        )
+    return value
+
+
+def _json_schema(schema: JsonObject | None) -> JsonObject | None:
+    if schema is not None:
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise rule_error(f"not a valid JSON Schema: {exc.message}", *exc.absolute_path) from exc
+    return schema
+
+
+TrimmedStr = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+# -- models and connections -------------------------------------------------
+
+
+class ProviderModelRef(SchemaModel):
+    """An explicit model: `{provider, model, options?}`."""
+
+    provider: NonEmptyStr
+    model: NonEmptyStr
+    options: JsonObject | None = None
+
+
+class ProfileModelRef(SchemaModel):
+    """A model profile from the runtime config: `{ref, options?}`."""
+
+    ref: NonEmptyStr
+    options: JsonObject | None = None
+
+
+def _model_kind(value: Any) -> str | None:
+    if isinstance(value, ProviderModelRef | ProfileModelRef):
+        return "profile" if isinstance(value, ProfileModelRef) else "explicit"
+    if not isinstance(value, dict):
+        return None
+    explicit = "provider" in value or "model" in value
+    if "ref" in value:
+        return None if explicit else "profile"
+    return "explicit" if explicit else None
+
+
+ModelRef = Annotated[
+    Annotated[ProviderModelRef, Tag("explicit")] | Annotated[ProfileModelRef, Tag("profile")],
+    Discriminator(
+        _model_kind,
+        custom_error_type="model_ref",
+        custom_error_message="expected a mapping with provider and model, or with ref (not both)",
+    ),
+]
+
+
+class VariableDeclaration(SchemaModel):
+    key: VariableKey
+    type: VariableType
+    value: Any = None  # None when absent (see has_default); an explicit null fits no type
+    requires_override: bool = False
+    description: str | None = None
+    metadata: JsonObject | None = None
+
+    @property
+    def has_default(self) -> bool:
+        return "value" in self.model_fields_set
+
+    @model_validator(mode="after")
+    def _value_fits_type(self) -> VariableDeclaration:
+        if self.has_default and not value_matches_type(self.value, self.type):
+            raise rule_error(f"default value of {self.key!r} must be of type {self.type}", "value")
+        return self
+
+
+class Connection(SchemaModel):
+    ref: NonEmptyStr
+    alias: Annotated[str, AfterValidator(_connection_alias)] | None = None
+    tools: list[NonEmptyStr] | None = None
+    mode: Literal["read", "read_write"] | None = None
+    required: bool | None = None
+
+    @property
+    def effective_alias(self) -> str:
+        """The prefix of this connection's tools (`alias__tool`): the alias, else the ref."""
+        return self.alias if self.alias is not None else self.ref
+
+
+class Limits(SchemaModel):
+    max_steps: PositiveInt | None = None
+    max_messages_per_prompt: PositiveInt | None = None
+    max_input_bytes: PositiveInt | None = None
+    max_output_bytes: PositiveInt | None = None
+    max_tool_calls_per_iteration: PositiveInt | None = None
+    provider_timeout_ms: PositiveInt | None = None
+
+    @property
+    def tool_calls_per_iteration(self) -> int:
+        """The effective limit; the default is not stored so the hash reflects the file."""
+        if self.max_tool_calls_per_iteration is None:
+            return DEFAULT_MAX_TOOL_CALLS_PER_ITERATION
+        return self.max_tool_calls_per_iteration
+
+
+# -- steps ------------------------------------------------------------------
+
+
+class StepBase(SchemaModel):
+    id: NonEmptyStr
+    name: NonEmptyStr | None = None
+    description: str | None = None
+    when: str | None = None
+    output_variable: VariableKey | None = None
+    include_in_final_output: bool = False
+    metadata: JsonObject | None = None
+    extensions: JsonObject | None = None
+
+    _check_when = field_validator("when")(_condition)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # `type` has a default for Python callers but is always dumped, so
+        # `manifest_json` output can be parsed back through the discriminator.
+        self.__pydantic_fields_set__.add("type")
+
+
+class CompletionPolicy(SchemaModel):
+    on_truncation: Literal["fail", "accept"] | None = None
+    require_output: bool | None = None
+
+
+class PromptStep(StepBase):
+    type: Literal["prompt"] = "prompt"
+    prompt: str | None = None
+    system_prompt: str | None = None
+    messages: Annotated[list[PromptMessage], Field(min_length=1)] | None = None
+    model: ModelRef | None = None
+    output_schema: JsonObject | None = None
+    tools: list[str] | None = None
+    max_output_tokens: PositiveInt | None = None
+    completion_policy: CompletionPolicy | None = None
+
+    _check_output_schema = field_validator("output_schema")(_json_schema)
+
+    @model_validator(mode="after")
+    def _one_prompt_form(self) -> PromptStep:
+        if self.prompt is not None and self.messages is not None:
+            raise rule_error("set either prompt or messages, not both")
+        if self.prompt is None and self.messages is None:
+            raise rule_error("a prompt step needs prompt or messages")
+        if self.messages is not None:
+            if self.system_prompt is not None:
+                raise rule_error(
+                    "cannot be combined with messages; start messages with a system message",
+                    "systemPrompt",
+                )
+            problem = history_problem(self.messages)
+            if problem is not None:
+                raise rule_error(problem[0], "messages", *problem[1])
+        return self
+
+
+class LoopSpec(SchemaModel):
+    source: str | None = None
+    delimiter: str | None = None
+    item_variable: VariablePath | None = None
+    index_variable: VariablePath | None = None
+    condition: str | None = None
+    goal: str | None = None
+    output_mode: Literal["array", "final"] | None = None
+    result_variable: VariablePath | None = None
+    max_iterations: PositiveInt | None = None
+
+    _check_conditions = field_validator("condition", "goal")(_condition)
+
+    @model_validator(mode="after")
+    def _goal_is_bounded(self) -> LoopSpec:
+        if self.goal is not None and self.max_iterations is None:
+            raise rule_error("required when the loop has a goal", "maxIterations")
+        return self
+
+
+def _unique_step_ids(steps: Sequence[StepBase]) -> None:
+    seen: set[str] = set()
+    for index, step in enumerate(steps):
+        if step.id in seen:
+            raise rule_error(f"duplicate step id {step.id!r} among sibling steps",
+                             "steps", index, "id")
+        seen.add(step.id)
+
+
+class LoopStep(StepBase):
+    type: Literal["loop"] = "loop"
+    loop: LoopSpec
+    steps: list[Step]
+
+    @model_validator(mode="after")
+    def _unique_children(self) -> LoopStep:
+        _unique_step_ids(self.steps)
+        return self
+
+
+class ApprovalStep(StepBase):
+    type: Literal["approval"] = "approval"
+    prompt: str
+    action: Literal["pause", "complete", "cancel"] = "pause"
+
+
+class SubRunStep(StepBase):
+    type: Literal["sub-run"] = "sub-run"
+    manifest: AgentManifest | None = None
+    manifest_ref: NonEmptyStr | None = None
+    variable_mappings: dict[VariableKey, str] | None = None
+
+    @model_validator(mode="after")
+    def _has_agent(self) -> SubRunStep:
+        if self.manifest is None and self.manifest_ref is None:
+            raise rule_error("a sub-run step needs manifest or manifestRef")
+        return self
+
+
+class WebhookStep(StepBase):
+    type: Literal["webhook"] = "webhook"
+    url: Annotated[str, AfterValidator(_http_url)]
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] | None = None
+    headers: dict[str, str] | None = None
+    body: Any = None
+    timeout_ms: PositiveInt | None = None
+    retries: Annotated[int, Field(ge=0)] | None = None
+    idempotency_key: str | None = None
+
+    @property
+    def has_body(self) -> bool:
+        """Whether a body was given: an explicit `body: null` sends JSON null."""
+        return "body" in self.model_fields_set
+
+
+class CodeStep(StepBase):
+    type: Literal["code"] = "code"
+    language: NonEmptyStr
+    code: str
+    timeout_ms: PositiveInt | None = None
+    environment: dict[str, str] | None = None
+
+
+Step = Annotated[
+    PromptStep | LoopStep | ApprovalStep | SubRunStep | WebhookStep | CodeStep,
+    Field(discriminator="type"),
+]
+
+
+# -- the agent manifest -----------------------------------------------------
+
+
+class AgentManifest(SchemaModel):
+    schema_version: Literal["1.0"]
+    id: str | None = None
+    name: str | None = None
+    description: str | None = None
+    model: ModelRef | None = None
+    variables: list[VariableDeclaration] = Field(default_factory=list)
+    connections: list[Connection] = Field(default_factory=list)
+    steps: list[Step]
+    limits: Limits | None = None
+    metadata: JsonObject | None = None
+    extensions: JsonObject | None = None
+
+    @property
+    def max_tool_calls_per_iteration(self) -> int:
+        if self.limits is None:
+            return DEFAULT_MAX_TOOL_CALLS_PER_ITERATION
+        return self.limits.tool_calls_per_iteration
+
+    def variable(self, key: str) -> VariableDeclaration | None:
+        return next((v for v in self.variables if v.key == key), None)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> AgentManifest:
+        keys: set[str] = set()
+        for index, declaration in enumerate(self.variables):
+            folded = declaration.key.casefold()
+            if folded in keys:
+                raise rule_error(
+                    f"duplicate variable key {declaration.key!r} (keys are compared ignoring case)",
+                    "variables", index, "key",
+                )
+            keys.add(folded)
+        names: set[str] = set()
+        for index, connection in enumerate(self.connections):
+            alias = connection.effective_alias
+            if alias in names:
+                field = "alias" if connection.alias is not None else "ref"
+                raise rule_error(f"duplicate connection alias {alias!r}",
+                                 "connections", index, field)
+            names.add(alias)
+        _unique_step_ids(self.steps)
+        return self
+
+
+LoopStep.model_rebuild()
+SubRunStep.model_rebuild()
+AgentManifest.model_rebuild()
+
+
+def iter_steps(steps: Sequence[Step], prefix: str = "steps", *,
+               into_sub_runs: bool = False) -> Iterator[tuple[str, Step]]:
+    """Every step, depth first, with its field path (`steps[0].steps[1]`).
+
+    Loop children run in the same run and are always visited; inline sub-run
+    manifests are separate runs and are visited only with `into_sub_runs`.
+    """
+    for index, step in enumerate(steps):
+        path = f"{prefix}[{index}]"
+        yield path, step
+        if isinstance(step, LoopStep):
+            yield from iter_steps(step.steps, f"{path}.steps", into_sub_runs=into_sub_runs)
+        elif into_sub_runs and isinstance(step, SubRunStep) and step.manifest is not None:
+            yield from iter_steps(step.manifest.steps, f"{path}.manifest.steps",
+                                  into_sub_runs=True)
+
+
+# -- the run manifest -------------------------------------------------------
+
+
+class VariableOverride(SchemaModel):
+    key: VariableKey
+    value: Any
+
+
+class RunAgentRef(SchemaModel):
+    ref: TrimmedStr
+
+
+class RunExecution(SchemaModel):
+    mode: Literal["sequential", "parallel"]
+    max_concurrency: Annotated[int, Field(ge=1, le=64)] | None = None
+
+
+class RunBudget(SchemaModel):
+    max_total_tokens: PositiveInt
+
+
+class RunManifest(SchemaModel):
+    schema_version: Literal["1.0"]
+    agent: RunAgentRef
+    run_id: TrimmedStr | None = None
+    variables: list[VariableOverride] = Field(default_factory=list)
+    execution: RunExecution | None = None
+    budget: RunBudget | None = None
+
+    @model_validator(mode="after")
+    def _unique_overrides(self) -> RunManifest:
+        keys: set[str] = set()
+        for index, override in enumerate(self.variables):
+            if override.key.casefold() in keys:
+                raise rule_error(
+                    f"duplicate variable override {override.key!r} "
+                    "(keys are compared ignoring case)",
+                    "variables", index, "key",
+                )
+            keys.add(override.key.casefold())
+        return self
+
+
+# -- parsing, loading, hashing ----------------------------------------------
+
+
+def parse_agent_manifest(data: Any, *, source: str) -> AgentManifest:
+    """Validate already-loaded data (a dict from YAML/JSON) as an agent manifest.
+
+    Only the camelCase spelling of a file is accepted here: a snake_case key in
+    a file is an unknown field, as in the reference implementation.
+    """
+    if isinstance(data, AgentManifest):
+        return data
+    check_structure(data, source=source)
+    try:
+        return AgentManifest.model_validate(data, by_name=False)
+    except ValidationError as exc:
+        raise manifest_error_from_validation(exc, source=source) from None
+
+
+def parse_run_manifest(data: Any, *, source: str) -> RunManifest:
+    check_structure(data, source=source)
+    try:
+        return RunManifest.model_validate(data, by_name=False)
+    except ValidationError as exc:
+        raise manifest_error_from_validation(exc, source=source) from None
+
+
+def load_agent_manifest(path: str | Path) -> AgentManifest:
+    path = Path(path)
+    data = read_document(path)
+    if "agent" in data and "steps" not in data:
+        raise ManifestError("this is a run manifest; expected an agent manifest",
+                            source=str(path), field="agent")
+    return parse_agent_manifest(data, source=str(path))
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A manifest file as given: an agent manifest, or a run manifest and its agent."""
+
+    path: Path
+    agent: AgentManifest
+    agent_path: Path
+    run: RunManifest | None = None
+
+
+def load_manifest_file(path: str | Path) -> LoadedManifest:
+    """Load an agent manifest or a run manifest (one with an `agent` key) and its agent.
+
+    A run manifest's `agent.ref` is relative to the run manifest's directory.
+    """
+    path = Path(path)
+    data = read_document(path)
+    if "agent" not in data:
+        return LoadedManifest(path=path, agent=parse_agent_manifest(data, source=str(path)),
+                              agent_path=path)
+    run = parse_run_manifest(data, source=str(path))
+    agent_path = path.parent / run.agent.ref
+    if not agent_path.is_file():
+        raise ManifestError(f"agent manifest {str(agent_path)!r} not found",
+                            source=str(path), field="agent.ref")
+    return LoadedManifest(path=path, agent=load_agent_manifest(agent_path),
+                          agent_path=agent_path, run=run)
+
+
+def manifest_json(manifest: AgentManifest) -> dict[str, Any]:
+    """The manifest as the user wrote it, normalised by parsing: aliases, no defaults."""
+    return manifest.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def manifest_hash(manifest: AgentManifest) -> str:
+    """`sha256:<hex>` of the canonical JSON: sorted keys, no whitespace, UTF-8."""
+    canonical = json.dumps(manifest_json(manifest), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()

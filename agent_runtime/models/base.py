@@ -1,0 +1,107 @@
+"""The seam between the engine and model providers.
+
+A model adapter turns a `ModelRequest` into a `ModelResponse`. Messages use
+the transcript's content parts (`text`, `json`, `tool-call`, `tool-result`),
+so a checkpointed conversation can be replayed to any adapter unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts a provider reported for one response."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+
+    def tokens(self) -> int | None:
+        """Consumed tokens: the reported total, else input + output, else None."""
+        if self.total_tokens is not None:
+            return self.total_tokens
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    def as_json(self) -> dict[str, int]:
+        values = {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
+                  "totalTokens": self.total_tokens}
+        return {key: value for key, value in values.items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Usage | None:
+        if data is None:
+            return None
+        return cls(input_tokens=data.get("inputTokens"), output_tokens=data.get("outputTokens"),
+                   total_tokens=data.get("totalTokens"))
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ModelRequest:
+    provider: str
+    model: str
+    messages: list[dict[str, Any]]
+    options: dict[str, Any] = field(default_factory=dict)
+    tools: list[ToolSpec] = field(default_factory=list)
+    output_schema: dict[str, Any] | None = None
+    max_output_tokens: int | None = None
+    timeout_seconds: float | None = None
+    run_id: str = ""
+    step_id: str = ""
+    step_path: str = ""
+    # 1-based: the n-th model request of the run / of this step id, counted
+    # from the run's saved state so a resumed run continues, never restarts.
+    request_index: int = 1
+    step_request_index: int = 1
+
+
+@dataclass
+class ModelResponse:
+    text: str | None = None
+    # Structured output for an `outputSchema` step, when the provider returns it parsed.
+    data: Any = None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str = "stop"
+    model: str | None = None
+
+
+TextListener = Callable[[str], None]
+
+
+class ModelAdapter(Protocol):
+    """A provider driver. `on_text` receives text deltas as they arrive, when streaming."""
+
+    async def generate(self, request: ModelRequest, *,
+                       on_text: TextListener | None = None) -> ModelResponse:
+        ...
+
+
+class ModelError(Exception):
+    """A provider call failed in a way the run should report (not a crash of ours)."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable

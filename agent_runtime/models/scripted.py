@@ -1,0 +1,256 @@
+"""The scripted model: deterministic answers with no network.
+
+`scripted/echo` answers every prompt deterministically (and, for an
+`outputSchema`, with the smallest valid instance). `scripted/PATH` replays the
+YAML script at PATH: the n-th model request of the run gets the n-th entry of
+`responses`; `byStep` entries for a step id take precedence, in order. "n-th"
+is counted from the run's saved state (`ModelRequest.request_index`), so a
+resumed run continues the script where its saved state left it. A request the
+script has no entry for is answered as `scripted/echo` would.
+
+Entries: `text`, `json`, `toolCalls: [{name, arguments, id?}]`, `usage:
+{inputTokens, outputTokens, totalTokens}` (`usage: null` reports none),
+`error: {code, message}` (the provider call fails), `delayMs` (the answer
+takes that long; useful to kill a run mid-flight).
+
+Set `AGENT_RUNTIME_SCRIPTED_LOG=FILE` to append one JSON line per request
+answered (run, step, request index): the request count survives a killed
+process, so tests can prove which requests were issued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from agent_runtime.errors import ConfigError
+from agent_runtime.models.base import (
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    TextListener,
+    ToolCallRequest,
+    Usage,
+)
+
+ECHO = "echo"
+REQUEST_LOG_ENV = "AGENT_RUNTIME_SCRIPTED_LOG"
+_ENTRY_FIELDS = {"text", "json", "toolCalls", "usage", "error", "delayMs"}
+
+
+@dataclass
+class Script:
+    responses: list[dict[str, Any]] = field(default_factory=list)
+    by_step: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def entry_for(self, request: ModelRequest) -> dict[str, Any] | None:
+        step_entries = self.by_step.get(request.step_id)
+        if step_entries and request.step_request_index <= len(step_entries):
+            return step_entries[request.step_request_index - 1]
+        if request.request_index <= len(self.responses):
+            return self.responses[request.request_index - 1]
+        return None
+
+
+def _check_entry(entry: Any, where: str, source: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ConfigError("a script entry must be a mapping", source=source, field=where)
+    unknown = sorted(set(entry) - _ENTRY_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown field {unknown[0]!r} (allowed: {sorted(_ENTRY_FIELDS)})",
+                          source=source, field=where)
+    for index, call in enumerate(entry.get("toolCalls") or []):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ConfigError("a tool call needs a string `name`", source=source,
+                              field=f"{where}.toolCalls[{index}]")
+        if not isinstance(call.get("arguments", {}), dict):
+            raise ConfigError("tool call `arguments` must be a mapping", source=source,
+                              field=f"{where}.toolCalls[{index}].arguments")
+    return entry
+
+
+def load_script(path: str | Path) -> Script:
+    source = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        raise ConfigError("scripted model script not found", source=source) from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"malformed YAML: {error}", source=source) from error
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("a script is a mapping with `responses` and/or `byStep`", source=source)
+    unknown = sorted(set(data) - {"responses", "byStep"})
+    if unknown:
+        raise ConfigError(f"unknown field {unknown[0]!r}", source=source, field=unknown[0])
+    responses = data.get("responses") or []
+    by_step = data.get("byStep") or {}
+    if not isinstance(responses, list):
+        raise ConfigError("must be a list", source=source, field="responses")
+    if not isinstance(by_step, dict):
+        raise ConfigError("must be a mapping of step id to a list", source=source, field="byStep")
+    return Script(
+        responses=[_check_entry(entry, f"responses[{i}]", source)
+                   for i, entry in enumerate(responses)],
+        by_step={str(step): [_check_entry(entry, f"byStep.{step}[{i}]", source)
+                             for i, entry in enumerate(entries or [])]
+                 for step, entries in by_step.items()},
+    )
+
+
+def smallest_instance(schema: Any) -> Any:
+    """The smallest value valid against a (common subset of) JSON Schema."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "default" in schema:
+        return schema["default"]
+    for combinator in ("anyOf", "oneOf"):
+        if schema.get(combinator):
+            return smallest_instance(schema[combinator][0])
+    if schema.get("allOf"):
+        merged: dict[str, Any] = {}
+        for part in schema["allOf"]:
+            if isinstance(part, dict):
+                merged.update(part)
+        return smallest_instance(merged)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = "null" if "null" in kind else (kind[0] if kind else None)
+    if kind is None:
+        kind = "object" if "properties" in schema else "string"
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {name: smallest_instance(properties.get(name, {}))
+                for name in schema.get("required", [])}
+    if kind == "array":
+        return [smallest_instance(schema.get("items", {}))
+                for _ in range(schema.get("minItems", 0))]
+    if kind in ("number", "integer"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum"))
+        value: float = 0 if low is None else low
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            value = schema["exclusiveMinimum"] + 1 if kind == "integer" else value + 0.5
+        return math.ceil(value) if kind == "integer" else value
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    return "x" * int(schema.get("minLength", 0))
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    parts = []
+    for part in message.get("content", []):
+        if part.get("type") == "text":
+            parts.append(part.get("text", ""))
+        elif part.get("type") == "json":
+            parts.append(json.dumps(part.get("value")))
+    return "\n".join(parts)
+
+
+def _estimate_tokens(text: str) -> int:
+    # Four characters a token: deterministic, and near enough for budgets in tests.
+    return max(1, math.ceil(len(text) / 4))
+
+
+def echo_response(request: ModelRequest) -> ModelResponse:
+    users = [m for m in request.messages if m.get("role") == "user"]
+    prompt = _message_text(users[-1]) if users else ""
+    input_text = "\n".join(_message_text(m) for m in request.messages)
+    if request.output_schema is not None:
+        data = smallest_instance(request.output_schema)
+        output_text = json.dumps(data)
+        return ModelResponse(text=output_text, data=data,
+                             usage=_usage(input_text, output_text), model=ECHO)
+    text = f"[echo] {prompt}"
+    return ModelResponse(text=text, usage=_usage(input_text, text), model=ECHO)
+
+
+def _usage(input_text: str, output_text: str) -> Usage:
+    return Usage(input_tokens=_estimate_tokens(input_text),
+                 output_tokens=_estimate_tokens(output_text))
+
+
+def _scripted_response(entry: dict[str, Any], request: ModelRequest) -> ModelResponse:
+    if "error" in entry:
+        error = entry["error"] or {}
+        raise ModelError(str(error.get("code", "scripted_error")),
+                         str(error.get("message", "scripted model error")))
+    calls = [
+        ToolCallRequest(call_id=str(call.get("id") or f"call_{request.request_index}_{index}"),
+                        name=call["name"], arguments=dict(call.get("arguments") or {}))
+        for index, call in enumerate(entry.get("toolCalls") or [])
+    ]
+    data = entry.get("json")
+    text = entry.get("text")
+    if text is None and data is not None:
+        text = json.dumps(data)
+    input_text = "\n".join(_message_text(m) for m in request.messages)
+    if "usage" in entry:
+        usage = Usage.from_json(entry["usage"])
+    else:
+        usage = _usage(input_text, text or json.dumps([c.arguments for c in calls]))
+    return ModelResponse(text=text, data=data, tool_calls=calls, usage=usage,
+                         finish_reason="tool-calls" if calls else "stop", model=request.model)
+
+
+class ScriptedModel:
+    """The `scripted` provider. `model` is `echo` or the path of a script."""
+
+    def __init__(self, base_dir: Path | None = None) -> None:
+        self._base_dir = base_dir or Path.cwd()
+        self._scripts: dict[str, Script] = {}
+        self._lock = threading.Lock()
+        self.requests: list[ModelRequest] = []
+
+    def add_script(self, name: str, script: Script) -> None:
+        """Serve `script` as model `name` (for tests: no file needed)."""
+        with self._lock:
+            self._scripts[name] = script
+
+    def script(self, model: str) -> Script | None:
+        if model == ECHO:
+            return None
+        with self._lock:
+            if model not in self._scripts:
+                path = Path(model)
+                self._scripts[model] = load_script(path if path.is_absolute()
+                                                   else self._base_dir / path)
+            return self._scripts[model]
+
+    async def generate(self, request: ModelRequest, *,
+                       on_text: TextListener | None = None) -> ModelResponse:
+        self.requests.append(request)
+        _log_request(request)
+        script = self.script(request.model)
+        entry = None if script is None else script.entry_for(request)
+        if entry is not None and entry.get("delayMs"):
+            await asyncio.sleep(float(entry["delayMs"]) / 1000)
+        response = echo_response(request) if entry is None else _scripted_response(entry, request)
+        if on_text is not None and response.text:
+            on_text(response.text)
+        return response
+
+
+def _log_request(request: ModelRequest) -> None:
+    path = os.environ.get(REQUEST_LOG_ENV)
+    if not path:
+        return
+    line = json.dumps({"run_id": request.run_id, "step_id": request.step_id,
+                       "step_path": request.step_path, "request_index": request.request_index})
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
+        log.flush()
+        os.fsync(log.fileno())

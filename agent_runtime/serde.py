@@ -1,0 +1,66 @@
+"""Engine state to JSON: the one place values are normalised before they are saved.
+
+Run state is JSON only (never pickle). Values coming from user code — tool
+results, model output — pass through `json_value` before they enter a
+checkpoint, so an unserialisable value fails at the tool call that produced
+it, with its name, rather than later inside a store.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from datetime import date, datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class NotJsonSerialisable(TypeError):
+    pass
+
+
+def json_value(value: Any, *, what: str = "value") -> Any:
+    """`value` as plain JSON data (dict/list/str/int/float/bool/None)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise NotJsonSerialisable(f"{what}: {value} is not a JSON number")
+        return value
+    if isinstance(value, Mapping):
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotJsonSerialisable(f"{what}: object keys must be strings, got {key!r}")
+            result[key] = json_value(item, what=f"{what}.{key}")
+        return result
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_value(item, what=f"{what}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_value(dataclasses.asdict(value), what=what)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Enum):
+        return json_value(value.value, what=what)
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    raise NotJsonSerialisable(f"{what}: {type(value).__name__} is not JSON-serialisable")
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no insignificant whitespace: equal values give equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))

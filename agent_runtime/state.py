@@ -1,0 +1,109 @@
+"""The state of a run between commit points, and its checkpoint form.
+
+`RunState` is what a checkpoint saves apart from the cursor: variables, the
+append-only step results and transcript, artifacts and the token budget. It
+also keeps indexes derived from those lists (results by path, model request
+counts), rebuilt once when a run is loaded, so nothing is counted twice and
+nothing is scanned on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from stores.records import (
+    CONTRACT_VERSION,
+    RUNTIME_VERSION,
+    ArtifactRef,
+    Checkpoint,
+    CheckpointBudget,
+    Frame,
+)
+
+from agent_runtime.budget import TokenBudget
+
+# Kinds of step result entries.
+STEP = "step"
+ITERATION = "iteration"
+LOOP_ITEMS = "loop-items"
+
+COMPLETED = "completed"
+SKIPPED = "skipped"
+
+# Transcript item of a model response (counted for the scripted model's n-th request).
+MODEL_RESPONSE = "model-response"
+
+
+@dataclass
+class RunState:
+    variables: dict[str, Any]
+    budget: TokenBudget
+    step_results: list[dict[str, Any]] = field(default_factory=list)
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[ArtifactRef] = field(default_factory=list)
+    seq: int = 0
+    results: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    model_requests: int = 0
+    step_requests: Counter[str] = field(default_factory=Counter)
+    executed_steps: int = 0
+
+    @classmethod
+    def initial(cls, variables: dict[str, Any], max_total_tokens: int | None) -> RunState:
+        return cls(variables=dict(variables), budget=TokenBudget(max_total_tokens))
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint) -> RunState:
+        state = cls(
+            variables=dict(checkpoint.variables),
+            budget=TokenBudget(checkpoint.budget.max_total_tokens,
+                               checkpoint.budget.consumed_tokens),
+            artifacts=list(checkpoint.artifacts),
+            seq=checkpoint.seq,
+        )
+        for entry in checkpoint.step_results:
+            state.add_result(entry)
+        for item in checkpoint.transcript:
+            state.add_transcript(item)
+        return state
+
+    def add_result(self, entry: dict[str, Any]) -> None:
+        self.step_results.append(entry)
+        self.results[(entry["kind"], entry["step_path"])] = entry
+        if entry["kind"] == STEP and entry["status"] == COMPLETED:
+            self.executed_steps += 1
+
+    def result(self, kind: str, step_path: str) -> dict[str, Any] | None:
+        return self.results.get((kind, step_path))
+
+    def add_transcript(self, item: dict[str, Any]) -> None:
+        self.transcript.append(item)
+        if item.get("type") == MODEL_RESPONSE:
+            self.model_requests += 1
+            self.step_requests[item.get("step_id", "")] += 1
+
+    def to_checkpoint(self, *, run_id: str, attempt: int, manifest_hash: str,
+                      cursor: list[Frame], created_at: datetime) -> Checkpoint:
+        # model_construct: the lists are already valid and validating them
+        # again would copy every entry on every checkpoint.
+        return Checkpoint.model_construct(
+            run_id=run_id, seq=self.seq, attempt=attempt, manifest_hash=manifest_hash,
+            contract_version=CONTRACT_VERSION, runtime_version=RUNTIME_VERSION,
+            cursor=cursor, variables=dict(self.variables),
+            step_results=list(self.step_results), transcript=list(self.transcript),
+            artifacts=list(self.artifacts),
+            budget=CheckpointBudget(max_total_tokens=self.budget.max_total_tokens,
+                                    consumed_tokens=self.budget.consumed_tokens),
+            created_at=created_at,
+        )
+
+    def usage(self) -> dict[str, int]:
+        input_tokens = output_tokens = 0
+        for item in self.transcript:
+            usage = item.get("usage") or {}
+            input_tokens += usage.get("inputTokens", 0)
+            output_tokens += usage.get("outputTokens", 0)
+        return {"consumed_tokens": self.budget.consumed_tokens, "input_tokens": input_tokens,
+                "output_tokens": output_tokens, "model_requests": self.model_requests}

@@ -1,0 +1,291 @@
+"""`prompt` steps: a model conversation, with tool calls, until a final answer.
+
+Commit points: after every model response that asks for tools, and after
+every tool result; the final response completes the step (the sequence's
+checkpoint follows). The frame's continuation holds only indexes and the
+pending calls with their idempotency keys — the conversation itself is the
+run's append-only transcript, so a resumed step replays it to the model
+exactly and never re-runs a saved tool call.
+
+Every tool call gets one idempotency key, generated when the model asks for
+it and saved before the call is dispatched; every later attempt reuses it.
+Before dispatch the key is reserved in the store's effect ledger, so a call
+whose result was never saved is detected on recovery: an idempotent tool is
+called again with the same key, any other suspends the run (`effect-unknown`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+from stores.records import EffectStatus, Frame
+
+from agent_runtime.errors import StepFailed, SuspendRun
+from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
+from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
+from agent_runtime.state import MODEL_RESPONSE
+from agent_runtime.templates import render
+from agent_runtime.tools import ToolArgumentsError, ToolContext
+
+if TYPE_CHECKING:
+    from agent_runtime.execution import Execution
+
+DEFAULT_MAX_TOOL_CALLS = 25
+# A conversation that keeps asking for tools without ever answering is a
+# runaway; bound it even when no limit is configured.
+MAX_MODEL_ROUNDS = 64
+
+
+def _item(ctx: Execution, frame: Frame, type_: str, role: str,
+          content: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    item = {"id": uuid.uuid4().hex, "type": type_, "role": role, "step_id": frame.step_id,
+            "step_path": frame.step_path, "content": content,
+            "created_at": ctx.now().isoformat()}
+    item.update({key: value for key, value in extra.items() if value is not None})
+    return item
+
+
+def _initial_messages(step: Any, scope: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    if step.messages is None:
+        messages = []
+        if step.system_prompt:
+            messages.append(("system", [{"type": "text",
+                                         "text": render(step.system_prompt, scope)}]))
+        messages.append(("user", [{"type": "text", "text": render(step.prompt or "", scope)}]))
+        return messages
+    rendered = []
+    for message in step.messages:
+        data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+        parts = [{**part, "text": render(part["text"], scope)} if part.get("type") == "text"
+                 else part for part in data["content"]]
+        rendered.append((data["role"], parts))
+    return rendered
+
+
+def _as_message(item: dict[str, Any]) -> dict[str, Any]:
+    role = "assistant" if item["type"] == MODEL_RESPONSE else item["role"]
+    return {"role": role, "content": item["content"]}
+
+
+def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
+    if step.output_schema is None:
+        return response.text or ""
+    data = response.data
+    if data is None:
+        text = (response.text or "").strip()
+        if text.startswith("```"):
+            text = text.strip("`").removeprefix("json").strip()
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise StepFailed(
+                "output_schema_invalid",
+                f"step {step_path}: the model's answer is not JSON ({error})") from error
+    validator = jsonschema.Draft202012Validator(step.output_schema)
+    problem = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if problem is not None:
+        where = "/".join(str(part) for part in problem.absolute_path) or "(root)"
+        raise StepFailed("output_schema_invalid",
+                         f"step {step_path}: output does not match outputSchema at {where}: "
+                         f"{problem.message}")
+    return data
+
+
+class PromptStepExecutor:
+    async def execute(self, step: Any, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> Any:
+        state = frame.continuation
+        model = ctx.runtime.resolve_model(step.model, ctx.manifest, ctx.run.options)
+        tools = ctx.runtime.resolve_tools(step.tools or [])
+        limits = ctx.manifest.limits
+        if "from" not in state:
+            state.update({"from": len(ctx.state.transcript), "rounds": 0})
+            for role, content in _initial_messages(step, ctx.scope()):
+                ctx.state.add_transcript(_item(ctx, frame, "message", role, content))
+        while True:
+            if "pending" in state:
+                await self._run_tools(step, frame, ctx, tools)
+                del state["pending"], state["next"]
+            if state["rounds"] >= MAX_MODEL_ROUNDS:
+                raise StepFailed("tool_loop_limit",
+                                 f"step {frame.step_path}: {MAX_MODEL_ROUNDS} model rounds "
+                                 "without a final answer")
+            ctx.state.budget.check(before="model request")
+            messages = [_as_message(item) for item in ctx.state.transcript[state["from"]:]]
+            if limits and limits.max_messages_per_prompt is not None \
+                    and len(messages) > limits.max_messages_per_prompt:
+                raise StepFailed("too_many_messages",
+                                 f"step {frame.step_path}: {len(messages)} messages exceed "
+                                 f"limits.maxMessagesPerPrompt ({limits.max_messages_per_prompt})")
+            if limits and limits.max_input_bytes is not None \
+                    and json_size(messages) > limits.max_input_bytes:
+                raise StepFailed("input_too_large",
+                                 f"step {frame.step_path}: the request exceeds "
+                                 f"limits.maxInputBytes ({limits.max_input_bytes})")
+            timeout_ms = limits.provider_timeout_ms if limits else None
+            request = ModelRequest(
+                provider=model.provider, model=model.model, options=model.options,
+                messages=messages, tools=[tool.spec for tool in tools.values()],
+                output_schema=step.output_schema, max_output_tokens=step.max_output_tokens,
+                timeout_seconds=None if timeout_ms is None else timeout_ms / 1000,
+                run_id=ctx.run_id, step_id=step.id, step_path=frame.step_path,
+                request_index=ctx.state.model_requests + 1,
+                step_request_index=ctx.state.step_requests[step.id] + 1)
+            response = await self._call_model(model.adapter, request, frame, ctx)
+            state["rounds"] += 1
+            if not response.tool_calls:
+                output = _parse_output(step, response, frame.step_path)
+                if limits and limits.max_output_bytes is not None \
+                        and json_size(output) > limits.max_output_bytes:
+                    raise StepFailed("output_too_large",
+                                     f"step {frame.step_path}: output exceeds "
+                                     f"limits.maxOutputBytes ({limits.max_output_bytes})")
+                return output
+            allowed = (limits.max_tool_calls_per_iteration if limits
+                       and limits.max_tool_calls_per_iteration else DEFAULT_MAX_TOOL_CALLS)
+            if len(response.tool_calls) > allowed:
+                raise StepFailed("too_many_tool_calls",
+                                 f"step {frame.step_path}: the model asked for "
+                                 f"{len(response.tool_calls)} tool calls in one response; "
+                                 f"limits.maxToolCallsPerIteration is {allowed}")
+            await ctx.checkpoint()
+
+    async def _call_model(self, adapter: Any, request: ModelRequest, frame: Frame,
+                          ctx: Execution) -> ModelResponse:
+        ctx.events.emit("model.started", step_id=request.step_id, step_path=frame.step_path,
+                        provider=request.provider, model=request.model,
+                        request=request.request_index)
+        started = time.monotonic()
+
+        def on_text(delta: str) -> None:
+            ctx.events.emit("model.text.delta", step_id=request.step_id,
+                            step_path=frame.step_path, chars=len(delta))
+
+        try:
+            response: ModelResponse = await ctx.guarded(adapter.generate(request, on_text=on_text))
+        except ModelError as error:
+            raise StepFailed("model_error", f"step {frame.step_path}: {request.provider}/"
+                             f"{request.model}: {error}", {"code": error.code}) from error
+        tokens = ctx.state.budget.consume(response.usage, step_path=frame.step_path)
+        keys = [uuid.uuid4().hex for _ in response.tool_calls]
+        content: list[dict[str, Any]] = []
+        if response.text and not response.tool_calls:
+            content.append({"type": "text", "text": response.text})
+        if response.data is not None:
+            content.append({"type": "json", "value": json_value(response.data)})
+        for call, key in zip(response.tool_calls, keys, strict=True):
+            content.append({"type": "tool-call", "call": {
+                "id": call.call_id, "name": call.name, "input": json_value(call.arguments),
+                "idempotencyKey": key}})
+        usage = None if response.usage is None else response.usage.as_json()
+        ctx.state.add_transcript(_item(ctx, frame, MODEL_RESPONSE, "assistant", content,
+                                       request=request.request_index,
+                                       model=f"{request.provider}/{request.model}",
+                                       usage=usage, finish_reason=response.finish_reason))
+        if usage:
+            ctx.events.emit("model.usage", step_id=request.step_id, step_path=frame.step_path,
+                            input_tokens=response.usage.input_tokens if response.usage else None,
+                            output_tokens=response.usage.output_tokens if response.usage else None,
+                            tokens=tokens)
+        ctx.events.emit("model.completed", step_id=request.step_id, step_path=frame.step_path,
+                        duration_ms=round((time.monotonic() - started) * 1000),
+                        tool_calls=len(response.tool_calls),
+                        finish_reason=response.finish_reason)
+        if response.tool_calls:
+            frame.continuation["pending"] = [
+                {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
+                 "key": key} for call, key in zip(response.tool_calls, keys, strict=True)]
+            frame.continuation["next"] = 0
+            for call in response.tool_calls:
+                ctx.events.emit("model.tool.requested", step_id=request.step_id,
+                                step_path=frame.step_path, tool=call.name, call_id=call.call_id)
+        return response
+
+    async def _run_tools(self, step: Any, frame: Frame, ctx: Execution,
+                         tools: dict[str, Any]) -> None:
+        state = frame.continuation
+        pending = state["pending"]
+        while state["next"] < len(pending):
+            call = pending[state["next"]]
+            ctx.state.budget.check(before="tool call")
+            result = await self._dispatch(call, frame, ctx, tools)
+            part = {"type": "tool-result", "result": {"callId": call["call_id"],
+                                                      "name": call["name"],
+                                                      "idempotencyKey": call["key"], **result}}
+            ctx.state.add_transcript(_item(ctx, frame, "tool-result", "tool", [part]))
+            state["next"] += 1
+            await ctx.checkpoint()
+
+    async def _dispatch(self, call: dict[str, Any], frame: Frame, ctx: Execution,
+                        tools: dict[str, Any]) -> dict[str, Any]:
+        name, key = call["name"], call["key"]
+        tool = tools.get(name)
+        if tool is None:
+            return {"error": {"type": "unknown_tool",
+                              "message": f"tool {name!r} is not available to this step"}}
+        effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
+                                        at=ctx.now())
+        if effect.status is EffectStatus.COMPLETED:
+            # Dispatched and recorded by an earlier attempt that died before its checkpoint.
+            ctx.events.emit("model.tool.completed", step_id=frame.step_id,
+                            step_path=frame.step_path, tool=name, replayed=True)
+            result: dict[str, Any] = effect.result
+            return result
+        if effect.attempt != ctx.attempt:
+            resolution = ctx.effect_resolution(key)
+            if resolution is not None:
+                return await self._settle(resolution, call, frame, ctx, tool)
+            if not tool.idempotent:
+                raise SuspendRun("effect-unknown", {"key": key, "tool": name,
+                                                    "step_path": frame.step_path,
+                                                    "reserved_by_attempt": effect.attempt})
+        return await self._invoke(call, frame, ctx, tool)
+
+    async def _invoke(self, call: dict[str, Any], frame: Frame, ctx: Execution,
+                      tool: Any) -> dict[str, Any]:
+        name, key = call["name"], call["key"]
+        ctx.events.emit("model.tool.started", step_id=frame.step_id, step_path=frame.step_path,
+                        tool=name, call_id=call["call_id"])
+        started = time.monotonic()
+        context = ToolContext(run_id=ctx.run_id, step_path=frame.step_path, idempotency_key=key,
+                              attempt=ctx.attempt, tool_name=name)
+        error_type = None
+        try:
+            output = await ctx.guarded(tool.invoke(dict(call["arguments"]), context))
+            result: dict[str, Any] = {"output": json_value(output, what=f"tool {name} result")}
+        except ToolArgumentsError as error:
+            error_type = "invalid_arguments"
+            result = {"error": {"type": error_type, "message": str(error)}}
+        except NotJsonSerialisable as error:
+            error_type = "invalid_result"
+            result = {"error": {"type": error_type, "message": str(error)}}
+        except Exception as error:
+            # The model sees the failure and may recover; the run goes on.
+            error_type = "tool_error"
+            result = {"error": {"type": error_type, "message": f"{type(error).__name__}: {error}"}}
+        ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
+                                  result=result, at=ctx.now())
+        ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
+                        tool=name, duration_ms=round((time.monotonic() - started) * 1000),
+                        error_type=error_type)
+        return result
+
+    async def _settle(self, resolution: dict[str, Any], call: dict[str, Any], frame: Frame,
+                      ctx: Execution, tool: Any) -> dict[str, Any]:
+        """An operator's decision on an effect whose outcome was unknown."""
+        if resolution["action"] == "retry":
+            return await self._invoke(call, frame, ctx, tool)
+        if resolution["action"] == "result":
+            result = {"output": resolution.get("result")}
+        else:
+            result = {"error": {"type": "skipped",
+                                "message": "an operator skipped this tool call"}}
+        ctx.store.complete_effect(call["key"], run_id=ctx.run_id, expected_attempt=ctx.attempt,
+                                  result=result, at=ctx.now())
+        ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
+                        tool=call["name"], resolved=resolution["action"])
+        return result

@@ -1,0 +1,150 @@
+"""`{{ path }}` rendering for prompt, system prompt and message text.
+
+Lookup is case-insensitive and a missing value renders as "", as in the reference
+implementation; values are formatted the way JavaScript would print them, so a manifest
+renders the same text on either runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = [
+    "MISSING",
+    "PLACEHOLDER",
+    "RESERVED_SEGMENTS",
+    "render",
+    "resolve_path",
+    "template_paths",
+    "to_text",
+]
+
+
+class _Missing:
+    """The type of `MISSING`; falsy so `value or default` reads naturally."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Final[Any] = _Missing()
+"""Returned by `resolve_path` when the path names nothing (distinct from a stored None)."""
+
+# Manifests are shared with a JavaScript runtime, where these names reach the object
+# prototype; refusing them everywhere keeps a manifest from behaving differently there.
+RESERVED_SEGMENTS: Final = frozenset({"__proto__", "prototype", "constructor"})
+
+# A path is dot-separated segments; anything else inside braces is not a placeholder and
+# is left in the text as written (prompts legitimately contain `{{ ... }}` prose).
+PLACEHOLDER: Final = re.compile(r"\{\{\s*([\w$-]+(?:\.[\w$-]+)*)\s*\}\}")
+
+
+def resolve_path(scope: Mapping[str, Any], path: str, *, case_insensitive: bool = True) -> Any:
+    """Return the value at dotted `path` in `scope`, or `MISSING`.
+
+    A mapping is looked up by exact key first, then (when `case_insensitive`) by the
+    first key equal to the segment ignoring case; a list takes a decimal index or
+    `length`; a string takes `length`. Reserved segments never resolve.
+    """
+    current: Any = scope
+    for segment in path.split("."):
+        if segment.lower() in RESERVED_SEGMENTS:
+            return MISSING
+        current = _step(current, segment, case_insensitive)
+        if current is MISSING:
+            return MISSING
+    return current
+
+
+def _step(value: Any, segment: str, case_insensitive: bool) -> Any:
+    if isinstance(value, Mapping):
+        if segment in value:
+            return value[segment]
+        if case_insensitive:
+            folded = segment.lower()
+            for key, item in value.items():
+                if isinstance(key, str) and key.lower() == folded:
+                    return item
+        return MISSING
+    if isinstance(value, list | tuple):
+        if segment == "length":
+            return len(value)
+        # isascii() keeps Unicode digits such as "²" from reaching int().
+        if segment.isascii() and segment.isdigit():
+            index = int(segment)
+            return value[index] if index < len(value) else MISSING
+        return MISSING
+    if isinstance(value, str) and segment == "length":
+        return len(value)
+    return MISSING
+
+
+def to_text(value: Any) -> str:
+    """Format `value` for text the way JavaScript's String() would, objects as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None or value is MISSING:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _js_number(value)
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+def _js_number(value: float) -> str:
+    # ECMAScript Number::toString: shortest round-trip digits (Python's repr gives the
+    # same digits), placed without an exponent for 1e-7 < |x| < 1e21.
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "0"  # also -0.0, which JavaScript prints as "0"
+    if value < 0:
+        return "-" + _js_number(-value)
+    mantissa, _, exponent = repr(value).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    point = len(whole) + int(exponent or 0)  # digits[:point] is the integer part
+    significant = digits.lstrip("0")
+    point -= len(digits) - len(significant)
+    significant = significant.rstrip("0")
+    count = len(significant)
+    if count <= point <= 21:
+        return significant + "0" * (point - count)
+    if 0 < point <= 21:
+        return f"{significant[:point]}.{significant[point:]}"
+    if -6 < point <= 0:
+        return "0." + "0" * -point + significant
+    power = point - 1
+    sign = "+" if power >= 0 else "-"
+    head = significant[0] + ("." + significant[1:] if count > 1 else "")
+    return f"{head}e{sign}{abs(power)}"
+
+
+def render(text: str, scope: Mapping[str, Any]) -> str:
+    """Replace every `{{ path }}` in `text` with the text of its value ("" when missing)."""
+    if "{{" not in text:
+        return text
+    return PLACEHOLDER.sub(lambda match: to_text(resolve_path(scope, match.group(1))), text)
+
+
+def template_paths(text: str) -> list[str]:
+    """The paths `text` references, in order of appearance (repeats included)."""
+    if "{{" not in text:
+        return []
+    return [match.group(1) for match in PLACEHOLDER.finditer(text)]

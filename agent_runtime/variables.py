@@ -1,0 +1,182 @@
+"""Variables: their names, their types and a run's override rules.
+
+Names: a variable key (also a step's `outputVariable` and a sub-run mapping
+key) is a top-level name: trimmed, 1..100 characters, no dots (dots only read
+properties inside a value) and not a prototype-sensitive name. A loop's
+`itemVariable`/`indexVariable`/`resultVariable` may be a dotted path, with no
+empty or prototype-sensitive segment.
+
+Overrides (schema 1.0, as the reference implementation):
+
+- start from the declared defaults; a declaration with neither a value nor an
+  override is simply absent;
+- an override replaces the whole value: objects are not deep-merged;
+- override keys must be exact declared keys; duplicates (ignoring case), type
+  mismatches and a missing `requiresOverride` key are rejected, even when
+  that key has a default, before the run is created.
+
+Override errors are `VariableError`s naming the source (a run manifest path or
+"--variables"), the field (`variables.audience`, `variables[0].key`) and why.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator
+
+from agent_runtime.errors import ManifestError, VariableError
+from agent_runtime.manifest_input import check_structure, describe, format_path, rule_error
+
+if TYPE_CHECKING:  # the manifest models are built from the rules below
+    from agent_runtime.manifest import AgentManifest, VariableOverride
+
+VariableType = Literal["string", "number", "boolean", "object", "array", "json"]
+
+# Names that would reach an object prototype in the reference implementation;
+# rejected here too so a manifest means the same thing in both runtimes.
+_PROTOTYPE_NAMES = frozenset({"__proto__", "prototype", "constructor"})
+_MAX_KEY_LENGTH = 100
+
+
+def _variable_key(value: str) -> str:
+    key = value.strip()
+    if not key:
+        raise rule_error("must not be empty")
+    if len(key) > _MAX_KEY_LENGTH:
+        raise rule_error(f"must be at most {_MAX_KEY_LENGTH} characters")
+    if "." in key:
+        raise rule_error(
+            f"{key!r} contains a dot; variable keys are top-level names "
+            "(dots only read properties inside a value)"
+        )
+    if key.lower() in _PROTOTYPE_NAMES:
+        raise rule_error(f"{key!r} is a reserved name")
+    return key
+
+
+def _variable_path(value: str) -> str:
+    segments = [segment.strip() for segment in value.split(".")]
+    if any(not segment for segment in segments):
+        raise rule_error(f"{value!r} has an empty path segment")
+    if any(segment.lower() in _PROTOTYPE_NAMES for segment in segments):
+        raise rule_error(f"{value!r} uses a reserved name")
+    return value
+
+
+def value_matches_type(value: Any, type_: str) -> bool:
+    """Whether a variable value fits its declared type (JSON semantics: a bool is no number)."""
+    if type_ == "string":
+        return isinstance(value, str)
+    if type_ == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if type_ == "boolean":
+        return isinstance(value, bool)
+    if type_ == "object":
+        return isinstance(value, dict)
+    if type_ == "array":
+        return isinstance(value, list)
+    return isinstance(value, dict | list)  # "json": an object or an array
+
+
+VariableKey = Annotated[str, AfterValidator(_variable_key)]
+VariablePath = Annotated[str, AfterValidator(_variable_path)]
+Overrides = Mapping[str, Any] | Sequence["VariableOverride"]
+
+
+def _entries(overrides: Overrides | None) -> list[tuple[str, str, Any]]:
+    """(field path of the key, key, value) for each override, in the order given."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        return [(format_path(("variables", str(key))), key, value)
+                for key, value in overrides.items()]
+    return [(f"variables[{index}].key", o.key, o.value) for index, o in enumerate(overrides)]
+
+
+def _value_field(key_field: str) -> str:
+    # `variables.audience` names the value itself; `variables[0].key` has a sibling `.value`.
+    return key_field.removesuffix(".key") + ".value" if key_field.endswith(".key") else key_field
+
+
+def resolve_variables(manifest: AgentManifest, overrides: Overrides | None, *,
+                      source: str) -> dict[str, Any]:
+    """The run's initial variables, in declaration order; raises `VariableError`.
+
+    `overrides` is a mapping (`--variables '{"audience": "partners"}'`) or the
+    run manifest's `variables` list. The result shares no objects with the
+    manifest, so a run mutating its state can never change the manifest's hash.
+    """
+    declared = {declaration.key: declaration for declaration in manifest.variables}
+    by_folded_key = {key.casefold(): key for key in declared}
+    given: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for field, key, value in _entries(overrides):
+        if not isinstance(key, str):
+            raise VariableError(f"variable keys must be strings, got {describe(key)}",
+                                source=source, field="variables")
+        if key.casefold() in seen:
+            raise VariableError(
+                f"duplicate override of {key!r}: {seen[key.casefold()]!r} was already given "
+                "(keys are compared ignoring case)", source=source, field=field)
+        seen[key.casefold()] = key
+        if key not in declared:
+            close = by_folded_key.get(key.casefold())
+            hint = (f"; did you mean {close!r}? keys must match exactly" if close else
+                    f"; declared: {', '.join(declared) or 'none'}")
+            raise VariableError(f"unknown variable {key!r}{hint}", source=source, field=field)
+        declaration = declared[key]
+        if not value_matches_type(value, declaration.type):
+            raise VariableError(
+                f"{key!r} is declared as {declaration.type}, got {describe(value)}",
+                source=source, field=_value_field(field))
+        try:
+            check_structure(value, source=source)
+        except ManifestError as exc:
+            inner = f".{exc.field}" if exc.field and not exc.field.startswith("[") else exc.field
+            raise VariableError(exc.reason, source=source,
+                                field=_value_field(field) + (inner or "")) from None
+        given[key] = value
+
+    resolved: dict[str, Any] = {}
+    for key, declaration in declared.items():
+        if key in given:
+            resolved[key] = copy.deepcopy(given[key])
+        elif declaration.requires_override:
+            raise VariableError(
+                f"the agent requires a value for {key!r} (requiresOverride: true)"
+                + ("; its default does not count" if declaration.has_default else ""),
+                source=source, field=format_path(("variables", key)))
+        elif declaration.has_default:
+            resolved[key] = copy.deepcopy(declaration.value)
+    return resolved
+
+
+def parse_variables_json(text: str, *, source: str = "--variables") -> dict[str, Any]:
+    """A `--variables` JSON object (`{"audience": "partners"}`) as an overrides mapping."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise VariableError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                            source=source) from None
+    if not isinstance(data, dict):
+        raise VariableError(f"expected a JSON object of variable values, got {describe(data)}",
+                            source=source)
+    return data
+
+
+def read_variables_option(option: str) -> tuple[dict[str, Any], str]:
+    """The CLI's `--variables JSON|@file`: the overrides and the source to report errors with."""
+    if not option.startswith("@"):
+        return parse_variables_json(option), "--variables"
+    path = Path(option[1:])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise VariableError(f"cannot read the variables file: {reason}", source=str(path)) from None
+    return parse_variables_json(text, source=str(path)), str(path)

@@ -1,0 +1,84 @@
+"""Run stores: the RunStore contract, its records, and every backend.
+
+`open_store(driver, location)` builds one by name, as the CLI's
+`--store-driver memory|file|sqlite --store LOCATION` does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stores.base import (
+    ApprovalConflict,
+    ArtifactStore,
+    CheckpointConflict,
+    CorruptRecord,
+    InvalidTransition,
+    LeaseHeld,
+    RunAlreadyExists,
+    RunNotFound,
+    RunStore,
+    RunTerminal,
+    StaleAttempt,
+    StoreError,
+)
+from stores.memory import MemoryRunStore
+from stores.records import (
+    ArtifactRef,
+    Budget,
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    Frame,
+    RunError,
+    RunPage,
+    RunRecord,
+    RunStatus,
+)
+
+DRIVERS = ("memory", "file", "sqlite")
+
+__all__ = [
+    "DRIVERS",
+    "ApprovalConflict",
+    "ArtifactRef",
+    "ArtifactStore",
+    "Budget",
+    "Checkpoint",
+    "CheckpointConflict",
+    "CheckpointInfo",
+    "CorruptRecord",
+    "EffectRecord",
+    "Frame",
+    "InvalidTransition",
+    "LeaseHeld",
+    "MemoryRunStore",
+    "RunAlreadyExists",
+    "RunError",
+    "RunNotFound",
+    "RunPage",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "RunTerminal",
+    "StaleAttempt",
+    "StoreError",
+    "open_store",
+]
+
+
+def open_store(driver: str, location: str | Path | None = None) -> RunStore:
+    """A store by driver name: `memory`, `file` (a directory) or `sqlite` (a file)."""
+    if driver == "memory":
+        return MemoryRunStore()
+    if location is None or str(location) == "":
+        raise ValueError(f"the {driver} store needs a location")
+    if driver == "sqlite":
+        from stores.sqlite import SqliteRunStore  # noqa: PLC0415 - load backends on demand
+
+        return SqliteRunStore(Path(location))
+    if driver == "file":
+        from stores.file import FileRunStore  # noqa: PLC0415 - load backends on demand
+
+        return FileRunStore(Path(location))
+    raise ValueError(f"unknown store driver {driver!r}; choose one of {', '.join(DRIVERS)}")

@@ -1,0 +1,187 @@
+"""Crash-safe files for `FileRunStore`: sealed envelopes, atomic replace, run locks.
+
+A stored file is one header line and a body:
+
+    {"format": "agent-runtime-file/1", "meta": {...}, "sha256": "...", "size": N}\\n<body>
+
+`sha256` covers the canonical meta line, a newline and the body, so a flipped
+byte anywhere except in `format`/`size` (which are checked on their own) fails
+the checksum; `size` catches a truncated or torn file. Reading never repairs:
+every defect is a `CorruptRecord` naming the file.
+
+Writes go to a temp file in the target's directory, are fsynced, renamed onto
+the target with `os.replace` and the directory is fsynced, so a reader sees the
+old file or the new one, never a mix, and the rename survives a power cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from stores.base import CorruptRecord
+from stores.records import RecordDecodeError, decode_record, dumps
+
+FORMAT = "agent-runtime-file/1"
+_TEMP_SUFFIX = ".tmp"
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _digest(meta_line: bytes, body: bytes) -> str:
+    return hashlib.sha256(meta_line + b"\n" + body).hexdigest()
+
+
+def seal(body: str, meta: Mapping[str, Any]) -> bytes:
+    """The stored bytes of `body` with its `meta` (small JSON scalars) and checksum."""
+    data = body.encode()
+    header = {"format": FORMAT, "meta": dict(meta), "size": len(data),
+              "sha256": _digest(dumps(dict(meta)).encode(), data)}
+    return dumps(header).encode() + b"\n" + data
+
+
+def unseal(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
+    """The (meta, body) of stored bytes, or `CorruptRecord` naming `path`."""
+    head, newline, body = data.partition(b"\n")
+    if not newline:
+        raise CorruptRecord(f"{path}: no header line ({len(data)} bytes; truncated?)")
+    try:
+        header = json.loads(head)
+    except ValueError as error:
+        raise CorruptRecord(f"{path}: header is not JSON ({error})") from error
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CorruptRecord(f"{path}: not an {FORMAT} file")
+    meta, size, digest = header.get("meta"), header.get("size"), header.get("sha256")
+    if not isinstance(meta, dict) or not isinstance(size, int) or not isinstance(digest, str):
+        raise CorruptRecord(f"{path}: header lacks meta, size or sha256")
+    if len(body) != size:
+        raise CorruptRecord(
+            f"{path}: body is {len(body)} bytes, header says {size} (truncated or torn write)")
+    if _digest(dumps(meta).encode(), body) != digest:
+        raise CorruptRecord(f"{path}: checksum mismatch")
+    try:
+        return meta, body.decode()
+    except UnicodeDecodeError as error:
+        raise CorruptRecord(f"{path}: body is not UTF-8 ({error})") from error
+
+
+def read_bytes(path: Path) -> bytes | None:
+    """The file's bytes, or None when it (or its directory) does not exist."""
+    try:
+        with path.open("rb") as file:
+            return file.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+Sealed = tuple[dict[str, Any], str, int]  # meta, body, bytes on disk
+
+
+def read_sealed(path: Path) -> Sealed | None:
+    """A sealed file's meta, body and stored size; None when it does not exist."""
+    data = read_bytes(path)
+    if data is None:
+        return None
+    meta, body = unseal(path, data)
+    return meta, body, len(data)
+
+
+def read_required(path: Path, what: str) -> Sealed:
+    """A sealed file that must exist: its absence is corruption too."""
+    found = read_sealed(path)
+    if found is None:
+        raise CorruptRecord(f"{path}: {what} is missing")
+    return found
+
+
+def decode_body(model: type[_M], path: Path, body: str) -> _M:
+    try:
+        return decode_record(model, body)
+    except RecordDecodeError as error:
+        raise CorruptRecord(f"{path}: {error}") from error
+
+
+def meta_field(meta: dict[str, Any], name: str, kind: type, path: Path) -> Any:
+    value = meta.get(name)
+    if not isinstance(value, kind):
+        raise CorruptRecord(f"{path}: header meta {name!r} is {value!r}, not a {kind.__name__}")
+    return value
+
+
+def fsync_dir(path: Path) -> None:
+    """Make entries created, renamed or removed in `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(_TEMP_SUFFIX)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that no reader or crash ever sees a partial file."""
+    # Same directory as the target: os.replace is atomic only within a filesystem.
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}{_TEMP_SUFFIX}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    fsync_dir(path.parent)
+
+
+def make_dir(path: Path) -> None:
+    """Create a private directory (and make its entry durable in the parent)."""
+    path.mkdir(mode=0o700, exist_ok=True)
+    fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path, *, shared: bool, create: bool) -> Iterator[bool]:
+    """Hold `flock` on `lock_path`; yield False, holding nothing, when it does not exist.
+
+    The owner of an exclusive lock may unlink the lock file (when its run is
+    deleted). Whoever was waiting on that file then holds a lock nobody else
+    will ever take again, so after acquiring we check the path still names the
+    file we locked and start over when it does not.
+    """
+    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    while True:
+        try:
+            fd = os.open(lock_path, flags, 0o600)
+        except FileNotFoundError:
+            yield False
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                current = os.stat(lock_path)
+            except FileNotFoundError:
+                current = None
+            if current is not None and (current.st_dev, current.st_ino) == (
+                    held.st_dev, held.st_ino):
+                yield True
+                return
+        finally:
+            os.close(fd)  # closing the last descriptor releases the flock

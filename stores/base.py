@@ -1,0 +1,244 @@
+"""The RunStore contract: what every store guarantees and what it raises.
+
+This module is the specification a third-party store is written against;
+`stores.conformance` checks every rule below on any store.
+
+Rules every store keeps:
+
+* Run ids are unique (`RunAlreadyExists`).
+* `completed`, `failed` and `cancelled` are terminal and immutable. Repeating
+  the identical terminal write (same status, attempt and output or error; `at`
+  ignored; a checkpoint passed with it equal to the stored one) is a no-op.
+* Checkpoint `seq` is exactly latest + 1 and continues across attempts.
+  Re-saving an identical checkpoint (ignoring `created_at`) is a no-op; a
+  different checkpoint with a used or skipped seq raises `CheckpointConflict`.
+* `resume_run` is atomic: of N concurrent reservations exactly one wins.
+* Every write carrying a stale `expected_attempt` raises `StaleAttempt` and
+  changes nothing, so a superseded owner can never overwrite a newer one.
+* A checkpoint and the state change it comes with (`suspend_run`,
+  `complete_run`, `fail_run` with `checkpoint=`) commit together or not at all.
+* Writes to a cancelled run raise `RunTerminal`, so a running owner stops at
+  its next write.
+* Check order for a write: `RunNotFound`, then `StaleAttempt`, then
+  `RunTerminal` / `InvalidTransition`.
+* Every method naming a run that does not exist raises `RunNotFound`, except
+  the `load_*` methods (they return None) and `delete_run` (a no-op).
+* The engine only appends to the append-only lists of a checkpoint
+  (`records.APPEND_ONLY_FIELDS`); a store may store only the new entries, but
+  stores in full a checkpoint whose lists do not extend the previous ones.
+  `CheckpointInfo.size_bytes` is what that checkpoint added to storage.
+
+Times are timezone-aware UTC datetimes. Stores are synchronous and are context
+managers (`close()` on exit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+from stores.records import (
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    RunError,
+    RunPage,
+    RunRecord,
+    RunStatus,
+)
+
+
+class StoreError(Exception):
+    """Base of every error a store raises."""
+
+
+class RunNotFound(StoreError):
+    pass
+
+
+class RunAlreadyExists(StoreError):
+    pass
+
+
+class StaleAttempt(StoreError):
+    """The write carried an attempt that is no longer the run's current one."""
+
+
+class LeaseHeld(StoreError):
+    """The run is running under a lease that has not been given up."""
+
+    def __init__(self, message: str, *, owner: str | None = None,
+                 expires_at: datetime | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class InvalidTransition(StoreError):
+    pass
+
+
+class RunTerminal(StoreError):
+    """The run is completed, failed or cancelled; nothing more may change it."""
+
+
+class CheckpointConflict(StoreError):
+    pass
+
+
+class ApprovalConflict(StoreError):
+    """An approval already has a different recorded answer."""
+
+
+class CorruptRecord(StoreError):
+    """Stored bytes failed their checksum or did not decode. Never repaired silently."""
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Durable home of runs, their checkpoints, effects and approval decisions."""
+
+    def create_run(self, run: RunRecord) -> None:
+        """Store a new run as given (normally status `created`, attempt 0).
+
+        Raises `RunAlreadyExists` when the id is taken.
+        """
+
+    def load_run(self, run_id: str) -> RunRecord | None:
+        """The run's record, or None."""
+
+    def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The checkpoint with the highest seq, reassembled in full, or None."""
+
+    def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        """The checkpoint with this seq, reassembled in full, or None."""
+
+    def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        """Every checkpoint's seq, attempt, created_at and added bytes, by seq.
+
+        Raises `RunNotFound`.
+        """
+
+    def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
+                   allow_running_takeover: bool = False) -> RunRecord:
+        """Reserve a new attempt: status `running`, attempt + 1, a lease for `owner`.
+
+        Allowed from `created` and `suspended`. From `running` only with
+        `allow_running_takeover=True` and a lease that expires at or before `now`;
+        otherwise `LeaseHeld`. Terminal runs raise `RunTerminal`. The returned
+        record keeps the last `suspension` (with its `decision`). Of concurrent
+        reservations of one run exactly one succeeds.
+        """
+        ...
+
+    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
+                    lease_seconds: float) -> None:
+        """Extend the current attempt's lease to `now + lease_seconds`.
+
+        Raises `StaleAttempt`, `RunTerminal`, or `InvalidTransition` when the
+        run is not running.
+        """
+
+    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
+                        lease_expires_at: datetime | None = None) -> None:
+        """Append a checkpoint of the running attempt; renew the lease in the same write.
+
+        Raises `StaleAttempt`, `RunTerminal`, `InvalidTransition` (run not
+        running) or `CheckpointConflict` (seq not latest + 1 and not an
+        identical re-save).
+        """
+
+    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
+                    details: dict[str, Any], at: datetime,
+                    checkpoint: Checkpoint | None = None) -> None:
+        """Move a running run to `suspended`, with the checkpoint if given, atomically.
+
+        The new suspension replaces the previous one; the lease is released.
+        """
+
+    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
+                     checkpoint: Checkpoint | None = None) -> None:
+        """Move a running run to `completed` with its output (and checkpoint) atomically."""
+
+    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
+                 checkpoint: Checkpoint | None = None) -> None:
+        """Move a run to `failed` with the error (and checkpoint) atomically.
+
+        Allowed from any non-terminal state (a queued run may fail before it
+        ever ran).
+        """
+
+    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
+        """Cancel a non-terminal run. Cancelling a cancelled run again is a no-op.
+
+        With `expected_attempt` the cancel is fenced like any other write.
+        Raises `RunTerminal` when the run completed or failed.
+        """
+
+    def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
+                  lease_expired_before: datetime | None = None,
+                  parent_run_id: str | None = None, limit: int = 100,
+                  cursor: str | None = None) -> RunPage:
+        """Runs ordered by run_id, a page at a time (`RunPage.cursor` None on the last).
+
+        `lease_expired_before=T` matches `running` runs whose lease expires
+        before T and `created` runs created before T, nothing else.
+        """
+        ...
+
+    def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
+                         responded_by: str | None, at: datetime) -> None:
+        """Record the answer to an approval the run is suspended on.
+
+        The answer is (`approved`, `response`). The same answer again is a
+        no-op; a different one raises `ApprovalConflict`. A finished run
+        raises `RunTerminal`; a run not suspended for `approval_id` raises
+        `InvalidTransition`. The decision is kept in `suspension.decision`.
+        """
+
+    def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
+                     at: datetime) -> EffectRecord:
+        """Reserve an effect before dispatching it (fenced by attempt).
+
+        When the key exists the stored record is returned unchanged.
+        """
+        ...
+
+    def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
+                        at: datetime) -> None:
+        """Record an effect's result. An unknown key, or a result different from
+        the stored one, raises `InvalidTransition`; the identical result is a no-op.
+        """
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        """The run's effects, oldest first. Raises `RunNotFound`."""
+        ...
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a terminal run and all it owns. A missing run is a no-op;
+        a non-terminal run raises `InvalidTransition`."""
+
+    def close(self) -> None:
+        """Release connections and files."""
+
+    def __enter__(self) -> Self:
+        ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        """Close the store."""
+
+
+@runtime_checkable
+class ArtifactStore(Protocol):
+    """Content-addressed bytes produced by runs (tool outputs, files)."""
+
+    def put(self, data: bytes, *, media_type: str) -> tuple[str, str]:
+        """Store bytes; return (uri, sha256)."""
+        ...
+
+    def get(self, uri: str) -> bytes:
+        """Return the bytes at `uri`, verified against their hash (`CorruptRecord`)."""
+        ...

@@ -1,0 +1,513 @@
+"""FileRunStore: runs as files under one directory, safe across processes on one host.
+
+    runs/<run_id>/run.json                     the run record, and the commit record
+    runs/<run_id>/checkpoints/<seq:010d>.json  delta-encoded bodies (stores.deltas)
+    runs/<run_id>/effects/<sha256(key)>.json
+    runs/<run_id>/approvals/<sha256(approval_id)>.json
+    locks/<run_id>                             flock'ed by every access to the run
+
+Every file is sealed and written atomically (`stores.atomic_files`). Run ids
+are file names as they are, which keeps the tree readable; an id that could
+escape or hide (a path separator, NUL, `..`, a leading dot, over 200 bytes)
+is refused with `ValueError`.
+
+Crash consistency: `run.json` commits. Its header holds `latest_seq`, the
+highest committed checkpoint, kept by the store rather than taken from
+`RunRecord.checkpoint_seq` (which is whatever the lifecycle rules write). A
+checkpoint file is written before the `run.json` that commits it, so a crash
+in between leaves a file above `latest_seq`: never read or listed, overwritten
+by the next save of that seq, and removed by `resume_run` (where a crashed
+attempt is picked up) along with dead writers' temp files. A checkpoint and its
+state change thus commit together. An approval decision commits in `run.json`
+(`suspension.decision`) first; the approval file is its lasting copy, written
+after and restored from `run.json` if a crash lost it.
+
+Writes hold the run's `flock` exclusively; reads of more than `run.json` hold
+it shared (`run.json` alone is always replaced whole). A per-store thread lock
+guards the cache of saved checkpoint lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from stores import transitions
+from stores.atomic_files import (
+    Sealed,
+    decode_body,
+    fsync_dir,
+    is_temp,
+    locked,
+    make_dir,
+    meta_field,
+    read_required,
+    read_sealed,
+    seal,
+    write_atomic,
+)
+from stores.base import CorruptRecord, RunAlreadyExists
+from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.records import (
+    ApprovalDecision,
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    RunError,
+    RunPage,
+    RunRecord,
+    RunStatus,
+    decode_record,
+    encode_record,
+)
+
+_MAX_RUN_ID_BYTES = 200  # leaves room under NAME_MAX (255) for temp-file names
+_TRASH_PREFIX = ".trash-"
+_SUBDIRS = ("checkpoints", "effects", "approvals")
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuse ids that are not a plain, visible directory name."""
+    problem = None
+    if not run_id:
+        problem = "is empty"
+    elif run_id.startswith("."):
+        problem = "starts with a dot"
+    elif ".." in run_id:
+        problem = "contains '..'"
+    elif any(char in run_id for char in "/\\\0"):
+        problem = "contains a path separator or NUL"
+    elif len(run_id.encode("utf-8", "surrogatepass")) > _MAX_RUN_ID_BYTES:
+        problem = f"is longer than {_MAX_RUN_ID_BYTES} bytes"
+    if problem is not None:
+        raise ValueError(f"run id {run_id!r} {problem}; FileRunStore cannot store it")
+
+
+def _hashed_name(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest() + ".json"
+
+
+class _State(NamedTuple):
+    """What `run.json` holds: the record, the commit point of its checkpoints, and the
+    incarnation (new for every create, so a cache entry never outlives a deleted run)."""
+
+    run: RunRecord
+    latest_seq: int
+    incarnation: str
+
+
+def _record(state: _State | None) -> RunRecord | None:
+    return None if state is None else state.run
+
+
+def _existing(state: _State | None, run_id: str) -> _State:
+    """RunNotFound, the first check of every transition, made once up front."""
+    transitions.require_run(_record(state), run_id)
+    assert state is not None
+    return state
+
+
+class FileRunStore:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._runs = self.path / "runs"
+        self._locks = self.path / "locks"
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dir(self._runs)
+        make_dir(self._locks)
+        self._thread_lock = threading.RLock()
+        self._saved = SavedListsCache()
+        # A delete interrupted after its rename leaves a trash directory nobody
+        # can reach; finish the job. Another process may be doing the same.
+        for entry in os.listdir(self._runs):
+            if entry.startswith(_TRASH_PREFIX):
+                shutil.rmtree(self._runs / entry, ignore_errors=True)
+
+    # -- files ---------------------------------------------------------------
+
+    def _dir(self, run_id: str) -> Path:
+        check_run_id(run_id)
+        return self._runs / run_id
+
+    @contextmanager
+    def _locked(self, run_id: str, *, shared: bool = False,
+                create: bool = False) -> Iterator[_State | None]:
+        """Hold the run's lock and yield what run.json holds (None: no such run)."""
+        run_dir = self._dir(run_id)
+        with self._thread_lock:
+            # Only create_run makes a lock file for a run that does not exist;
+            # a lookup of an unknown id must not leave one behind.
+            create = create or run_dir.is_dir()
+            with locked(self._locks / run_id, shared=shared, create=create) as present:
+                yield self._state(run_id) if present else None
+
+    def _state(self, run_id: str) -> _State | None:
+        path = self._dir(run_id) / "run.json"
+        found = read_sealed(path)
+        if found is None:
+            return None
+        meta, body, _ = found
+        return _State(decode_body(RunRecord, path, body),
+                      meta_field(meta, "latest_seq", int, path),
+                      meta_field(meta, "incarnation", str, path))
+
+    def _commit(self, state: _State, run: RunRecord, *, latest_seq: int | None = None) -> None:
+        meta = {"latest_seq": state.latest_seq if latest_seq is None else latest_seq,
+                "incarnation": state.incarnation}
+        write_atomic(self._dir(run.run_id) / "run.json", seal(encode_record(run), meta))
+
+    def _checkpoint_path(self, run_id: str, seq: int) -> Path:
+        return self._dir(run_id) / "checkpoints" / f"{seq:010d}.json"
+
+    def _checkpoint_file(self, run_id: str, seq: int) -> Sealed:
+        path = self._checkpoint_path(run_id, seq)
+        meta, body, size = read_required(path, f"committed checkpoint {seq}")
+        if meta_field(meta, "seq", int, path) != seq:
+            raise CorruptRecord(f"{path}: holds checkpoint {meta['seq']}, not {seq}")
+        return meta, body, size
+
+    def _assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists]:
+        reading: list[Path] = []
+
+        def bodies() -> Iterator[str]:
+            for number in range(1, seq + 1):
+                reading.append(self._checkpoint_path(run_id, number))
+                yield self._checkpoint_file(run_id, number)[1]
+
+        try:
+            return assemble(bodies())
+        # deltas raises DeltaFormatError, but a well-formed JSON body of the
+        # wrong shape surfaces as KeyError/TypeError, and a bad head as a
+        # pydantic ValidationError (a ValueError); all are corrupt bytes.
+        except (ValueError, KeyError, TypeError) as error:
+            where = reading[-1] if reading else self._dir(run_id) / "checkpoints"
+            detail = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
+            raise CorruptRecord(f"{where}: checkpoint does not assemble ({detail})") from error
+
+    def _stored_at(self, state: _State, seq: int) -> Checkpoint | None:
+        if not 0 < seq <= state.latest_seq:
+            return None
+        return self._assemble(state.run.run_id, seq)[0]
+
+    def _append(self, state: _State, checkpoint: Checkpoint) -> SavedLists:
+        """Write the checkpoint's file (not yet committed: run.json follows)."""
+        previous = self._saved.get(state.incarnation, checkpoint.seq - 1)
+        if previous is None and checkpoint.seq > 1:
+            previous = self._assemble(checkpoint.run_id, checkpoint.seq - 1)[1]
+        body, saved = encode_body(checkpoint, previous)
+        meta = {"seq": checkpoint.seq, "attempt": checkpoint.attempt,
+                "created_at": checkpoint.created_at.isoformat()}
+        write_atomic(self._checkpoint_path(checkpoint.run_id, checkpoint.seq), seal(body, meta))
+        return saved
+
+    def _commit_with(self, state: _State, run: RunRecord, checkpoint: Checkpoint | None,
+                     new: bool) -> None:
+        """Commit `run`, appending `checkpoint` first when it is new."""
+        if checkpoint is None or not new:
+            self._commit(state, run)
+            return
+        saved = self._append(state, checkpoint)
+        self._commit(state, run, latest_seq=checkpoint.seq)
+        # Only a committed checkpoint may serve as the base of the next delta.
+        self._saved.put(state.incarnation, saved)
+
+    def _sweep(self, state: _State) -> None:
+        """Remove what crashed writers left: temp files and uncommitted checkpoints.
+
+        Runs under the exclusive lock, so no live writer owns any of it. Not
+        fsynced: should a removal be lost, the file is garbage still ignored.
+        """
+        run_dir = self._dir(state.run.run_id)
+        for folder in (run_dir, *(run_dir / sub for sub in _SUBDIRS)):
+            for name in os.listdir(folder):
+                seq = name.removesuffix(".json")
+                if is_temp(name) or (folder.name == "checkpoints" and seq.isdigit()
+                                     and int(seq) > state.latest_seq):
+                    os.unlink(folder / name)
+
+    # -- reads ---------------------------------------------------------------
+
+    def load_run(self, run_id: str) -> RunRecord | None:
+        return _record(self._state(run_id))
+
+    def _load(self, run_id: str, seq: int | None) -> Checkpoint | None:
+        with self._locked(run_id, shared=True) as state:
+            if state is None:
+                return None
+            wanted = state.latest_seq if seq is None else seq
+            if not 0 < wanted <= state.latest_seq:
+                return None
+            return self._assemble(run_id, wanted)[0]
+
+    def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._load(run_id, None)
+
+    def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        return self._load(run_id, seq)
+
+    def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        with self._locked(run_id, shared=True) as found:
+            state = _existing(found, run_id)
+            infos = []
+            for seq in range(1, state.latest_seq + 1):
+                meta, _, size = self._checkpoint_file(run_id, seq)
+                try:
+                    infos.append(CheckpointInfo(seq=seq, attempt=meta.get("attempt"),
+                                                created_at=meta.get("created_at"),
+                                                size_bytes=size))
+                except ValidationError as error:
+                    raise CorruptRecord(f"{self._checkpoint_path(run_id, seq)}: bad header "
+                                        f"meta ({error.errors()[0]['msg']})") from error
+            return infos
+
+    def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
+                  lease_expired_before: datetime | None = None,
+                  parent_run_id: str | None = None, limit: int = 100,
+                  cursor: str | None = None) -> RunPage:
+        found: list[RunRecord] = []
+        for run_id in sorted(os.listdir(self._runs)):
+            if cursor is not None and run_id <= cursor:
+                continue
+            try:
+                check_run_id(run_id)
+            except ValueError:
+                continue  # trash of an interrupted delete, or not ours
+            # None: deleted while we listed, or a create not committed yet.
+            state = self._state(run_id)
+            if state is not None and transitions.matches(
+                    state.run, statuses=statuses, lease_expired_before=lease_expired_before,
+                    parent_run_id=parent_run_id):
+                found.append(state.run)
+                if len(found) > limit:
+                    break
+        more = len(found) > limit
+        page = found[:limit]
+        return RunPage(runs=page, cursor=page[-1].run_id if more and page else None)
+
+    def _effect(self, run_id: str, key: str) -> EffectRecord | None:
+        path = self._dir(run_id) / "effects" / _hashed_name(key)
+        found = read_sealed(path)
+        return None if found is None else decode_body(EffectRecord, path, found[1])
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        with self._locked(run_id, shared=True) as found:
+            _existing(found, run_id)
+            folder = self._dir(run_id) / "effects"
+            effects = []
+            for name in os.listdir(folder):
+                if not is_temp(name):
+                    _, body, _ = read_required(folder / name, "effect")
+                    effects.append(decode_body(EffectRecord, folder / name, body))
+            return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
+
+    # -- writes --------------------------------------------------------------
+
+    def create_run(self, run: RunRecord) -> None:
+        run_dir = self._dir(run.run_id)
+        with self._locked(run.run_id, create=True) as state:
+            if state is not None:
+                raise RunAlreadyExists(f"run {run.run_id!r} already exists")
+            # A directory without run.json is a create that crashed before its
+            # commit; nothing in it was ever visible, so start over.
+            shutil.rmtree(run_dir, ignore_errors=True)
+            make_dir(run_dir)
+            for sub in _SUBDIRS:
+                make_dir(run_dir / sub)
+            self._commit(_State(run, 0, uuid.uuid4().hex), run)
+
+    def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
+                   allow_running_takeover: bool = False) -> RunRecord:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            run = transitions.reserve_attempt(
+                state.run, run_id, owner=owner, now=now, lease_seconds=lease_seconds,
+                allow_running_takeover=allow_running_takeover)
+            self._sweep(state)
+            self._restore_decision(state)
+            self._commit(state, run)
+            return run
+
+    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
+                    lease_seconds: float) -> None:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            self._commit(state, transitions.renew(state.run, run_id,
+                                                  expected_attempt=expected_attempt, now=now,
+                                                  lease_seconds=lease_seconds))
+
+    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
+                        lease_expires_at: datetime | None = None) -> None:
+        run_id = checkpoint.run_id
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            updated = transitions.next_checkpoint(
+                state.run, checkpoint, expected_attempt=expected_attempt,
+                lease_expires_at=lease_expires_at, latest_seq=state.latest_seq,
+                stored_at_seq=self._stored_at(state, checkpoint.seq))
+            if updated is None:
+                return
+            self._commit_with(state, updated, checkpoint, new=True)
+
+    def _checkpoint_is_new(self, state: _State, checkpoint: Checkpoint | None) -> bool:
+        """Check a checkpoint that comes with a state change; True when it is to be appended."""
+        if checkpoint is None:
+            return False
+        transitions.check_sequence(checkpoint, state.latest_seq,
+                                   self._stored_at(state, checkpoint.seq))
+        return checkpoint.seq > state.latest_seq
+
+    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
+                    details: dict[str, Any], at: datetime,
+                    checkpoint: Checkpoint | None = None) -> None:
+        transitions.check_checkpoint_owner(run_id, checkpoint)
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            updated = transitions.suspend(state.run, run_id, expected_attempt=expected_attempt,
+                                          reason=reason, details=details, at=at,
+                                          checkpoint=checkpoint)
+            self._commit_with(state, updated, checkpoint,
+                              new=self._checkpoint_is_new(state, checkpoint))
+
+    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
+                output: Any = None, error: RunError | None = None,
+                checkpoint: Checkpoint | None = None) -> None:
+        transitions.check_checkpoint_owner(run_id, checkpoint)
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            stored = None if checkpoint is None else self._stored_at(state, checkpoint.seq)
+            updated = transitions.finish(state.run, run_id, status=status,
+                                         expected_attempt=expected_attempt, at=at,
+                                         output=output, error=error,
+                                         stored_checkpoint=stored, checkpoint=checkpoint)
+            if updated is None:
+                return
+            self._commit_with(state, updated, checkpoint,
+                              new=self._checkpoint_is_new(state, checkpoint))
+
+    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
+                     checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
+                     at=at, output=output, checkpoint=checkpoint)
+
+    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
+                 checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
+                     at=at, error=error, checkpoint=checkpoint)
+
+    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            updated = transitions.cancel(state.run, run_id, at=at,
+                                         expected_attempt=expected_attempt)
+            if updated is not None:
+                self._commit(state, updated)
+
+    def _approval_path(self, run_id: str, approval_id: str) -> Path:
+        return self._dir(run_id) / "approvals" / _hashed_name(approval_id)
+
+    def _committed_decision(self, state: _State) -> ApprovalDecision | None:
+        """The approval decision run.json holds in the run's suspension, if any."""
+        suspension = state.run.suspension
+        if suspension is None or suspension.decision is None:
+            return None
+        try:
+            return ApprovalDecision.model_validate(
+                {**suspension.decision, "run_id": state.run.run_id})
+        except ValidationError as error:
+            path = self._dir(state.run.run_id) / "run.json"
+            raise CorruptRecord(f"{path}: suspension.decision is not an approval decision "
+                                f"({error.errors()[0]['msg']})") from error
+
+    def _restore_decision(self, state: _State) -> None:
+        """Write the approval file of a decision a crash left only in run.json."""
+        decision = self._committed_decision(state)
+        if decision is not None:
+            path = self._approval_path(state.run.run_id, decision.approval_id)
+            if not path.exists():
+                write_atomic(path, seal(encode_record(decision), {}))
+
+    def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
+                         responded_by: str | None, at: datetime) -> None:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            path = self._approval_path(run_id, approval_id)
+            stored = read_sealed(path)
+            existing = None if stored is None else decode_body(ApprovalDecision, path, stored[1])
+            committed = self._committed_decision(state)
+            if existing is None and committed is not None and committed.approval_id == approval_id:
+                existing = committed
+            change = transitions.record_approval(
+                state.run, run_id, approval_id, approved=approved, response=response,
+                responded_by=responded_by, at=at, existing=existing)
+            if change is None:
+                self._restore_decision(state)
+                return
+            updated, decision = change
+            # run.json first: it is what the engine reads on resume; the file
+            # follows, and _restore_decision rewrites it if a crash intervened.
+            self._commit(state, updated)
+            write_atomic(self._approval_path(run_id, approval_id),
+                         seal(encode_record(decision), {}))
+
+    def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
+                     at: datetime) -> EffectRecord:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            effect = transitions.reserve_effect(state.run, run_id, key,
+                                                expected_attempt=expected_attempt, at=at)
+            stored = self._effect(run_id, key)
+            if stored is not None:
+                return stored
+            text = encode_record(effect)
+            write_atomic(self._dir(run_id) / "effects" / _hashed_name(key), seal(text, {}))
+            return decode_record(EffectRecord, text)
+
+    def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
+                        at: datetime) -> None:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            updated = transitions.settle_effect(state.run, run_id, key,
+                                                expected_attempt=expected_attempt, result=result,
+                                                at=at, existing=self._effect(run_id, key))
+            if updated is not None:
+                write_atomic(self._dir(run_id) / "effects" / _hashed_name(key),
+                             seal(encode_record(updated), {}))
+
+    def delete_run(self, run_id: str) -> None:
+        run_dir = self._dir(run_id)
+        trash = self._runs / f"{_TRASH_PREFIX}{uuid.uuid4().hex}"
+        with self._locked(run_id) as state:
+            if state is None:
+                return
+            transitions.check_deletable(state.run)
+            # One rename takes the whole run out of sight atomically; the slow
+            # removal happens on a name no reader or writer will ever look up.
+            os.rename(run_dir, trash)
+            fsync_dir(self._runs)
+            # Unlinked while held: waiters notice (see atomic_files.locked).
+            os.unlink(self._locks / run_id)
+            self._saved.forget(state.incarnation)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def close(self) -> None:
+        """Nothing stays open between calls; drop the cache."""
+        with self._thread_lock:
+            self._saved = SavedListsCache()
+
+    def __enter__(self) -> FileRunStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,290 @@
+"""MemoryRunStore: one process, no durability, the full contract.
+
+Every record is kept encoded and decoded on the way out, exactly as a durable
+store would, so a value that does not survive JSON fails in a unit test.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from stores import transitions
+from stores.base import RunAlreadyExists
+from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.records import (
+    ApprovalDecision,
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    RunError,
+    RunPage,
+    RunRecord,
+    RunStatus,
+    decode_record,
+    encode_record,
+)
+
+
+class _StoredCheckpoint:
+    __slots__ = ("attempt", "body", "created_at", "seq")
+
+    def __init__(self, seq: int, attempt: int, created_at: datetime, body: str) -> None:
+        self.seq = seq
+        self.attempt = attempt
+        self.created_at = created_at
+        self.body = body
+
+
+class MemoryRunStore:
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._runs: dict[str, str] = {}
+        self._checkpoints: dict[str, list[_StoredCheckpoint]] = {}
+        self._effects: dict[tuple[str, str], str] = {}
+        self._approvals: dict[tuple[str, str], str] = {}
+        self._saved = SavedListsCache()
+
+    # -- reads ---------------------------------------------------------------
+
+    def _run(self, run_id: str) -> RunRecord | None:
+        text = self._runs.get(run_id)
+        return None if text is None else decode_record(RunRecord, text)
+
+    def _put_run(self, run: RunRecord) -> None:
+        self._runs[run.run_id] = encode_record(run)
+
+    def load_run(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            return self._run(run_id)
+
+    def _assemble(self, run_id: str, seq: int | None) -> tuple[Checkpoint, SavedLists] | None:
+        stored = self._checkpoints.get(run_id, [])
+        if seq is not None:
+            stored = [row for row in stored if row.seq <= seq]
+            if not stored or stored[-1].seq != seq:
+                return None
+        if not stored:
+            return None
+        return assemble(row.body for row in stored)
+
+    def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        with self._lock:
+            found = self._assemble(run_id, None)
+            return None if found is None else found[0]
+
+    def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        with self._lock:
+            found = self._assemble(run_id, seq)
+            return None if found is None else found[0]
+
+    def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        with self._lock:
+            transitions.require_run(self._run(run_id), run_id)
+            return [
+                CheckpointInfo(seq=row.seq, attempt=row.attempt, created_at=row.created_at,
+                               size_bytes=len(row.body.encode()))
+                for row in self._checkpoints.get(run_id, [])
+            ]
+
+    def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
+                  lease_expired_before: datetime | None = None,
+                  parent_run_id: str | None = None, limit: int = 100,
+                  cursor: str | None = None) -> RunPage:
+        with self._lock:
+            found: list[RunRecord] = []
+            for run_id in sorted(self._runs):
+                if cursor is not None and run_id <= cursor:
+                    continue
+                run = decode_record(RunRecord, self._runs[run_id])
+                if transitions.matches(run, statuses=statuses,
+                                       lease_expired_before=lease_expired_before,
+                                       parent_run_id=parent_run_id):
+                    found.append(run)
+                    if len(found) > limit:
+                        break
+            more = len(found) > limit
+            page = found[:limit]
+            return RunPage(runs=page, cursor=page[-1].run_id if more and page else None)
+
+    # -- writes --------------------------------------------------------------
+
+    def create_run(self, run: RunRecord) -> None:
+        with self._lock:
+            if run.run_id in self._runs:
+                raise RunAlreadyExists(f"run {run.run_id!r} already exists")
+            self._put_run(run)
+
+    def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
+                   allow_running_takeover: bool = False) -> RunRecord:
+        with self._lock:
+            run = transitions.reserve_attempt(
+                self._run(run_id), run_id, owner=owner, now=now, lease_seconds=lease_seconds,
+                allow_running_takeover=allow_running_takeover)
+            self._put_run(run)
+            return run
+
+    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
+                    lease_seconds: float) -> None:
+        with self._lock:
+            self._put_run(transitions.renew(self._run(run_id), run_id,
+                                            expected_attempt=expected_attempt, now=now,
+                                            lease_seconds=lease_seconds))
+
+    def _stored_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        rows = self._checkpoints.get(run_id, [])
+        if 0 < seq <= len(rows):
+            found = self._assemble(run_id, seq)
+            return None if found is None else found[0]
+        return None
+
+    def _latest_seq(self, run_id: str) -> int:
+        rows = self._checkpoints.get(run_id, [])
+        return rows[-1].seq if rows else 0
+
+    def _append(self, checkpoint: Checkpoint) -> None:
+        run_id = checkpoint.run_id
+        previous = self._saved.get(run_id, checkpoint.seq - 1)
+        if previous is None and checkpoint.seq > 1:
+            found = self._assemble(run_id, checkpoint.seq - 1)
+            previous = None if found is None else found[1]
+        body, saved = encode_body(checkpoint, previous)
+        self._checkpoints.setdefault(run_id, []).append(
+            _StoredCheckpoint(checkpoint.seq, checkpoint.attempt, checkpoint.created_at, body))
+        self._saved.put(run_id, saved)
+
+    def _checkpoint_is_new(self, run_id: str, checkpoint: Checkpoint | None) -> bool:
+        """Check a checkpoint that comes with a state change; True when it is to be appended."""
+        if checkpoint is None:
+            return False
+        latest = self._latest_seq(run_id)
+        transitions.check_sequence(checkpoint, latest, self._stored_at(run_id, checkpoint.seq))
+        return checkpoint.seq > latest
+
+    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
+                        lease_expires_at: datetime | None = None) -> None:
+        with self._lock:
+            run_id = checkpoint.run_id
+            updated = transitions.next_checkpoint(
+                self._run(run_id), checkpoint, expected_attempt=expected_attempt,
+                lease_expires_at=lease_expires_at, latest_seq=self._latest_seq(run_id),
+                stored_at_seq=self._stored_at(run_id, checkpoint.seq))
+            if updated is None:
+                return
+            self._append(checkpoint)
+            self._put_run(updated)
+
+    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
+                    details: dict[str, Any], at: datetime,
+                    checkpoint: Checkpoint | None = None) -> None:
+        with self._lock:
+            transitions.check_checkpoint_owner(run_id, checkpoint)
+            updated = transitions.suspend(self._run(run_id), run_id,
+                                          expected_attempt=expected_attempt, reason=reason,
+                                          details=details, at=at, checkpoint=checkpoint)
+            if self._checkpoint_is_new(run_id, checkpoint) and checkpoint is not None:
+                self._append(checkpoint)
+            self._put_run(updated)
+
+    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
+                output: Any = None, error: RunError | None = None,
+                checkpoint: Checkpoint | None = None) -> None:
+        with self._lock:
+            transitions.check_checkpoint_owner(run_id, checkpoint)
+            stored = None if checkpoint is None else self._stored_at(run_id, checkpoint.seq)
+            updated = transitions.finish(self._run(run_id), run_id, status=status,
+                                         expected_attempt=expected_attempt, at=at,
+                                         output=output, error=error,
+                                         stored_checkpoint=stored, checkpoint=checkpoint)
+            if updated is None:
+                return
+            if self._checkpoint_is_new(run_id, checkpoint) and checkpoint is not None:
+                self._append(checkpoint)
+            self._put_run(updated)
+
+    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
+                     checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
+                     at=at, output=output, checkpoint=checkpoint)
+
+    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
+                 checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
+                     at=at, error=error, checkpoint=checkpoint)
+
+    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
+        with self._lock:
+            updated = transitions.cancel(self._run(run_id), run_id, at=at,
+                                         expected_attempt=expected_attempt)
+            if updated is not None:
+                self._put_run(updated)
+
+    def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
+                         responded_by: str | None, at: datetime) -> None:
+        with self._lock:
+            text = self._approvals.get((run_id, approval_id))
+            existing = None if text is None else decode_record(ApprovalDecision, text)
+            change = transitions.record_approval(
+                self._run(run_id), run_id, approval_id, approved=approved, response=response,
+                responded_by=responded_by, at=at, existing=existing)
+            if change is None:
+                return
+            updated, decision = change
+            self._approvals[(run_id, approval_id)] = encode_record(decision)
+            self._put_run(updated)
+
+    def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
+                     at: datetime) -> EffectRecord:
+        with self._lock:
+            effect = transitions.reserve_effect(self._run(run_id), run_id, key,
+                                                expected_attempt=expected_attempt, at=at)
+            text = self._effects.get((run_id, key))
+            if text is not None:
+                return decode_record(EffectRecord, text)
+            self._effects[(run_id, key)] = encode_record(effect)
+            return decode_record(EffectRecord, self._effects[(run_id, key)])
+
+    def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
+                        at: datetime) -> None:
+        with self._lock:
+            text = self._effects.get((run_id, key))
+            existing = None if text is None else decode_record(EffectRecord, text)
+            updated = transitions.settle_effect(self._run(run_id), run_id, key,
+                                                expected_attempt=expected_attempt,
+                                                result=result, at=at, existing=existing)
+            if updated is not None:
+                self._effects[(run_id, key)] = encode_record(updated)
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        with self._lock:
+            transitions.require_run(self._run(run_id), run_id)
+            return sorted(
+                (decode_record(EffectRecord, text)
+                 for (owner, _), text in self._effects.items() if owner == run_id),
+                key=lambda effect: (effect.created_at, effect.key))
+
+    def delete_run(self, run_id: str) -> None:
+        with self._lock:
+            run = self._run(run_id)
+            if run is None:
+                return
+            transitions.check_deletable(run)
+            del self._runs[run_id]
+            self._checkpoints.pop(run_id, None)
+            self._saved.forget(run_id)
+            for table in (self._effects, self._approvals):
+                for owned in [k for k in table if k[0] == run_id]:
+                    del table[owned]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> MemoryRunStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,234 @@
+"""The records every RunStore keeps, and their one JSON encoding.
+
+Records are pydantic v2 models with snake_case fields. Only the identifying
+fields are required; everything else has a default, so a test or a third-party
+store can build a record with `RunRecord(run_id=..., manifest_hash=...)`.
+
+Encoding lives here and nowhere else: `encode_record` / `decode_record` turn a
+record into canonical UTF-8 JSON and back. There is no pickle anywhere; a value
+that is not JSON fails here, in a unit test, not in production.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+CONTRACT_VERSION = "1.0"
+RUNTIME_VERSION = "0.1.0"
+
+JsonObject = dict[str, Any]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _as_utc(value: Any) -> Any:
+    # The contract is timezone-aware UTC. A naive datetime is taken as UTC
+    # rather than rejected, and an aware one is converted, so every stored
+    # time compares and sorts the same way in every store.
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value
+
+
+UtcDatetime = Annotated[datetime, BeforeValidator(_as_utc)]
+
+
+class RunStatus(StrEnum):
+    """Lifecycle of a run. `completed`, `failed` and `cancelled` are terminal."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class Budget(_Record):
+    """A run's token limit; None means unlimited."""
+
+    max_total_tokens: int | None = None
+
+
+class CheckpointBudget(_Record):
+    max_total_tokens: int | None = None
+    consumed_tokens: int = 0
+
+
+class ParentRef(_Record):
+    """Where a sub-run was started from."""
+
+    run_id: str
+    step_path: str
+
+
+class Suspension(_Record):
+    """Why a run is suspended. `decision` holds a recorded approval answer."""
+
+    reason: str
+    details: JsonObject = Field(default_factory=dict)
+    decision: JsonObject | None = None
+
+
+class RunError(_Record):
+    type: str
+    message: str
+    details: JsonObject = Field(default_factory=dict)
+
+
+class EngineRef(_Record):
+    """Which execution engine runs the attempt (local process, Step Functions)."""
+
+    kind: str = "local"
+    execution_id: str | None = None
+
+
+class RunRecord(_Record):
+    run_id: str
+    manifest_hash: str
+    status: RunStatus = RunStatus.CREATED
+    attempt: int = 0
+    manifest: JsonObject = Field(default_factory=dict)
+    variables: JsonObject = Field(default_factory=dict)
+    budget: Budget = Field(default_factory=Budget)
+    parent: ParentRef | None = None
+    tenant: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: UtcDatetime | None = None
+    suspension: Suspension | None = None
+    output: Any = None
+    error: RunError | None = None
+    engine: EngineRef = Field(default_factory=EngineRef)
+    checkpoint_seq: int | None = None
+    consumed_tokens: int = 0
+    # Runtime options the run was started with (model override, config file,
+    # tool files). Not part of the manifest hash; resume reuses them.
+    options: JsonObject = Field(default_factory=dict)
+    created_at: UtcDatetime = Field(default_factory=utc_now)
+    updated_at: UtcDatetime = Field(default_factory=utc_now)
+
+
+class Frame(_Record):
+    """One active step on the cursor stack (outermost first).
+
+    `step_index` is the step's position among its siblings; `loop_iteration`
+    is the iteration of the enclosing loop the step runs in; `child_index` is,
+    for a step with children, the child being executed. `continuation` is the
+    step's own resumable state, opaque to stores.
+    """
+
+    step_path: str
+    step_id: str
+    step_index: int
+    loop_iteration: int | None = None
+    child_index: int | None = None
+    continuation: JsonObject = Field(default_factory=dict)
+
+
+class ArtifactRef(_Record):
+    uri: str
+    sha256: str
+    size: int
+    media_type: str = "application/octet-stream"
+
+
+class Checkpoint(_Record):
+    run_id: str
+    seq: int
+    attempt: int
+    manifest_hash: str
+    contract_version: str = CONTRACT_VERSION
+    runtime_version: str = RUNTIME_VERSION
+    cursor: list[Frame] = Field(default_factory=list)
+    variables: JsonObject = Field(default_factory=dict)
+    step_results: list[JsonObject] = Field(default_factory=list)
+    transcript: list[JsonObject] = Field(default_factory=list)
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
+    budget: CheckpointBudget = Field(default_factory=CheckpointBudget)
+    created_at: UtcDatetime = Field(default_factory=utc_now)
+
+    def same_content(self, other: Checkpoint) -> bool:
+        """Identity of checkpoints ignores `created_at`."""
+        return self.model_dump(exclude={"created_at"}) == other.model_dump(exclude={"created_at"})
+
+
+# The lists the engine only ever appends to. Stores keep them as deltas.
+APPEND_ONLY_FIELDS: tuple[str, ...] = ("step_results", "transcript", "artifacts")
+
+
+class CheckpointInfo(_Record):
+    seq: int
+    attempt: int
+    created_at: UtcDatetime
+    size_bytes: int
+
+
+class EffectStatus(StrEnum):
+    RESERVED = "reserved"
+    COMPLETED = "completed"
+
+
+class EffectRecord(_Record):
+    key: str
+    run_id: str
+    attempt: int
+    status: EffectStatus = EffectStatus.RESERVED
+    result: Any = None
+    created_at: UtcDatetime = Field(default_factory=utc_now)
+    completed_at: UtcDatetime | None = None
+
+
+class ApprovalDecision(_Record):
+    run_id: str
+    approval_id: str
+    approved: bool
+    response: Any = None
+    responded_by: str | None = None
+    responded_at: UtcDatetime = Field(default_factory=utc_now)
+
+
+class RunPage(_Record):
+    runs: list[RunRecord]
+    cursor: str | None = None
+
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON: sorted keys, no insignificant whitespace, UTF-8 safe."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_record(record: BaseModel) -> str:
+    return dumps(record.model_dump(mode="json"))
+
+
+class RecordDecodeError(ValueError):
+    """Raised when stored bytes do not decode into the expected record."""
+
+
+def decode_record(model: type[R], text: str | bytes) -> R:
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as error:
+        reason = error.errors()[0]["msg"]
+        raise RecordDecodeError(f"not a valid {model.__name__}: {reason}") from error

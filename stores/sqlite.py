@@ -1,0 +1,475 @@
+"""SqliteRunStore: the durable local default, safe across threads and processes.
+
+One SQLite file in WAL mode. Every write is a read-modify-write inside
+`BEGIN IMMEDIATE`, which takes the database's single write lock up front, so
+two processes can never interleave between reading a run and writing it. The
+lifecycle rules come from `stores.transitions`, exactly as in
+`MemoryRunStore`; this module only stores. Readers use plain `BEGIN` and never
+block writers.
+
+Every stored record and checkpoint body carries the sha256 of its text; a
+mismatch or a decode failure raises `CorruptRecord` naming the damaged row.
+Checkpoints are stored as deltas (`stores.deltas`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Collection, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from stores import transitions
+from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt
+from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.records import (
+    ApprovalDecision,
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    RecordDecodeError,
+    RunError,
+    RunPage,
+    RunRecord,
+    RunStatus,
+    decode_record,
+    encode_record,
+)
+from stores.sqlite_schema import connect, transaction
+
+R = TypeVar("R", bound=BaseModel)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
+
+# What a run write sets: the record, its checksum, and beside them the fields
+# list_runs filters on, so the filters are indexed SQL.
+_RUN_COLUMNS = "status, attempt, parent_run_id, lease_expires_at, created_at, record, checksum"
+_RUN_VALUES = ", ".join("?" * 7)
+
+# The records a run owns besides checkpoints: table, key column, name in errors.
+_OWNED: dict[type[BaseModel], tuple[str, str, str]] = {
+    EffectRecord: ("effects", "key", "effect"),
+    ApprovalDecision: ("approvals", "approval_id", "approval"),
+}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _micros(moment: datetime) -> int:
+    """Microseconds since the epoch; a naive datetime is taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _run_values(run: RunRecord) -> tuple[Any, ...]:
+    record = encode_record(run)
+    lease = None if run.lease_expires_at is None else _micros(run.lease_expires_at)
+    return (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
+            _micros(run.created_at), record, _digest(record))
+
+
+class SqliteRunStore:
+    """A RunStore in one SQLite file (created mode 0600, with its parent directory).
+
+    `synchronous="FULL"` (the default) makes every commit durable across power
+    loss; `"NORMAL"` is an explicit opt-in that may lose the last commits on
+    power loss (never on a process crash) in exchange for fewer fsyncs. One
+    connection per instance, shared by threads under a lock.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL",
+                 busy_timeout_seconds: float = 30.0) -> None:
+        if not isinstance(synchronous, str) or synchronous.upper() not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        if busy_timeout_seconds < 0:
+            raise ValueError("busy_timeout_seconds must not be negative")
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._saved = SavedListsCache()  # keyed by run incarnation
+        # Lists appended in the open write transaction, cached only once it commits.
+        self._uncommitted: list[tuple[str, SavedLists]] = []
+        self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
+
+    # -- transactions and rows -----------------------------------------------
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, transaction(self._conn, write=False) as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._uncommitted.clear()
+            with transaction(self._conn, write=True) as conn:
+                yield conn
+            # A rolled-back body must never become the base of the next delta.
+            for incarnation, saved in self._uncommitted:
+                self._saved.put(incarnation, saved)
+            self._uncommitted.clear()
+
+    def _verified(self, text: object, checksum: object, what: str) -> str:
+        if not isinstance(text, str) or _digest(text) != checksum:
+            raise CorruptRecord(f"{what} in {self.path} failed its checksum")
+        return text
+
+    def _decode(self, model: type[R], text: object, checksum: object, what: str) -> R:
+        stored = self._verified(text, checksum, what)
+        try:
+            return decode_record(model, stored)
+        except RecordDecodeError as error:
+            raise CorruptRecord(f"{what} in {self.path} did not decode: {error}") from error
+
+    def _decode_run(self, run_id: str, text: object, checksum: object) -> RunRecord:
+        run = self._decode(RunRecord, text, checksum, f"run {run_id!r}")
+        if run.run_id != run_id:
+            raise CorruptRecord(f"run {run_id!r} in {self.path} holds run {run.run_id!r}")
+        return run
+
+    def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
+        row = conn.execute("SELECT record, checksum FROM runs WHERE run_id = ?",
+                           (run_id,)).fetchone()
+        return None if row is None else self._decode_run(run_id, row[0], row[1])
+
+    def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
+        """Write the run back; `fence` is the attempt of the row this transaction read."""
+        cursor = conn.execute(f"UPDATE runs SET ({_RUN_COLUMNS}) = ({_RUN_VALUES})"
+                              " WHERE run_id = ? AND attempt = ?",
+                              (*_run_values(run), run.run_id, fence))
+        self._require_fenced(cursor, run.run_id, fence)
+
+    @staticmethod
+    def _require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
+        # The run was read and checked under this transaction's write lock, so
+        # its attempt cannot have moved since. The `attempt = ?` condition is
+        # belt and braces: should that ever not hold (a writer that bypasses
+        # BEGIN IMMEDIATE, a bug here), the write is refused instead of
+        # overwriting a newer owner.
+        if cursor.rowcount != 1:
+            raise StaleAttempt(f"run {run_id!r} is no longer at attempt {attempt}")
+
+    def _owned(self, conn: sqlite3.Connection, model: type[R], run_id: str,
+               key: str) -> R | None:
+        """The effect or approval decision stored under `key` for a run, or None."""
+        table, column, noun = _OWNED[model]
+        row = conn.execute(f"SELECT record, checksum FROM {table} WHERE run_id = ? AND "
+                           f"{column} = ?", (run_id, key)).fetchone()
+        what = f"{noun} {key!r} of run {run_id!r}"
+        return None if row is None else self._decode(model, row[0], row[1], what)
+
+    def _incarnation(self, conn: sqlite3.Connection, run_id: str) -> str | None:
+        row = conn.execute("SELECT incarnation FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def _assemble(self, conn: sqlite3.Connection, run_id: str,
+                  seq: int | None) -> tuple[Checkpoint, SavedLists] | None:
+        """The checkpoint at `seq` (latest when None) from every body up to it."""
+        last = _MAX_SEQ if seq is None else seq
+        rows = conn.execute("SELECT seq, body, checksum FROM checkpoints WHERE run_id = ?"
+                            " AND seq <= ? ORDER BY seq", (run_id, last)).fetchall()
+        if not rows or (seq is not None and rows[-1][0] != seq):
+            return None
+        current = rows[0][0]
+
+        def bodies() -> Iterator[str]:
+            nonlocal current
+            for row_seq, body, checksum in rows:
+                current = row_seq
+                yield self._verified(body, checksum, f"checkpoint {row_seq} of run {run_id!r}")
+
+        try:
+            checkpoint, saved = assemble(bodies())
+        # deltas raises DeltaFormatError for what it checks, but JSON of the
+        # wrong shape surfaces as a lookup, type or attribute error, and a bad
+        # head as a pydantic ValidationError (a ValueError): all are damage.
+        except (ValueError, LookupError, TypeError, AttributeError) as error:
+            raise CorruptRecord(f"checkpoint {current} of run {run_id!r} in {self.path} "
+                                f"did not decode: {error}") from error
+        if checkpoint.run_id != run_id or checkpoint.seq != rows[-1][0]:
+            raise CorruptRecord(f"checkpoint {rows[-1][0]} of run {run_id!r} in {self.path} "
+                                f"holds checkpoint {checkpoint.seq} of run {checkpoint.run_id!r}")
+        return checkpoint, saved
+
+    def _latest_seq(self, conn: sqlite3.Connection, run_id: str) -> int:
+        latest: int = conn.execute("SELECT coalesce(max(seq), 0) FROM checkpoints"
+                                   " WHERE run_id = ?", (run_id,)).fetchone()[0]
+        return latest
+
+    def _stored_at(self, conn: sqlite3.Connection, run_id: str, seq: int,
+                   latest: int) -> Checkpoint | None:
+        # Only a re-save reads an old checkpoint back; a new seq costs no read.
+        found = self._assemble(conn, run_id, seq) if 0 < seq <= latest else None
+        return None if found is None else found[0]
+
+    def _checkpoint_is_new(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
+        """Check a checkpoint that comes with a state change; True when it is to be appended."""
+        latest = self._latest_seq(conn, checkpoint.run_id)
+        stored = self._stored_at(conn, checkpoint.run_id, checkpoint.seq, latest)
+        transitions.check_sequence(checkpoint, latest, stored)
+        return checkpoint.seq > latest
+
+    def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+        run_id, seq = checkpoint.run_id, checkpoint.seq
+        incarnation = self._incarnation(conn, run_id) or ""
+        previous = self._saved.get(incarnation, seq - 1)
+        if previous is None and seq > 1:
+            # Another process (or an evicted entry) wrote seq - 1: rebuild it once.
+            found = self._assemble(conn, run_id, seq - 1)
+            previous = None if found is None else found[1]
+        body, saved = encode_body(checkpoint, previous)
+        conn.execute("INSERT INTO checkpoints (run_id, seq, attempt, created_at, body,"
+                     " size_bytes, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     (run_id, seq, checkpoint.attempt, checkpoint.created_at.isoformat(), body,
+                      len(body.encode()), _digest(body)))
+        self._uncommitted.append((incarnation, saved))
+
+    # -- reads ---------------------------------------------------------------
+
+    def load_run(self, run_id: str) -> RunRecord | None:
+        with self._read() as conn:
+            return self._run(conn, run_id)
+
+    def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        with self._read() as conn:
+            found = self._assemble(conn, run_id, None)
+            incarnation = self._incarnation(conn, run_id)
+            if found is None:
+                return None
+            # A resumed owner loads before it saves: seed the delta cache so
+            # its first save does not read the run's bodies a second time.
+            if incarnation is not None:
+                self._saved.put(incarnation, found[1])
+            return found[0]
+
+    def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        with self._read() as conn:
+            found = self._assemble(conn, run_id, seq)
+            return None if found is None else found[0]
+
+    def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        with self._read() as conn:
+            transitions.require_run(self._run(conn, run_id), run_id)
+            rows = conn.execute("SELECT seq, attempt, created_at, size_bytes FROM checkpoints"
+                                " WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+        try:
+            return [CheckpointInfo(seq=seq, attempt=attempt, size_bytes=size,
+                                   created_at=datetime.fromisoformat(created_at))
+                    for seq, attempt, created_at, size in rows]
+        except (ValueError, TypeError) as error:
+            raise CorruptRecord(f"checkpoint list of run {run_id!r} in {self.path} "
+                                f"did not decode: {error}") from error
+
+    def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
+                  lease_expired_before: datetime | None = None,
+                  parent_run_id: str | None = None, limit: int = 100,
+                  cursor: str | None = None) -> RunPage:
+        where = ["1"]
+        params: list[Any] = []
+        if statuses is not None:
+            wanted = sorted({RunStatus(status).value for status in statuses})
+            where.append(f"status IN ({', '.join('?' * len(wanted))})")
+            params.extend(wanted)
+        if parent_run_id is not None:
+            where.append("parent_run_id = ?")
+            params.append(parent_run_id)
+        if lease_expired_before is not None:
+            where.append("((status = 'running' AND lease_expires_at < ?)"
+                         " OR (status = 'created' AND created_at < ?))")
+            params.extend([_micros(lease_expired_before)] * 2)
+        if cursor is not None:
+            where.append("run_id > ?")
+            params.append(cursor)
+        # One more than a page tells whether another page follows.
+        params.append(max(limit + 1, 0))
+        with self._read() as conn:
+            rows = conn.execute("SELECT run_id, record, checksum FROM runs WHERE "
+                                f"{' AND '.join(where)} ORDER BY run_id LIMIT ?",
+                                params).fetchall()
+            found = [self._decode_run(*row) for row in rows]
+        for run in found:
+            # The filter columns are written with the record, so a disagreement
+            # means the row was altered outside this store.
+            if not transitions.matches(run, statuses=statuses, parent_run_id=parent_run_id,
+                                       lease_expired_before=lease_expired_before):
+                raise CorruptRecord(f"run {run.run_id!r} in {self.path}: its indexed "
+                                    "columns disagree with its record")
+        page = found[:limit]
+        return RunPage(runs=page, cursor=page[-1].run_id if len(found) > limit and page else None)
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        with self._read() as conn:
+            transitions.require_run(self._run(conn, run_id), run_id)
+            rows = conn.execute("SELECT key, record, checksum FROM effects WHERE run_id = ?",
+                                (run_id,)).fetchall()
+            effects = [self._decode(EffectRecord, record, checksum,
+                                    f"effect {key!r} of run {run_id!r}")
+                       for key, record, checksum in rows]
+        return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
+
+    # -- writes --------------------------------------------------------------
+
+    def create_run(self, run: RunRecord) -> None:
+        with self._write() as conn:
+            if self._incarnation(conn, run.run_id) is not None:
+                raise RunAlreadyExists(f"run {run.run_id!r} already exists")
+            conn.execute(f"INSERT INTO runs (run_id, incarnation, {_RUN_COLUMNS})"
+                         f" VALUES (?, ?, {_RUN_VALUES})",
+                         (run.run_id, uuid.uuid4().hex, *_run_values(run)))
+
+    def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
+                   allow_running_takeover: bool = False) -> RunRecord:
+        with self._write() as conn:
+            run = transitions.reserve_attempt(
+                self._run(conn, run_id), run_id, owner=owner, now=now,
+                lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover)
+            self._put_run(conn, run, fence=run.attempt - 1)
+            return run
+
+    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
+                    lease_seconds: float) -> None:
+        with self._write() as conn:
+            run = transitions.renew(self._run(conn, run_id), run_id, now=now,
+                                    expected_attempt=expected_attempt, lease_seconds=lease_seconds)
+            self._put_run(conn, run, fence=expected_attempt)
+
+    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
+                        lease_expires_at: datetime | None = None) -> None:
+        run_id = checkpoint.run_id
+        with self._write() as conn:
+            latest = self._latest_seq(conn, run_id)
+            updated = transitions.next_checkpoint(
+                self._run(conn, run_id), checkpoint, expected_attempt=expected_attempt,
+                lease_expires_at=lease_expires_at, latest_seq=latest,
+                stored_at_seq=self._stored_at(conn, run_id, checkpoint.seq, latest))
+            if updated is not None:
+                self._append(conn, checkpoint)
+                self._put_run(conn, updated, fence=expected_attempt)
+
+    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
+                    details: dict[str, Any], at: datetime,
+                    checkpoint: Checkpoint | None = None) -> None:
+        transitions.check_checkpoint_owner(run_id, checkpoint)
+        with self._write() as conn:
+            updated = transitions.suspend(self._run(conn, run_id), run_id,
+                                          expected_attempt=expected_attempt, reason=reason,
+                                          details=details, at=at, checkpoint=checkpoint)
+            if checkpoint is not None and self._checkpoint_is_new(conn, checkpoint):
+                self._append(conn, checkpoint)
+            self._put_run(conn, updated, fence=expected_attempt)
+
+    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
+                output: Any = None, error: RunError | None = None,
+                checkpoint: Checkpoint | None = None) -> None:
+        transitions.check_checkpoint_owner(run_id, checkpoint)
+        with self._write() as conn:
+            stored = None if checkpoint is None else self._stored_at(
+                conn, run_id, checkpoint.seq, self._latest_seq(conn, run_id))
+            updated = transitions.finish(self._run(conn, run_id), run_id, status=status,
+                                         expected_attempt=expected_attempt, at=at,
+                                         output=output, error=error,
+                                         stored_checkpoint=stored, checkpoint=checkpoint)
+            if updated is None:
+                return
+            if checkpoint is not None and self._checkpoint_is_new(conn, checkpoint):
+                self._append(conn, checkpoint)
+            self._put_run(conn, updated, fence=expected_attempt)
+
+    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
+                     checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
+                     at=at, output=output, checkpoint=checkpoint)
+
+    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
+                 checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
+                     at=at, error=error, checkpoint=checkpoint)
+
+    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
+        with self._write() as conn:
+            updated = transitions.cancel(self._run(conn, run_id), run_id, at=at,
+                                         expected_attempt=expected_attempt)
+            if updated is not None:
+                self._put_run(conn, updated, fence=updated.attempt)
+
+    def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
+                         responded_by: str | None, at: datetime) -> None:
+        with self._write() as conn:
+            change = transitions.record_approval(
+                self._run(conn, run_id), run_id, approval_id, approved=approved,
+                response=response, responded_by=responded_by, at=at,
+                existing=self._owned(conn, ApprovalDecision, run_id, approval_id))
+            if change is None:
+                return
+            updated, decision = change
+            record = encode_record(decision)
+            conn.execute("INSERT INTO approvals (run_id, approval_id, record, checksum)"
+                         " VALUES (?, ?, ?, ?)", (run_id, approval_id, record, _digest(record)))
+            self._put_run(conn, updated, fence=updated.attempt)
+
+    def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
+                     at: datetime) -> EffectRecord:
+        with self._write() as conn:
+            effect = transitions.reserve_effect(self._run(conn, run_id), run_id, key,
+                                                expected_attempt=expected_attempt, at=at)
+            existing = self._owned(conn, EffectRecord, run_id, key)
+            if existing is not None:
+                return existing
+            record = encode_record(effect)
+            # Effect writes change no run row, so they carry the fence in their
+            # own statement, for the same belt-and-braces reason as _put_run.
+            cursor = conn.execute(
+                "INSERT INTO effects (run_id, key, record, checksum) SELECT ?, ?, ?, ?"
+                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND attempt = ?)",
+                (run_id, key, record, _digest(record), run_id, expected_attempt))
+            self._require_fenced(cursor, run_id, expected_attempt)
+            return decode_record(EffectRecord, record)
+
+    def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
+                        at: datetime) -> None:
+        with self._write() as conn:
+            updated = transitions.settle_effect(
+                self._run(conn, run_id), run_id, key, expected_attempt=expected_attempt,
+                result=result, at=at, existing=self._owned(conn, EffectRecord, run_id, key))
+            if updated is None:
+                return
+            record = encode_record(updated)
+            cursor = conn.execute(
+                "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
+                " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",
+                (record, _digest(record), run_id, key, run_id, expected_attempt))
+            self._require_fenced(cursor, run_id, expected_attempt)
+
+    def delete_run(self, run_id: str) -> None:
+        with self._write() as conn:
+            run = self._run(conn, run_id)
+            if run is None:
+                return
+            transitions.check_deletable(run)
+            # Checkpoints, effects and approvals go with it (ON DELETE CASCADE).
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> SqliteRunStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()

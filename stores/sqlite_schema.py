@@ -1,0 +1,112 @@
+"""The SQLite file behind SqliteRunStore: schema migrations and connection setup.
+
+Migrations are an ordered list with a version table; opening a file applies
+the missing ones under the write lock, so processes opening a fresh file at
+once migrate it exactly once. A connection is WAL, fenced by a busy timeout,
+and its file is private (mode 0600) from its first byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from stores.base import StoreError
+from stores.records import utc_now
+
+# Ordered schema migrations; version N is _MIGRATIONS[N - 1]. Append only: a
+# released entry is never edited. Each is a tuple of single statements because
+# sqlite3's executescript() commits the open transaction first, which would
+# break the all-or-nothing migration under BEGIN IMMEDIATE.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        # Times that SQL compares are integer microseconds since the epoch
+        # (UTC): exact, and ordered like the datetimes they come from.
+        # `incarnation` is new for every create_run, so a delta cache entry
+        # can never outlive a run that another process deleted and recreated.
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, incarnation TEXT NOT NULL, status TEXT NOT NULL,
+            attempt INTEGER NOT NULL, parent_run_id TEXT, lease_expires_at INTEGER,
+            created_at INTEGER NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL)""",
+        "CREATE INDEX runs_by_lease ON runs (status, lease_expires_at)",
+        "CREATE INDEX runs_by_created ON runs (status, created_at)",
+        "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
+        """CREATE TABLE checkpoints (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL, attempt INTEGER NOT NULL, created_at TEXT NOT NULL,
+            body TEXT NOT NULL, size_bytes INTEGER NOT NULL, checksum TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq))""",
+        """CREATE TABLE effects (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            key TEXT NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL,
+            PRIMARY KEY (run_id, key))""",
+        """CREATE TABLE approvals (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            approval_id TEXT NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL,
+            PRIMARY KEY (run_id, approval_id))""",
+    ),
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[sqlite3.Connection]:
+    # IMMEDIATE takes the write lock before the first read (waiting up to the
+    # busy timeout), so a read-modify-write is atomic across processes; a
+    # deferred transaction that later tried to write could fail with BUSY
+    # instead of waiting.
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    # The version is read under the write lock, so when two processes open a
+    # fresh file at once the second sees the first's work and skips it.
+    with transaction(conn, write=True):
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version ("
+                     "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        current: int = conn.execute(
+            "SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise StoreError(f"database schema version {current} is newer than this "
+                             f"runtime supports ({SCHEMA_VERSION}); upgrade agent-runtime")
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[version - 1]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                         (version, utc_now().isoformat()))
+
+
+def connect(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlite3.Connection:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Create the file ourselves so it is private from its first byte; SQLite
+    # gives the -wal and -shm files it creates the database file's mode.
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    conn = sqlite3.connect(path, timeout=busy_timeout_seconds, isolation_level=None,
+                           check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{path} cannot use WAL journaling (got {mode!r}); "
+                             "SQLite stores need a local file system")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", 0o600)
+    return conn

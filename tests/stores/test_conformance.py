@@ -1,0 +1,35 @@
+"""The RunStore contract suite on every local backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stores.base import RunStore
+from stores.conformance import RunStoreConformance
+from stores.file import FileRunStore
+from stores.memory import MemoryRunStore
+from stores.sqlite import SqliteRunStore
+
+
+class TestMemoryRunStore(RunStoreConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[RunStore]:
+        with MemoryRunStore() as store:
+            yield store
+
+
+class TestSqliteRunStore(RunStoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[RunStore]:
+        with SqliteRunStore(tmp_path / "runs.sqlite") as store:
+            yield store
+
+
+class TestFileRunStore(RunStoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[RunStore]:
+        with FileRunStore(tmp_path / "runs") as store:
+            yield store
