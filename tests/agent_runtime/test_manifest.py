@@ -33,7 +33,7 @@ from agent_runtime.manifest import (
 )
 from agent_runtime.manifest_input import MAX_DEPTH, MAX_NODES
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "manifests"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 AGENT_FIXTURES = sorted(FIXTURES.glob("*.agent.yaml"))
 
 

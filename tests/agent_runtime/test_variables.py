@@ -17,7 +17,7 @@ from agent_runtime.manifest import (
 )
 from agent_runtime.variables import parse_variables_json, read_variables_option, resolve_variables
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "manifests"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 
 
 def agent(*declarations: dict[str, Any]) -> AgentManifest:

@@ -15,8 +15,11 @@ import pytest
 
 from agent_runtime.cli import main
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "manifests"
 REPO = Path(__file__).resolve().parents[2]
+# The reference implementation's manifests, kept in the repo so a clean clone
+# tests them; test_fixture_copies_match_shared keeps the copy honest.
+FIXTURES = REPO / "tests" / "fixtures" / "manifests"
+SHARED = REPO.parent / "shared" / "fixtures" / "manifests"
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -36,6 +39,13 @@ def run_json(*args: str, cwd: Path) -> tuple[int, dict[str, Any]]:
 def workdir(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURES, tmp_path / "manifests")
     return tmp_path
+
+
+def test_fixture_copies_match_shared() -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is not beside this checkout")
+    shared = {p.name: p.read_bytes() for p in SHARED.iterdir()}
+    assert {p.name: p.read_bytes() for p in FIXTURES.iterdir()} == shared
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.yaml")
