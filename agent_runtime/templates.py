@@ -107,7 +107,7 @@ def to_text(value: Any) -> str:
 
 def _js_number(value: float) -> str:
     # ECMAScript Number::toString: shortest round-trip digits (Python's repr gives the
-    # same digits), placed without an exponent for 1e-7 < |x| < 1e21.
+    # same digits), placed without an exponent for 1e-6 <= |x| < 1e21.
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):

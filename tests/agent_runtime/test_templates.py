@@ -136,7 +136,8 @@ def test_to_text(value: Any, expected: str) -> None:
 def test_js_number_text_round_trips(value: float) -> None:
     text = to_text(value)
     assert float(text) == value
-    assert "e" not in text or not 1e-7 <= abs(value) < 1e21  # plain notation in JS's range
+    # JavaScript writes plain notation for 1e-6 <= |x| < 1e21 and an exponent outside it
+    assert "e" not in text or not 1e-6 <= abs(value) < 1e21
 
 
 # -- render ----------------------------------------------------------------------------
