@@ -98,15 +98,44 @@ def describe(value: Any) -> str:
 # -- reading files -----------------------------------------------------------
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, refusing a key written twice in one mapping.
+
+    Plain safe_load keeps the last of two equal keys without a word, so a
+    manifest could silently lose a field; the reference implementation rejects it.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"found duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
 def parse_document(text: str, *, source: str, json_format: bool = False) -> Any:
-    """YAML (always `yaml.safe_load`) or, with `json_format`, JSON text -> data."""
+    """YAML (safe loading, duplicate keys refused) or, with `json_format`, JSON text -> data."""
     try:
         if json_format:
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text, object_pairs_hook=_unique_pairs)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except json.JSONDecodeError as exc:
         raise ManifestError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
                             source=source) from None
+    except ValueError as exc:  # a duplicate key in JSON
+        raise ManifestError(f"malformed JSON: {exc}", source=source) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(p for p in (exc.context, exc.problem) if p) or "syntax error"

@@ -475,3 +475,15 @@ def test_structure_guard_rejects_alias_bombs_and_cycles(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="contains itself") as info:
         load_agent_manifest(cycle)
     assert info.value.field == "metadata.self"
+
+
+@pytest.mark.parametrize(("text", "name", "key"), [
+    ("schemaVersion: '1.0'\nsteps: []\nsteps: []\n", "dup.agent.yaml", "steps"),
+    ('{"schemaVersion": "1.0", "steps": [], "id": "a", "id": "b"}', "dup.agent.json", "id"),
+])
+def test_a_key_written_twice_is_refused(tmp_path: Path, text: str, name: str, key: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ManifestError, match=f"duplicate key '{key}'") as refused:
+        load_agent_manifest(path)
+    assert str(path) in str(refused.value)
