@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 from stores import DRIVERS, open_store
+from stores.artifacts import LocalArtifactStore
 from stores.base import (
     ApprovalConflict,
     CorruptRecord,
@@ -48,6 +49,7 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
 DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
+DEFAULT_ARTIFACTS = "./.agent-runtime/artifacts"
 
 
 def _store_flags(parser: argparse.ArgumentParser) -> None:
@@ -68,8 +70,8 @@ def _execution_flags(parser: argparse.ArgumentParser) -> None:
                         help="import @agent_runtime.tool functions from a file (repeatable)")
     parser.add_argument("--events", metavar="FILE|none", default=DEFAULT_EVENTS,
                         help=f"JSONL event log (default: {DEFAULT_EVENTS})")
-    parser.add_argument("--artifacts", metavar="DIR|none",
-                        help="where artifacts are written (default: none)")
+    parser.add_argument("--artifacts", metavar="DIR|none", default=DEFAULT_ARTIFACTS,
+                        help=f"where tools' artifacts are kept (default: {DEFAULT_ARTIFACTS})")
     parser.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
                         help="lease length; renewed at every checkpoint (default: 30)")
     parser.add_argument("--stream", action="store_true", help="show a live view of the run")
@@ -217,8 +219,11 @@ def _runtime(args: argparse.Namespace, store: RunStore, options: dict[str, Any],
         sinks.append(StreamView(sys.stderr))
     if getattr(args, "format", "pretty") == "ndjson":
         sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
+    artifacts = getattr(args, "artifacts", None)
     runtime = AgentRuntime(store=store, config=config, tools=_tools(options, config),
-                           event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0))
+                           event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0),
+                           artifacts=None if artifacts in (None, "none")
+                           else LocalArtifactStore(artifacts))
     return runtime, files
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from stores.base import RunAlreadyExists, RunStore
+from stores.base import ArtifactStore, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import Budget, ParentRef, RunRecord, RunStatus
 
@@ -99,7 +99,8 @@ class AgentRuntime:
     def __init__(self, *, store: RunStore | None = None,
                  models: Mapping[str, ModelAdapter] | None = None,
                  tools: Iterable[Tool] | Mapping[str, Tool] | ToolRegistry | None = None,
-                 approvals: ApprovalAdapter | None = None, artifacts: Any = None,
+                 approvals: ApprovalAdapter | None = None,
+                 artifacts: ArtifactStore | None = None,
                  event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
                  config: RuntimeConfig | None = None, steps: StepRegistry | None = None,
                  owner: str | None = None, lease_seconds: float = 60.0,

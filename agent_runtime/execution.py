@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stores.base import RunTerminal, StaleAttempt, StoreError
-from stores.records import Frame, RunError, RunRecord, RunStatus, utc_now
+from stores.records import ArtifactRef, Frame, RunError, RunRecord, RunStatus, utc_now
 
 from agent_runtime.conditions import evaluate_condition
 from agent_runtime.errors import (
@@ -92,6 +92,25 @@ class Execution:
         for scope in self.scopes:
             merged.update(scope)
         return merged
+
+    def artifact_sink(self, frame: Frame) -> Callable[[bytes, str], ArtifactRef] | None:
+        """How a tool of this step saves artifacts, when the runtime has a store for them."""
+        store = self.runtime.artifacts
+        if store is None:
+            return None
+
+        def save(data: bytes, media_type: str) -> ArtifactRef:
+            uri, sha256 = store.put(data, media_type=media_type)
+            ref = ArtifactRef(uri=uri, sha256=sha256, size=len(data), media_type=media_type)
+            # Content-addressed: a retried call saving the same bytes adds nothing.
+            if all(existing.sha256 != sha256 for existing in self.state.artifacts):
+                self.state.artifacts.append(ref)
+            self.events.emit("artifact.created", step_id=frame.step_id,
+                             step_path=frame.step_path, sha256=sha256, size=len(data),
+                             media_type=media_type)
+            return ref
+
+        return save
 
     def effect_resolution(self, key: str) -> dict[str, Any] | None:
         return self.resolutions.get(key)

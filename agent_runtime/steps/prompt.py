@@ -252,7 +252,8 @@ class PromptStepExecutor:
                         tool=name, call_id=call["call_id"])
         started = time.monotonic()
         context = ToolContext(run_id=ctx.run_id, step_path=frame.step_path, idempotency_key=key,
-                              attempt=ctx.attempt, tool_name=name)
+                              attempt=ctx.attempt, tool_name=name,
+                              artifact_sink=ctx.artifact_sink(frame))
         error_type = None
         try:
             output = await ctx.guarded(tool.invoke(dict(call["arguments"]), context))

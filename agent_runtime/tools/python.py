@@ -15,12 +15,15 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, overload
 
 import jsonschema
+from stores.records import ArtifactRef
 
 from agent_runtime.models.base import ToolSpec
+
+ArtifactSink = Callable[[bytes, str], ArtifactRef]
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,19 @@ class ToolContext:
     idempotency_key: str
     attempt: int
     tool_name: str = ""
+    artifact_sink: ArtifactSink | None = field(default=None, repr=False, compare=False)
+
+    def save_artifact(self, data: bytes, *,
+                      media_type: str = "application/octet-stream") -> ArtifactRef:
+        """Keep bytes in the run's artifact store; the ref is saved with the run.
+
+        Artifacts are content-addressed, so saving the same bytes again on a
+        retried call adds nothing.
+        """
+        if self.artifact_sink is None:
+            raise RuntimeError("this runtime has no artifact store (pass --artifacts DIR, or "
+                               "AgentRuntime(artifacts=LocalArtifactStore(DIR)))")
+        return self.artifact_sink(data, media_type)
 
 
 class ToolArgumentsError(ValueError):

@@ -196,3 +196,30 @@ def test_approvals_inside_a_loop_are_asked_per_iteration() -> None:
     assert result.status is RunStatus.COMPLETED
     assert len(set(ids)) == 2
     assert [o["approved"] for o in result.output] == [True, True]
+
+
+def test_tools_save_artifacts_once_by_content(tmp_path: Any) -> None:
+    from stores.artifacts import LocalArtifactStore
+    from stores.base import CorruptRecord
+
+    @tool
+    def render(text: str, ctx: ToolContext) -> dict[str, Any]:
+        """Render a report."""
+        ref = ctx.save_artifact(text.encode(), media_type="text/plain")
+        return {"uri": ref.uri, "sha256": ref.sha256}
+
+    calls = [{"name": "render", "arguments": {"text": "report"}}] * 2
+    h = Harness(scripted(responses=[{"toolCalls": calls}, {"text": "done"}]), tools=[render])
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    h.runtime.artifacts = artifacts
+    result = h.run(manifest(tool_prompt(tools=["render"])))
+    checkpoint = h.store.load_latest_checkpoint(result.run_id)
+    assert len(checkpoint.artifacts) == 1  # the same bytes twice are one artifact
+    ref = checkpoint.artifacts[0]
+    assert (ref.size, ref.media_type) == (6, "text/plain")
+    assert artifacts.get(ref.uri) == b"report"
+    assert h.types("artifact.") == ["artifact.created", "artifact.created"]
+    stored = tmp_path / "artifacts" / ref.sha256[:2] / ref.sha256
+    stored.write_bytes(b"tampered")
+    with pytest.raises(CorruptRecord, match="does not match its sha256"):
+        artifacts.get(ref.uri)
