@@ -23,9 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stores.records import APPEND_ONLY_FIELDS, Checkpoint, dumps
+from stores.records import APPEND_ONLY_FIELDS, Checkpoint
 
 BODY_FORMAT = "checkpoint-delta/1"
+_LIST_FIELDS: set[str] = set(APPEND_ONLY_FIELDS)
 
 
 @dataclass
@@ -47,7 +48,6 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
     """The stored body of `checkpoint` relative to `previous` (the checkpoint at seq - 1)."""
     if previous is not None and previous.seq != checkpoint.seq - 1:
         previous = None
-    head = checkpoint.model_dump(mode="json", exclude=set(APPEND_ONLY_FIELDS))
     lists: dict[str, Any] = {}
     saved: dict[str, list[Any]] = {}
     for name in APPEND_ONLY_FIELDS:
@@ -62,7 +62,10 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
                 base = len(before)
         lists[name] = {"base": base, "items": items[base:]}
         saved[name] = items
-    body = dumps({"format": BODY_FORMAT, "head": head, "lists": lists})
+    # The head through pydantic's own encoder: the hot path of every save.
+    head = checkpoint.model_dump_json(exclude=_LIST_FIELDS)
+    body = (f'{{"format":"{BODY_FORMAT}","head":{head},'
+            f'"lists":{json.dumps(lists, separators=(",", ":"), ensure_ascii=False)}}}')
     return body, SavedLists(seq=checkpoint.seq, lists=saved)
 
 

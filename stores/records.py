@@ -219,7 +219,9 @@ def dumps(value: Any) -> str:
 
 
 def encode_record(record: BaseModel) -> str:
-    return dumps(record.model_dump(mode="json"))
+    """A record's stored text: compact JSON in field order (pydantic's own encoder,
+    several times faster than dumping to Python first)."""
+    return record.model_dump_json()
 
 
 class RecordDecodeError(ValueError):

@@ -21,6 +21,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt
+from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt, StoreError
 from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
 from stores.records import (
     ApprovalDecision,
@@ -53,8 +54,10 @@ _MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still us
 
 # What a run write sets: the record, its checksum, and beside them the fields
 # list_runs filters on, so the filters are indexed SQL.
-_RUN_COLUMNS = "status, attempt, parent_run_id, lease_expires_at, created_at, record, checksum"
-_RUN_VALUES = ", ".join("?" * 7)
+_RUN_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at", "record",
+               "checksum")
+_RUN_COLUMNS = ", ".join(_RUN_FIELDS)
+_RUN_VALUES = ", ".join("?" * len(_RUN_FIELDS))
 
 # The records a run owns besides checkpoints: table, key column, name in errors.
 _OWNED: dict[type[BaseModel], tuple[str, str, str]] = {
@@ -81,6 +84,20 @@ def _run_values(run: RunRecord) -> tuple[Any, ...]:
             _micros(run.created_at), record, _digest(record))
 
 
+@dataclass(frozen=True)
+class _StoredRun:
+    """A run row as this store last read or wrote it, decoded."""
+
+    checksum: str
+    run: RunRecord
+    values: tuple[Any, ...]  # the row's columns, in _RUN_FIELDS order
+    incarnation: str
+
+
+class _CacheMiss(Exception):
+    """The run row changed since this store last saw it."""
+
+
 class SqliteRunStore:
     """A RunStore in one SQLite file (created mode 0600, with its parent directory).
 
@@ -99,6 +116,11 @@ class SqliteRunStore:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._saved = SavedListsCache()  # keyed by run incarnation
+        # The last decoded record per run with its checksum; records are never
+        # mutated in place (transitions copy them), so sharing one is safe.
+        # With it, the column values it was stored with, so an update can set
+        # only what changed.
+        self._decoded: dict[str, _StoredRun] = {}
         # Lists appended in the open write transaction, cached only once it commits.
         self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
@@ -140,16 +162,59 @@ class SqliteRunStore:
         return run
 
     def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
-        row = conn.execute("SELECT record, checksum FROM runs WHERE run_id = ?",
-                           (run_id,)).fetchone()
-        return None if row is None else self._decode_run(run_id, row[0], row[1])
+        return self._row(conn, run_id)[0]
 
-    def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
-        """Write the run back; `fence` is the attempt of the row this transaction read."""
-        cursor = conn.execute(f"UPDATE runs SET ({_RUN_COLUMNS}) = ({_RUN_VALUES})"
-                              " WHERE run_id = ? AND attempt = ?",
-                              (*_run_values(run), run.run_id, fence))
+    def _row(self, conn: sqlite3.Connection,
+             run_id: str) -> tuple[RunRecord | None, str | None, int]:
+        """(run, incarnation, latest checkpoint seq) in one query: the hot path of a save."""
+        row = conn.execute(
+            f"SELECT {_RUN_COLUMNS}, incarnation, (SELECT coalesce(max(seq), 0) FROM"
+            " checkpoints WHERE run_id = ?) FROM runs WHERE run_id = ?",
+            (run_id, run_id)).fetchone()
+        if row is None:
+            return None, None, 0
+        stored, (incarnation, latest) = tuple(row[:-2]), row[-2:]
+        record, checksum = stored[-2], stored[-1]
+        cached = self._decoded.get(run_id)
+        if cached is not None and cached.checksum == checksum and self._verified(
+                record, checksum, f"run {run_id!r}"):
+            # The stored text is the text we last decoded (same checksum, and
+            # the checksum still matches the text): skip decoding it again.
+            run = cached.run
+        else:
+            run = self._decode_run(run_id, record, checksum)
+        self._decoded[run_id] = _StoredRun(str(checksum), run, stored, str(incarnation))
+        return run, str(incarnation), int(latest)
+
+    def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int,
+                 expect: _StoredRun | None = None) -> None:
+        """Write the run back; `fence` is the attempt of the row this transaction read.
+
+        With `expect`, the row was not read in this transaction: the write applies
+        only if the row is still exactly `expect` (its checksum), else `_CacheMiss`.
+        """
+        values = _run_values(run)
+        before = expect or self._decoded.get(run.run_id)
+        old = before.values if before is not None else (None,) * len(values)
+        # Set only the columns that changed: SQLite rewrites the entries of every
+        # index whose columns an UPDATE sets, so an unchanged status or creation
+        # time must not be named, or each checkpoint dirties three index pages.
+        # The checksum is always set: it is in no index, and an UPDATE needs one column.
+        changed = [i for i, value in enumerate(values)
+                   if value != old[i] or _RUN_FIELDS[i] == "checksum"]
+        assignments = ", ".join(f"{_RUN_FIELDS[i]} = ?" for i in changed)
+        condition = "run_id = ? AND attempt = ?" + (" AND checksum = ?" if expect else "")
+        cursor = conn.execute(
+            f"UPDATE runs SET {assignments} WHERE {condition}",
+            (*(values[i] for i in changed), run.run_id, fence,
+             *((expect.checksum,) if expect else ())))
+        if expect is not None and cursor.rowcount != 1:
+            raise _CacheMiss()
         self._require_fenced(cursor, run.run_id, fence)
+        # Keyed by checksum: a rolled-back write leaves an entry that no stored
+        # row matches, so it is never used.
+        incarnation = before.incarnation if before is not None else ""
+        self._decoded[run.run_id] = _StoredRun(values[-1], run, values, incarnation)
 
     @staticmethod
     def _require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
@@ -223,26 +288,31 @@ class SqliteRunStore:
         transitions.check_sequence(checkpoint, latest, stored)
         return checkpoint.seq > latest
 
-    def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+    def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint,
+                incarnation: str | None = None) -> None:
         run_id, seq = checkpoint.run_id, checkpoint.seq
-        incarnation = self._incarnation(conn, run_id) or ""
+        if incarnation is None:
+            incarnation = self._incarnation(conn, run_id) or ""
         previous = self._saved.get(incarnation, seq - 1)
         if previous is None and seq > 1:
             # Another process (or an evicted entry) wrote seq - 1: rebuild it once.
             found = self._assemble(conn, run_id, seq - 1)
             previous = None if found is None else found[1]
         body, saved = encode_body(checkpoint, previous)
+        data = body.encode()
         conn.execute("INSERT INTO checkpoints (run_id, seq, attempt, created_at, body,"
                      " size_bytes, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (run_id, seq, checkpoint.attempt, checkpoint.created_at.isoformat(), body,
-                      len(body.encode()), _digest(body)))
+                      len(data), hashlib.sha256(data).hexdigest()))
         self._uncommitted.append((incarnation, saved))
 
     # -- reads ---------------------------------------------------------------
 
     def load_run(self, run_id: str) -> RunRecord | None:
         with self._read() as conn:
-            return self._run(conn, run_id)
+            run = self._run(conn, run_id)
+        # A copy: the decoded record is shared with later writes of this store.
+        return None if run is None else run.model_copy(deep=True)
 
     def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         with self._read() as conn:
@@ -351,14 +421,43 @@ class SqliteRunStore:
                         lease_expires_at: datetime | None = None) -> None:
         run_id = checkpoint.run_id
         with self._write() as conn:
-            latest = self._latest_seq(conn, run_id)
+            if self._save_from_cache(conn, checkpoint, expected_attempt, lease_expires_at):
+                return
+            run, incarnation, latest = self._row(conn, run_id)
             updated = transitions.next_checkpoint(
-                self._run(conn, run_id), checkpoint, expected_attempt=expected_attempt,
+                run, checkpoint, expected_attempt=expected_attempt,
                 lease_expires_at=lease_expires_at, latest_seq=latest,
                 stored_at_seq=self._stored_at(conn, run_id, checkpoint.seq, latest))
             if updated is not None:
-                self._append(conn, checkpoint)
+                self._append(conn, checkpoint, incarnation)
                 self._put_run(conn, updated, fence=expected_attempt)
+
+    def _save_from_cache(self, conn: sqlite3.Connection, checkpoint: Checkpoint,
+                         expected_attempt: int, lease_expires_at: datetime | None) -> bool:
+        """The owner's common case, without reading the run row: apply the rules to
+        the row as this store last wrote it, and write only if the row is still
+        that one (its checksum). Anything else takes the reading path, which
+        raises the authoritative error."""
+        cached = self._decoded.get(checkpoint.run_id)
+        if cached is None or checkpoint.seq != (cached.run.checkpoint_seq or 0) + 1:
+            return False
+        try:
+            updated = transitions.next_checkpoint(
+                cached.run, checkpoint, expected_attempt=expected_attempt,
+                lease_expires_at=lease_expires_at, latest_seq=checkpoint.seq - 1,
+                stored_at_seq=None)
+        except StoreError:
+            return False
+        if updated is None:
+            return False
+        try:
+            # Every checkpoint insert updates the run row in the same
+            # transaction, so an unchanged row means an unchanged latest seq.
+            self._put_run(conn, updated, fence=expected_attempt, expect=cached)
+        except _CacheMiss:
+            return False
+        self._append(conn, checkpoint, cached.incarnation)
+        return True
 
     def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
                     details: dict[str, Any], at: datetime,
