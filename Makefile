@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install dev run test lint clean
+.PHONY: install dev run test lint bench clean
 
 install: $(STAMP)
 
@@ -36,6 +36,16 @@ run: install
 
 test: dev lint
 	$(BIN)/pytest
+
+# Speed and storage, printed as ratios measured in one run (ours vs a raw
+# SQLite floor and vs LangGraph's SqliteSaver).
+bench: $(VENV)/.installed-bench
+	$(BIN)/python bench/step_overhead.py
+	$(BIN)/python bench/storage_growth.py
+
+$(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	@touch $(STAMP) $(DEV) $@
 
 lint: dev
 	$(BIN)/ruff check .

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -77,11 +78,18 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
-def _run_values(run: RunRecord) -> tuple[Any, ...]:
-    record = encode_record(run)
+# The fields of a run that never change after create_run: its definition.
+_DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
+                         "tenant", "options", "created_at"}
+
+
+def _run_values(run: RunRecord, before: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """The columns a run write sets, in _RUN_FIELDS order (all but the definition)."""
+    record = run.model_dump_json(exclude=_DEFINITION)
     lease = None if run.lease_expires_at is None else _micros(run.lease_expires_at)
+    created = before[4] if before is not None else _micros(run.created_at)
     return (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
-            _micros(run.created_at), record, _digest(record))
+            created, record, _digest(record))
 
 
 @dataclass(frozen=True)
@@ -155,10 +163,20 @@ class SqliteRunStore:
         except RecordDecodeError as error:
             raise CorruptRecord(f"{what} in {self.path} did not decode: {error}") from error
 
-    def _decode_run(self, run_id: str, text: object, checksum: object) -> RunRecord:
-        run = self._decode(RunRecord, text, checksum, f"run {run_id!r}")
+    def _decode_run(self, run_id: str, text: object, checksum: object, definition: object,
+                    definition_checksum: object) -> RunRecord:
+        what = f"run {run_id!r}"
+        state = self._verified(text, checksum, what)
+        fixed = self._verified(definition, definition_checksum, f"the definition of {what}")
+        try:
+            parts = json.loads(fixed), json.loads(state)
+            if not all(isinstance(part, dict) for part in parts):
+                raise ValueError("not a JSON object")
+            run = RunRecord.model_validate({**parts[0], **parts[1]})
+        except ValueError as error:  # JSON and pydantic validation errors alike
+            raise CorruptRecord(f"{what} in {self.path} did not decode: {error}") from error
         if run.run_id != run_id:
-            raise CorruptRecord(f"run {run_id!r} in {self.path} holds run {run.run_id!r}")
+            raise CorruptRecord(f"{what} in {self.path} holds run {run.run_id!r}")
         return run
 
     def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
@@ -168,12 +186,13 @@ class SqliteRunStore:
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
         """(run, incarnation, latest checkpoint seq) in one query: the hot path of a save."""
         row = conn.execute(
-            f"SELECT {_RUN_COLUMNS}, incarnation, (SELECT coalesce(max(seq), 0) FROM"
-            " checkpoints WHERE run_id = ?) FROM runs WHERE run_id = ?",
-            (run_id, run_id)).fetchone()
+            f"SELECT {_RUN_COLUMNS}, definition, definition_checksum, incarnation,"
+            " (SELECT coalesce(max(seq), 0) FROM checkpoints WHERE run_id = ?)"
+            " FROM runs WHERE run_id = ?", (run_id, run_id)).fetchone()
         if row is None:
             return None, None, 0
-        stored, (incarnation, latest) = tuple(row[:-2]), row[-2:]
+        stored = tuple(row[:len(_RUN_FIELDS)])
+        definition, definition_checksum, incarnation, latest = row[len(_RUN_FIELDS):]
         record, checksum = stored[-2], stored[-1]
         cached = self._decoded.get(run_id)
         if cached is not None and cached.checksum == checksum and self._verified(
@@ -182,7 +201,7 @@ class SqliteRunStore:
             # the checksum still matches the text): skip decoding it again.
             run = cached.run
         else:
-            run = self._decode_run(run_id, record, checksum)
+            run = self._decode_run(run_id, record, checksum, definition, definition_checksum)
         self._decoded[run_id] = _StoredRun(str(checksum), run, stored, str(incarnation))
         return run, str(incarnation), int(latest)
 
@@ -193,8 +212,8 @@ class SqliteRunStore:
         With `expect`, the row was not read in this transaction: the write applies
         only if the row is still exactly `expect` (its checksum), else `_CacheMiss`.
         """
-        values = _run_values(run)
         before = expect or self._decoded.get(run.run_id)
+        values = _run_values(run, None if before is None else before.values)
         old = before.values if before is not None else (None,) * len(values)
         # Set only the columns that changed: SQLite rewrites the entries of every
         # index whose columns an UPDATE sets, so an unchanged status or creation
@@ -367,7 +386,8 @@ class SqliteRunStore:
         # One more than a page tells whether another page follows.
         params.append(max(limit + 1, 0))
         with self._read() as conn:
-            rows = conn.execute("SELECT run_id, record, checksum FROM runs WHERE "
+            rows = conn.execute("SELECT run_id, record, checksum, definition,"
+                                " definition_checksum FROM runs WHERE "
                                 f"{' AND '.join(where)} ORDER BY run_id LIMIT ?",
                                 params).fetchall()
             found = [self._decode_run(*row) for row in rows]
@@ -397,9 +417,12 @@ class SqliteRunStore:
         with self._write() as conn:
             if self._incarnation(conn, run.run_id) is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
-            conn.execute(f"INSERT INTO runs (run_id, incarnation, {_RUN_COLUMNS})"
-                         f" VALUES (?, ?, {_RUN_VALUES})",
-                         (run.run_id, uuid.uuid4().hex, *_run_values(run)))
+            definition = run.model_dump_json(include=_DEFINITION)
+            conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
+                         f" definition_checksum, {_RUN_COLUMNS})"
+                         f" VALUES (?, ?, ?, ?, {_RUN_VALUES})",
+                         (run.run_id, uuid.uuid4().hex, definition, _digest(definition),
+                          *_run_values(run)))
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False) -> RunRecord:

@@ -28,10 +28,15 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # (UTC): exact, and ordered like the datetimes they come from.
         # `incarnation` is new for every create_run, so a delta cache entry
         # can never outlive a run that another process deleted and recreated.
+        # A run is stored in two parts: `definition` (manifest, variables,
+        # options...: written once by create_run) and `record` (status, lease,
+        # suspension...: rewritten by every state change and checkpoint), so a
+        # checkpoint never re-encodes or rewrites a run's manifest.
         """CREATE TABLE runs (
             run_id TEXT PRIMARY KEY, incarnation TEXT NOT NULL, status TEXT NOT NULL,
             attempt INTEGER NOT NULL, parent_run_id TEXT, lease_expires_at INTEGER,
-            created_at INTEGER NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL)""",
+            created_at INTEGER NOT NULL, definition TEXT NOT NULL,
+            definition_checksum TEXT NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL)""",
         "CREATE INDEX runs_by_lease ON runs (status, lease_expires_at)",
         "CREATE INDEX runs_by_created ON runs (status, created_at)",
         "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
