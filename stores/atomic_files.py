@@ -2,11 +2,13 @@
 
 A stored file is one header line and a body:
 
-    {"format": "agent-runtime-file/1", "meta": {...}, "sha256": "...", "size": N}\\n<body>
+    arf1 <size> <sha256> <meta JSON>\\n<body>
 
-`sha256` covers the canonical meta line, a newline and the body, so a flipped
-byte anywhere except in `format`/`size` (which are checked on their own) fails
-the checksum; `size` catches a truncated or torn file. Reading never repairs:
+`sha256` covers the canonical meta JSON, a newline and the body, so a flipped
+byte anywhere except in the format tag or `size` (which are checked on their
+own) fails the checksum; `size` catches a truncated or torn file. The header
+is plain words rather than JSON because every checkpoint file carries one: it
+is most of a small checkpoint's fixed cost on disk. Reading never repairs:
 every defect is a `CorruptRecord` naming the file.
 
 Writes go to a temp file in the target's directory, are fsynced, renamed onto
@@ -31,7 +33,7 @@ from pydantic import BaseModel
 from stores.base import CorruptRecord
 from stores.records import RecordDecodeError, decode_record, dumps
 
-FORMAT = "agent-runtime-file/1"
+FORMAT = "arf1"  # agent-runtime file, version 1
 _TEMP_SUFFIX = ".tmp"
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -43,9 +45,9 @@ def _digest(meta_line: bytes, body: bytes) -> str:
 def seal(body: str, meta: Mapping[str, Any]) -> bytes:
     """The stored bytes of `body` with its `meta` (small JSON scalars) and checksum."""
     data = body.encode()
-    header = {"format": FORMAT, "meta": dict(meta), "size": len(data),
-              "sha256": _digest(dumps(dict(meta)).encode(), data)}
-    return dumps(header).encode() + b"\n" + data
+    meta_line = dumps(dict(meta)).encode()
+    header = f"{FORMAT} {len(data)} {_digest(meta_line, data)} ".encode()
+    return header + meta_line + b"\n" + data
 
 
 def unseal(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
@@ -53,20 +55,24 @@ def unseal(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
     head, newline, body = data.partition(b"\n")
     if not newline:
         raise CorruptRecord(f"{path}: no header line ({len(data)} bytes; truncated?)")
-    try:
-        header = json.loads(head)
-    except ValueError as error:
-        raise CorruptRecord(f"{path}: header is not JSON ({error})") from error
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise CorruptRecord(f"{path}: not an {FORMAT} file")
-    meta, size, digest = header.get("meta"), header.get("size"), header.get("sha256")
-    if not isinstance(meta, dict) or not isinstance(size, int) or not isinstance(digest, str):
-        raise CorruptRecord(f"{path}: header lacks meta, size or sha256")
-    if len(body) != size:
+    parts = head.split(b" ", 3)
+    if len(parts) != 4 or parts[0] != FORMAT.encode():
+        raise CorruptRecord(f"{path}: not an agent-runtime {FORMAT} file")
+    size_text, digest, meta_line = parts[1], parts[2].decode("ascii", "replace"), parts[3]
+    if not size_text.isdigit():
+        raise CorruptRecord(f"{path}: header size {size_text!r} is not a number")
+    if len(body) != int(size_text):
         raise CorruptRecord(
-            f"{path}: body is {len(body)} bytes, header says {size} (truncated or torn write)")
-    if _digest(dumps(meta).encode(), body) != digest:
+            f"{path}: body is {len(body)} bytes, header says {int(size_text)} "
+            "(truncated or torn write)")
+    if _digest(meta_line, body) != digest:
         raise CorruptRecord(f"{path}: checksum mismatch")
+    try:
+        meta = json.loads(meta_line)
+    except ValueError as error:
+        raise CorruptRecord(f"{path}: header meta is not JSON ({error})") from error
+    if not isinstance(meta, dict):
+        raise CorruptRecord(f"{path}: header meta is not an object")
     try:
         return meta, body.decode()
     except UnicodeDecodeError as error:

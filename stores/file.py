@@ -30,6 +30,7 @@ guards the cache of saved checkpoint lists.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import threading
@@ -206,8 +207,9 @@ class FileRunStore:
         if previous is None and checkpoint.seq > 1:
             previous = self._assemble(checkpoint.run_id, checkpoint.seq - 1)[1]
         body, saved = encode_body(checkpoint, previous)
-        meta = {"seq": checkpoint.seq, "attempt": checkpoint.attempt,
-                "created_at": checkpoint.created_at.isoformat()}
+        # created_at is in the body's head; the header keeps only what
+        # list_checkpoints needs that the head may leave out (an unchanged attempt).
+        meta = {"seq": checkpoint.seq, "attempt": checkpoint.attempt}
         write_atomic(self._checkpoint_path(checkpoint.run_id, checkpoint.seq), seal(body, meta))
         return saved
 
@@ -261,14 +263,15 @@ class FileRunStore:
             state = _existing(found, run_id)
             infos = []
             for seq in range(1, state.latest_seq + 1):
-                meta, _, size = self._checkpoint_file(run_id, seq)
+                meta, body, size = self._checkpoint_file(run_id, seq)
                 try:
+                    head = json.loads(body).get("head", {})
                     infos.append(CheckpointInfo(seq=seq, attempt=meta.get("attempt"),
-                                                created_at=meta.get("created_at"),
+                                                created_at=head.get("created_at"),
                                                 size_bytes=size))
-                except ValidationError as error:
+                except (ValueError, AttributeError) as error:
                     raise CorruptRecord(f"{self._checkpoint_path(run_id, seq)}: bad header "
-                                        f"meta ({error.errors()[0]['msg']})") from error
+                                        f"or head ({error})") from error
             return infos
 
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
