@@ -9,7 +9,10 @@ block writers.
 
 Every stored record and checkpoint body carries the sha256 of its text; a
 mismatch or a decode failure raises `CorruptRecord` naming the damaged row.
-Checkpoints are stored as deltas (`stores.deltas`).
+Checkpoints are stored as deltas (`stores.deltas`). An owner's checkpoint is
+one fenced INSERT whose trigger moves the run's checkpoint columns (see
+`sqlite_schema`), so checkpointing every step costs little more than the raw
+write itself.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt, StoreError
+from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt
 from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
 from stores.records import (
     ApprovalDecision,
@@ -54,11 +57,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
 
 # What a run write sets: the record, its checksum, and beside them the fields
-# list_runs filters on, so the filters are indexed SQL.
-_RUN_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at", "record",
-               "checksum")
+# list_runs filters on (so the filters are indexed SQL) and the fields a
+# checkpoint moves (so a checkpoint is one INSERT; see sqlite_schema).
+_RUN_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at",
+               "checkpoint_seq", "consumed_tokens", "updated_at", "record", "checksum")
 _RUN_COLUMNS = ", ".join(_RUN_FIELDS)
 _RUN_VALUES = ", ".join("?" * len(_RUN_FIELDS))
+_CREATED = _RUN_FIELDS.index("created_at")
+_ALWAYS_SET = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at", "checksum"}
+_CHECKPOINT_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
+                       " body, size_bytes, checksum")
+_CHECKPOINT_VALUES = ", ".join("?" * 9)
 
 # The records a run owns besides checkpoints: table, key column, name in errors.
 _OWNED: dict[type[BaseModel], tuple[str, str, str]] = {
@@ -78,32 +87,36 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
+def _moment(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
 # The fields of a run that never change after create_run: its definition.
 _DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
                          "tenant", "options", "created_at"}
+# The fields kept in columns rather than in the record's JSON.
+_COLUMNS_ONLY = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at"}
+_NOT_IN_RECORD = _DEFINITION | _COLUMNS_ONLY
 
 
 def _run_values(run: RunRecord, before: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
     """The columns a run write sets, in _RUN_FIELDS order (all but the definition)."""
-    record = run.model_dump_json(exclude=_DEFINITION)
+    record = run.model_dump_json(exclude=_NOT_IN_RECORD)
     lease = None if run.lease_expires_at is None else _micros(run.lease_expires_at)
-    created = before[4] if before is not None else _micros(run.created_at)
+    created = before[_CREATED] if before is not None else _micros(run.created_at)
     return (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
-            created, record, _digest(record))
+            created, run.checkpoint_seq or 0, run.consumed_tokens, _micros(run.updated_at),
+            record, _digest(record))
 
 
 @dataclass(frozen=True)
 class _StoredRun:
     """A run row as this store last read or wrote it, decoded."""
 
-    checksum: str
+    checksum: str  # of the record JSON: while it matches, `run` needs no decoding
     run: RunRecord
     values: tuple[Any, ...]  # the row's columns, in _RUN_FIELDS order
     incarnation: str
-
-
-class _CacheMiss(Exception):
-    """The run row changed since this store last saw it."""
 
 
 class SqliteRunStore:
@@ -165,6 +178,7 @@ class SqliteRunStore:
 
     def _decode_run(self, run_id: str, text: object, checksum: object, definition: object,
                     definition_checksum: object) -> RunRecord:
+        """The run from its definition and record JSON (columns applied by the caller)."""
         what = f"run {run_id!r}"
         state = self._verified(text, checksum, what)
         fixed = self._verified(definition, definition_checksum, f"the definition of {what}")
@@ -179,56 +193,60 @@ class SqliteRunStore:
             raise CorruptRecord(f"{what} in {self.path} holds run {run.run_id!r}")
         return run
 
+    def _with_columns(self, run: RunRecord, values: tuple[Any, ...]) -> RunRecord:
+        """The run with the fields a checkpoint moves, as its columns hold them."""
+        row = dict(zip(_RUN_FIELDS, values, strict=True))
+        try:
+            return run.model_copy(update={
+                "lease_expires_at": _moment(row["lease_expires_at"]),
+                "checkpoint_seq": int(row["checkpoint_seq"]) or None,
+                "consumed_tokens": int(row["consumed_tokens"]),
+                "updated_at": _moment(int(row["updated_at"])),
+            })
+        except (TypeError, ValueError, OverflowError) as error:
+            raise CorruptRecord(f"run {run.run_id!r} in {self.path}: its columns did not "
+                                f"decode: {error}") from error
+
     def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         return self._row(conn, run_id)[0]
 
     def _row(self, conn: sqlite3.Connection,
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
-        """(run, incarnation, latest checkpoint seq) in one query: the hot path of a save."""
+        """(run, incarnation, latest checkpoint seq) in one query."""
         row = conn.execute(
-            f"SELECT {_RUN_COLUMNS}, definition, definition_checksum, incarnation,"
-            " (SELECT coalesce(max(seq), 0) FROM checkpoints WHERE run_id = ?)"
-            " FROM runs WHERE run_id = ?", (run_id, run_id)).fetchone()
+            f"SELECT {_RUN_COLUMNS}, definition, definition_checksum, incarnation"
+            " FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return None, None, 0
         stored = tuple(row[:len(_RUN_FIELDS)])
-        definition, definition_checksum, incarnation, latest = row[len(_RUN_FIELDS):]
+        definition, definition_checksum, incarnation = row[len(_RUN_FIELDS):]
         record, checksum = stored[-2], stored[-1]
         cached = self._decoded.get(run_id)
         if cached is not None and cached.checksum == checksum and self._verified(
                 record, checksum, f"run {run_id!r}"):
             # The stored text is the text we last decoded (same checksum, and
             # the checksum still matches the text): skip decoding it again.
-            run = cached.run
+            base = cached.run
         else:
-            run = self._decode_run(run_id, record, checksum, definition, definition_checksum)
+            base = self._decode_run(run_id, record, checksum, definition, definition_checksum)
+        run = self._with_columns(base, stored)
         self._decoded[run_id] = _StoredRun(str(checksum), run, stored, str(incarnation))
-        return run, str(incarnation), int(latest)
+        return run, str(incarnation), run.checkpoint_seq or 0
 
-    def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int,
-                 expect: _StoredRun | None = None) -> None:
-        """Write the run back; `fence` is the attempt of the row this transaction read.
-
-        With `expect`, the row was not read in this transaction: the write applies
-        only if the row is still exactly `expect` (its checksum), else `_CacheMiss`.
-        """
-        before = expect or self._decoded.get(run.run_id)
+    def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
+        """Write the run back; `fence` is the attempt of the row this transaction read."""
+        before = self._decoded.get(run.run_id)
         values = _run_values(run, None if before is None else before.values)
         old = before.values if before is not None else (None,) * len(values)
         # Set only the columns that changed: SQLite rewrites the entries of every
         # index whose columns an UPDATE sets, so an unchanged status or creation
-        # time must not be named, or each checkpoint dirties three index pages.
-        # The checksum is always set: it is in no index, and an UPDATE needs one column.
+        # time must not be named. The columns a checkpoint moves are always set:
+        # a checkpoint inserted in this transaction moved them after the read.
         changed = [i for i, value in enumerate(values)
-                   if value != old[i] or _RUN_FIELDS[i] == "checksum"]
+                   if value != old[i] or _RUN_FIELDS[i] in _ALWAYS_SET]
         assignments = ", ".join(f"{_RUN_FIELDS[i]} = ?" for i in changed)
-        condition = "run_id = ? AND attempt = ?" + (" AND checksum = ?" if expect else "")
-        cursor = conn.execute(
-            f"UPDATE runs SET {assignments} WHERE {condition}",
-            (*(values[i] for i in changed), run.run_id, fence,
-             *((expect.checksum,) if expect else ())))
-        if expect is not None and cursor.rowcount != 1:
-            raise _CacheMiss()
+        cursor = conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? AND attempt = ?",
+                              (*(values[i] for i in changed), run.run_id, fence))
         self._require_fenced(cursor, run.run_id, fence)
         # Keyed by checksum: a rolled-back write leaves an entry that no stored
         # row matches, so it is never used.
@@ -294,6 +312,16 @@ class SqliteRunStore:
                                    " WHERE run_id = ?", (run_id,)).fetchone()[0]
         return latest
 
+    @staticmethod
+    def _checkpoint_row(checkpoint: Checkpoint, body: str,
+                        lease_expires_at: datetime | None) -> tuple[Any, ...]:
+        data = body.encode()
+        return (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
+                _micros(checkpoint.created_at),
+                None if lease_expires_at is None else _micros(lease_expires_at),
+                checkpoint.budget.consumed_tokens, body, len(data),
+                hashlib.sha256(data).hexdigest())
+
     def _stored_at(self, conn: sqlite3.Connection, run_id: str, seq: int,
                    latest: int) -> Checkpoint | None:
         # Only a re-save reads an old checkpoint back; a new seq costs no read.
@@ -308,7 +336,7 @@ class SqliteRunStore:
         return checkpoint.seq > latest
 
     def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint,
-                incarnation: str | None = None) -> None:
+                incarnation: str | None = None, lease_expires_at: datetime | None = None) -> None:
         run_id, seq = checkpoint.run_id, checkpoint.seq
         if incarnation is None:
             incarnation = self._incarnation(conn, run_id) or ""
@@ -318,11 +346,9 @@ class SqliteRunStore:
             found = self._assemble(conn, run_id, seq - 1)
             previous = None if found is None else found[1]
         body, saved = encode_body(checkpoint, previous)
-        data = body.encode()
-        conn.execute("INSERT INTO checkpoints (run_id, seq, attempt, created_at, body,"
-                     " size_bytes, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (run_id, seq, checkpoint.attempt, checkpoint.created_at.isoformat(), body,
-                      len(data), hashlib.sha256(data).hexdigest()))
+        conn.execute(f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS}) VALUES"
+                     f" ({_CHECKPOINT_VALUES})",
+                     self._checkpoint_row(checkpoint, body, lease_expires_at))
         self._uncommitted.append((incarnation, saved))
 
     # -- reads ---------------------------------------------------------------
@@ -357,9 +383,9 @@ class SqliteRunStore:
                                 " WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
         try:
             return [CheckpointInfo(seq=seq, attempt=attempt, size_bytes=size,
-                                   created_at=datetime.fromisoformat(created_at))
+                                   created_at=_moment(created_at))
                     for seq, attempt, created_at, size in rows]
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, OverflowError) as error:
             raise CorruptRecord(f"checkpoint list of run {run_id!r} in {self.path} "
                                 f"did not decode: {error}") from error
 
@@ -386,11 +412,12 @@ class SqliteRunStore:
         # One more than a page tells whether another page follows.
         params.append(max(limit + 1, 0))
         with self._read() as conn:
-            rows = conn.execute("SELECT run_id, record, checksum, definition,"
-                                " definition_checksum FROM runs WHERE "
-                                f"{' AND '.join(where)} ORDER BY run_id LIMIT ?",
-                                params).fetchall()
-            found = [self._decode_run(*row) for row in rows]
+            rows = conn.execute(f"SELECT run_id, definition, definition_checksum, {_RUN_COLUMNS}"
+                                f" FROM runs WHERE {' AND '.join(where)} ORDER BY run_id"
+                                " LIMIT ?", params).fetchall()
+            found = [self._with_columns(
+                self._decode_run(row[0], row[-2], row[-1], row[1], row[2]), tuple(row[3:]))
+                for row in rows]
         for run in found:
             # The filter columns are written with the record, so a disagreement
             # means the row was altered outside this store.
@@ -443,43 +470,48 @@ class SqliteRunStore:
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
         run_id = checkpoint.run_id
-        with self._write() as conn:
-            if self._save_from_cache(conn, checkpoint, expected_attempt, lease_expires_at):
+        with self._lock:
+            if self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at):
                 return
+        with self._write() as conn:
             run, incarnation, latest = self._row(conn, run_id)
             updated = transitions.next_checkpoint(
                 run, checkpoint, expected_attempt=expected_attempt,
                 lease_expires_at=lease_expires_at, latest_seq=latest,
                 stored_at_seq=self._stored_at(conn, run_id, checkpoint.seq, latest))
             if updated is not None:
-                self._append(conn, checkpoint, incarnation)
+                self._append(conn, checkpoint, incarnation, lease_expires_at)
                 self._put_run(conn, updated, fence=expected_attempt)
 
-    def _save_from_cache(self, conn: sqlite3.Connection, checkpoint: Checkpoint,
-                         expected_attempt: int, lease_expires_at: datetime | None) -> bool:
-        """The owner's common case, without reading the run row: apply the rules to
-        the row as this store last wrote it, and write only if the row is still
-        that one (its checksum). Anything else takes the reading path, which
-        raises the authoritative error."""
-        cached = self._decoded.get(checkpoint.run_id)
-        if cached is None or checkpoint.seq != (cached.run.checkpoint_seq or 0) + 1:
+    def _save_in_one_statement(self, checkpoint: Checkpoint, expected_attempt: int,
+                               lease_expires_at: datetime | None) -> bool:
+        """The owner's common case as one atomic INSERT (the trigger moves the run).
+
+        It applies only when the run is the one this store knows (incarnation),
+        running at `expected_attempt` with `seq - 1` its latest checkpoint, and
+        this store holds that checkpoint's lists to encode the delta against.
+        Anything else returns False for the reading path, which raises the
+        authoritative error or handles an identical re-save.
+        """
+        known = self._decoded.get(checkpoint.run_id)
+        if known is None:
             return False
+        previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
+        if previous is None and checkpoint.seq != 1:
+            return False
+        body, saved = encode_body(checkpoint, previous)
         try:
-            updated = transitions.next_checkpoint(
-                cached.run, checkpoint, expected_attempt=expected_attempt,
-                lease_expires_at=lease_expires_at, latest_seq=checkpoint.seq - 1,
-                stored_at_seq=None)
-        except StoreError:
+            cursor = self._conn.execute(
+                f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS}) SELECT {_CHECKPOINT_VALUES}"
+                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND incarnation = ? AND"
+                " attempt = ? AND status = 'running' AND checkpoint_seq = ?)",
+                (*self._checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
+                 known.incarnation, expected_attempt, checkpoint.seq - 1))
+        except sqlite3.IntegrityError:
             return False
-        if updated is None:
+        if cursor.rowcount != 1:
             return False
-        try:
-            # Every checkpoint insert updates the run row in the same
-            # transaction, so an unchanged row means an unchanged latest seq.
-            self._put_run(conn, updated, fence=expected_attempt, expect=cached)
-        except _CacheMiss:
-            return False
-        self._append(conn, checkpoint, cached.incarnation)
+        self._saved.put(known.incarnation, saved)
         return True
 
     def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,

@@ -24,27 +24,45 @@ from stores.records import utc_now
 # break the all-or-nothing migration under BEGIN IMMEDIATE.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
-        # Times that SQL compares are integer microseconds since the epoch
-        # (UTC): exact, and ordered like the datetimes they come from.
-        # `incarnation` is new for every create_run, so a delta cache entry
-        # can never outlive a run that another process deleted and recreated.
-        # A run is stored in two parts: `definition` (manifest, variables,
-        # options...: written once by create_run) and `record` (status, lease,
-        # suspension...: rewritten by every state change and checkpoint), so a
-        # checkpoint never re-encodes or rewrites a run's manifest.
+        # Times are integer microseconds since the epoch (UTC): exact, and
+        # ordered like the datetimes they come from. `incarnation` is new for
+        # every create_run, so a delta cache entry can never outlive a run that
+        # another process deleted and recreated.
+        #
+        # A run row holds three parts: `definition` (manifest, variables,
+        # options...: written once by create_run), `record` (status,
+        # suspension, output...: written by state changes), and the columns a
+        # checkpoint moves (checkpoint_seq, consumed_tokens, lease_expires_at,
+        # updated_at). A checkpoint is then one INSERT: the trigger below moves
+        # those columns in the same statement, so an owner's save is a single
+        # atomic statement and never re-encodes or rewrites the rest.
         """CREATE TABLE runs (
             run_id TEXT PRIMARY KEY, incarnation TEXT NOT NULL, status TEXT NOT NULL,
             attempt INTEGER NOT NULL, parent_run_id TEXT, lease_expires_at INTEGER,
-            created_at INTEGER NOT NULL, definition TEXT NOT NULL,
-            definition_checksum TEXT NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL)""",
-        "CREATE INDEX runs_by_lease ON runs (status, lease_expires_at)",
+            created_at INTEGER NOT NULL, checkpoint_seq INTEGER NOT NULL,
+            consumed_tokens INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+            definition TEXT NOT NULL, definition_checksum TEXT NOT NULL,
+            record TEXT NOT NULL, checksum TEXT NOT NULL)""",
+
+        # No index on the lease: every checkpoint moves it, and an index entry
+        # moved per checkpoint costs a page write per commit. The reconciler's
+        # query (running runs whose lease expired) reads the running runs through
+        # the status prefix of this index instead; they are few.
         "CREATE INDEX runs_by_created ON runs (status, created_at)",
         "CREATE INDEX runs_by_parent ON runs (parent_run_id)",
         """CREATE TABLE checkpoints (
             run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL, attempt INTEGER NOT NULL, created_at TEXT NOT NULL,
+            seq INTEGER NOT NULL, attempt INTEGER NOT NULL, created_at INTEGER NOT NULL,
+            lease_expires_at INTEGER, consumed_tokens INTEGER NOT NULL,
             body TEXT NOT NULL, size_bytes INTEGER NOT NULL, checksum TEXT NOT NULL,
             PRIMARY KEY (run_id, seq))""",
+        # The lease moves only when the save renews it (a null keeps it).
+        """CREATE TRIGGER checkpoint_moves_run AFTER INSERT ON checkpoints BEGIN
+            UPDATE runs SET checkpoint_seq = NEW.seq, consumed_tokens = NEW.consumed_tokens,
+                updated_at = NEW.created_at,
+                lease_expires_at = coalesce(NEW.lease_expires_at, lease_expires_at)
+            WHERE run_id = NEW.run_id AND NEW.seq > checkpoint_seq;
+        END""",
         """CREATE TABLE effects (
             run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
             key TEXT NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL,
@@ -56,7 +74,6 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
-PAGE_SIZE = 1024
 
 
 @contextlib.contextmanager
@@ -119,15 +136,6 @@ def connect(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlite
                            check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
-        # Before the first table exists (a no-op afterwards): every commit
-        # appends whole pages to the WAL, and a checkpoint commit dirties about
-        # four (the new checkpoint row, its index, the run row and its lease
-        # index). Small pages make each commit's write, and its fsync, several
-        # times smaller; large checkpoint bodies simply span more pages.
-        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-        # SQLite's default checkpoints the WAL every 1000 pages (4 MB of 4 KB
-        # pages); keep that size in bytes rather than checkpoint four times as often.
-        conn.execute(f"PRAGMA wal_autocheckpoint = {4 * 1024 * 1024 // PAGE_SIZE}")
         mode = _enable_wal(conn, busy_timeout_seconds)
         if str(mode).lower() != "wal":
             raise StoreError(f"{path} cannot use WAL journaling (got {mode!r}); "
