@@ -18,15 +18,12 @@ write itself.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import sqlite3
 import threading
 import uuid
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -49,74 +46,34 @@ from stores.records import (
     decode_record,
     encode_record,
 )
+from stores.sqlite_rows import (
+    ALWAYS_SET,
+    CHECKPOINT_COLUMNS,
+    CHECKPOINT_VALUES,
+    DEFINITION,
+    MAX_SEQ,
+    RUN_COLUMNS,
+    RUN_FIELDS,
+    RUN_VALUES,
+    StoredRun,
+    checkpoint_row,
+    decode_run,
+    digest,
+    micros,
+    moment,
+    run_values,
+    verified,
+    with_columns,
+)
 from stores.sqlite_schema import connect, transaction
 
 R = TypeVar("R", bound=BaseModel)
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
-
-# What a run write sets: the record, its checksum, and beside them the fields
-# list_runs filters on (so the filters are indexed SQL) and the fields a
-# checkpoint moves (so a checkpoint is one INSERT; see sqlite_schema).
-_RUN_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at",
-               "checkpoint_seq", "consumed_tokens", "updated_at", "record", "checksum")
-_RUN_COLUMNS = ", ".join(_RUN_FIELDS)
-_RUN_VALUES = ", ".join("?" * len(_RUN_FIELDS))
-_CREATED = _RUN_FIELDS.index("created_at")
-_ALWAYS_SET = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at", "checksum"}
-_CHECKPOINT_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
-                       " body, size_bytes, checksum")
-_CHECKPOINT_VALUES = ", ".join("?" * 9)
 
 # The records a run owns besides checkpoints: table, key column, name in errors.
 _OWNED: dict[type[BaseModel], tuple[str, str, str]] = {
     EffectRecord: ("effects", "key", "effect"),
     ApprovalDecision: ("approvals", "approval_id", "approval"),
 }
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _micros(moment: datetime) -> int:
-    """Microseconds since the epoch; a naive datetime is taken as UTC."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - _EPOCH) // timedelta(microseconds=1)
-
-
-def _moment(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
-
-
-# The fields of a run that never change after create_run: its definition.
-_DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
-                         "tenant", "options", "created_at"}
-# The fields kept in columns rather than in the record's JSON.
-_COLUMNS_ONLY = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at"}
-_NOT_IN_RECORD = _DEFINITION | _COLUMNS_ONLY
-
-
-def _run_values(run: RunRecord, before: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
-    """The columns a run write sets, in _RUN_FIELDS order (all but the definition)."""
-    record = run.model_dump_json(exclude=_NOT_IN_RECORD)
-    lease = None if run.lease_expires_at is None else _micros(run.lease_expires_at)
-    created = before[_CREATED] if before is not None else _micros(run.created_at)
-    return (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
-            created, run.checkpoint_seq or 0, run.consumed_tokens, _micros(run.updated_at),
-            record, _digest(record))
-
-
-@dataclass(frozen=True)
-class _StoredRun:
-    """A run row as this store last read or wrote it, decoded."""
-
-    checksum: str  # of the record JSON: while it matches, `run` needs no decoding
-    run: RunRecord
-    values: tuple[Any, ...]  # the row's columns, in _RUN_FIELDS order
-    incarnation: str
 
 
 class SqliteRunStore:
@@ -141,7 +98,7 @@ class SqliteRunStore:
         # mutated in place (transitions copy them), so sharing one is safe.
         # With it, the column values it was stored with, so an update can set
         # only what changed.
-        self._decoded: dict[str, _StoredRun] = {}
+        self._decoded: dict[str, StoredRun] = {}
         # Lists appended in the open write transaction, cached only once it commits.
         self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
@@ -165,9 +122,12 @@ class SqliteRunStore:
             self._uncommitted.clear()
 
     def _verified(self, text: object, checksum: object, what: str) -> str:
-        if not isinstance(text, str) or _digest(text) != checksum:
-            raise CorruptRecord(f"{what} in {self.path} failed its checksum")
-        return text
+        return verified(self.path, text, checksum, what)
+
+    def _decode_run_row(self, run_id: str, text: object, checksum: object, definition: object,
+                        definition_checksum: object) -> RunRecord:
+        return decode_run(self.path, run_id, text=text, checksum=checksum, definition=definition,
+                          definition_checksum=definition_checksum)
 
     def _decode(self, model: type[R], text: object, checksum: object, what: str) -> R:
         stored = self._verified(text, checksum, what)
@@ -176,37 +136,6 @@ class SqliteRunStore:
         except RecordDecodeError as error:
             raise CorruptRecord(f"{what} in {self.path} did not decode: {error}") from error
 
-    def _decode_run(self, run_id: str, text: object, checksum: object, definition: object,
-                    definition_checksum: object) -> RunRecord:
-        """The run from its definition and record JSON (columns applied by the caller)."""
-        what = f"run {run_id!r}"
-        state = self._verified(text, checksum, what)
-        fixed = self._verified(definition, definition_checksum, f"the definition of {what}")
-        try:
-            parts = json.loads(fixed), json.loads(state)
-            if not all(isinstance(part, dict) for part in parts):
-                raise ValueError("not a JSON object")
-            run = RunRecord.model_validate({**parts[0], **parts[1]})
-        except ValueError as error:  # JSON and pydantic validation errors alike
-            raise CorruptRecord(f"{what} in {self.path} did not decode: {error}") from error
-        if run.run_id != run_id:
-            raise CorruptRecord(f"{what} in {self.path} holds run {run.run_id!r}")
-        return run
-
-    def _with_columns(self, run: RunRecord, values: tuple[Any, ...]) -> RunRecord:
-        """The run with the fields a checkpoint moves, as its columns hold them."""
-        row = dict(zip(_RUN_FIELDS, values, strict=True))
-        try:
-            return run.model_copy(update={
-                "lease_expires_at": _moment(row["lease_expires_at"]),
-                "checkpoint_seq": int(row["checkpoint_seq"]) or None,
-                "consumed_tokens": int(row["consumed_tokens"]),
-                "updated_at": _moment(int(row["updated_at"])),
-            })
-        except (TypeError, ValueError, OverflowError) as error:
-            raise CorruptRecord(f"run {run.run_id!r} in {self.path}: its columns did not "
-                                f"decode: {error}") from error
-
     def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         return self._row(conn, run_id)[0]
 
@@ -214,12 +143,12 @@ class SqliteRunStore:
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
         """(run, incarnation, latest checkpoint seq) in one query."""
         row = conn.execute(
-            f"SELECT {_RUN_COLUMNS}, definition, definition_checksum, incarnation"
+            f"SELECT {RUN_COLUMNS}, definition, definition_checksum, incarnation"
             " FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return None, None, 0
-        stored = tuple(row[:len(_RUN_FIELDS)])
-        definition, definition_checksum, incarnation = row[len(_RUN_FIELDS):]
+        stored = tuple(row[:len(RUN_FIELDS)])
+        definition, definition_checksum, incarnation = row[len(RUN_FIELDS):]
         record, checksum = stored[-2], stored[-1]
         cached = self._decoded.get(run_id)
         if cached is not None and cached.checksum == checksum and self._verified(
@@ -228,30 +157,30 @@ class SqliteRunStore:
             # the checksum still matches the text): skip decoding it again.
             base = cached.run
         else:
-            base = self._decode_run(run_id, record, checksum, definition, definition_checksum)
-        run = self._with_columns(base, stored)
-        self._decoded[run_id] = _StoredRun(str(checksum), run, stored, str(incarnation))
+            base = self._decode_run_row(run_id, record, checksum, definition, definition_checksum)
+        run = with_columns(self.path, base, stored)
+        self._decoded[run_id] = StoredRun(str(checksum), run, stored, str(incarnation))
         return run, str(incarnation), run.checkpoint_seq or 0
 
     def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
         """Write the run back; `fence` is the attempt of the row this transaction read."""
         before = self._decoded.get(run.run_id)
-        values = _run_values(run, None if before is None else before.values)
+        values = run_values(run, None if before is None else before.values)
         old = before.values if before is not None else (None,) * len(values)
         # Set only the columns that changed: SQLite rewrites the entries of every
         # index whose columns an UPDATE sets, so an unchanged status or creation
         # time must not be named. The columns a checkpoint moves are always set:
         # a checkpoint inserted in this transaction moved them after the read.
         changed = [i for i, value in enumerate(values)
-                   if value != old[i] or _RUN_FIELDS[i] in _ALWAYS_SET]
-        assignments = ", ".join(f"{_RUN_FIELDS[i]} = ?" for i in changed)
+                   if value != old[i] or RUN_FIELDS[i] in ALWAYS_SET]
+        assignments = ", ".join(f"{RUN_FIELDS[i]} = ?" for i in changed)
         cursor = conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? AND attempt = ?",
                               (*(values[i] for i in changed), run.run_id, fence))
         self._require_fenced(cursor, run.run_id, fence)
         # Keyed by checksum: a rolled-back write leaves an entry that no stored
         # row matches, so it is never used.
         incarnation = before.incarnation if before is not None else ""
-        self._decoded[run.run_id] = _StoredRun(values[-1], run, values, incarnation)
+        self._decoded[run.run_id] = StoredRun(values[-1], run, values, incarnation)
 
     @staticmethod
     def _require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
@@ -281,7 +210,7 @@ class SqliteRunStore:
     def _assemble(self, conn: sqlite3.Connection, run_id: str,
                   seq: int | None) -> tuple[Checkpoint, SavedLists] | None:
         """The checkpoint at `seq` (latest when None) from every body up to it."""
-        last = _MAX_SEQ if seq is None else seq
+        last = MAX_SEQ if seq is None else seq
         rows = conn.execute("SELECT seq, body, checksum FROM checkpoints WHERE run_id = ?"
                             " AND seq <= ? ORDER BY seq", (run_id, last)).fetchall()
         if not rows or (seq is not None and rows[-1][0] != seq):
@@ -312,16 +241,6 @@ class SqliteRunStore:
                                    " WHERE run_id = ?", (run_id,)).fetchone()[0]
         return latest
 
-    @staticmethod
-    def _checkpoint_row(checkpoint: Checkpoint, body: str,
-                        lease_expires_at: datetime | None) -> tuple[Any, ...]:
-        data = body.encode()
-        return (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
-                _micros(checkpoint.created_at),
-                None if lease_expires_at is None else _micros(lease_expires_at),
-                checkpoint.budget.consumed_tokens, body, len(data),
-                hashlib.sha256(data).hexdigest())
-
     def _stored_at(self, conn: sqlite3.Connection, run_id: str, seq: int,
                    latest: int) -> Checkpoint | None:
         # Only a re-save reads an old checkpoint back; a new seq costs no read.
@@ -346,9 +265,9 @@ class SqliteRunStore:
             found = self._assemble(conn, run_id, seq - 1)
             previous = None if found is None else found[1]
         body, saved = encode_body(checkpoint, previous)
-        conn.execute(f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS}) VALUES"
-                     f" ({_CHECKPOINT_VALUES})",
-                     self._checkpoint_row(checkpoint, body, lease_expires_at))
+        conn.execute(f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES"
+                     f" ({CHECKPOINT_VALUES})",
+                     checkpoint_row(checkpoint, body, lease_expires_at))
         self._uncommitted.append((incarnation, saved))
 
     # -- reads ---------------------------------------------------------------
@@ -383,7 +302,7 @@ class SqliteRunStore:
                                 " WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
         try:
             return [CheckpointInfo(seq=seq, attempt=attempt, size_bytes=size,
-                                   created_at=_moment(created_at))
+                                   created_at=moment(created_at))
                     for seq, attempt, created_at, size in rows]
         except (ValueError, TypeError, OverflowError) as error:
             raise CorruptRecord(f"checkpoint list of run {run_id!r} in {self.path} "
@@ -405,18 +324,18 @@ class SqliteRunStore:
         if lease_expired_before is not None:
             where.append("((status = 'running' AND lease_expires_at < ?)"
                          " OR (status = 'created' AND created_at < ?))")
-            params.extend([_micros(lease_expired_before)] * 2)
+            params.extend([micros(lease_expired_before)] * 2)
         if cursor is not None:
             where.append("run_id > ?")
             params.append(cursor)
         # One more than a page tells whether another page follows.
         params.append(max(limit + 1, 0))
         with self._read() as conn:
-            rows = conn.execute(f"SELECT run_id, definition, definition_checksum, {_RUN_COLUMNS}"
+            rows = conn.execute(f"SELECT run_id, definition, definition_checksum, {RUN_COLUMNS}"
                                 f" FROM runs WHERE {' AND '.join(where)} ORDER BY run_id"
                                 " LIMIT ?", params).fetchall()
-            found = [self._with_columns(
-                self._decode_run(row[0], row[-2], row[-1], row[1], row[2]), tuple(row[3:]))
+            found = [with_columns(self.path,
+                self._decode_run_row(row[0], row[-2], row[-1], row[1], row[2]), tuple(row[3:]))
                 for row in rows]
         for run in found:
             # The filter columns are written with the record, so a disagreement
@@ -444,12 +363,12 @@ class SqliteRunStore:
         with self._write() as conn:
             if self._incarnation(conn, run.run_id) is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
-            definition = run.model_dump_json(include=_DEFINITION)
+            definition = run.model_dump_json(include=DEFINITION)
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
-                         f" definition_checksum, {_RUN_COLUMNS})"
-                         f" VALUES (?, ?, ?, ?, {_RUN_VALUES})",
-                         (run.run_id, uuid.uuid4().hex, definition, _digest(definition),
-                          *_run_values(run)))
+                         f" definition_checksum, {RUN_COLUMNS})"
+                         f" VALUES (?, ?, ?, ?, {RUN_VALUES})",
+                         (run.run_id, uuid.uuid4().hex, definition, digest(definition),
+                          *run_values(run)))
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False) -> RunRecord:
@@ -502,10 +421,10 @@ class SqliteRunStore:
         body, saved = encode_body(checkpoint, previous)
         try:
             cursor = self._conn.execute(
-                f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS}) SELECT {_CHECKPOINT_VALUES}"
+                f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) SELECT {CHECKPOINT_VALUES}"
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND incarnation = ? AND"
                 " attempt = ? AND status = 'running' AND checkpoint_seq = ?)",
-                (*self._checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
+                (*checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
                  known.incarnation, expected_attempt, checkpoint.seq - 1))
         except sqlite3.IntegrityError:
             return False
@@ -572,7 +491,7 @@ class SqliteRunStore:
             updated, decision = change
             record = encode_record(decision)
             conn.execute("INSERT INTO approvals (run_id, approval_id, record, checksum)"
-                         " VALUES (?, ?, ?, ?)", (run_id, approval_id, record, _digest(record)))
+                         " VALUES (?, ?, ?, ?)", (run_id, approval_id, record, digest(record)))
             self._put_run(conn, updated, fence=updated.attempt)
 
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
@@ -589,7 +508,7 @@ class SqliteRunStore:
             cursor = conn.execute(
                 "INSERT INTO effects (run_id, key, record, checksum) SELECT ?, ?, ?, ?"
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND attempt = ?)",
-                (run_id, key, record, _digest(record), run_id, expected_attempt))
+                (run_id, key, record, digest(record), run_id, expected_attempt))
             self._require_fenced(cursor, run_id, expected_attempt)
             return decode_record(EffectRecord, record)
 
@@ -605,7 +524,7 @@ class SqliteRunStore:
             cursor = conn.execute(
                 "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
                 " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",
-                (record, _digest(record), run_id, key, run_id, expected_attempt))
+                (record, digest(record), run_id, key, run_id, expected_attempt))
             self._require_fenced(cursor, run_id, expected_attempt)
 
     def delete_run(self, run_id: str) -> None:

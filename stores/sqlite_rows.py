@@ -1,0 +1,129 @@
+"""How SqliteRunStore maps runs and checkpoints to rows, and back.
+
+A run row holds the run's definition (written once), its record JSON (written
+by state changes) and, as plain columns, the fields list_runs filters on and
+the fields a checkpoint moves (see `sqlite_schema`). Times are integer
+microseconds since the epoch. Every text carries its sha256; a mismatch or a
+decode failure is `CorruptRecord` naming the row, never a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from stores.base import CorruptRecord
+from stores.records import Checkpoint, RunRecord
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
+
+# What a run write sets: the record, its checksum, and beside them the fields
+# list_runs filters on (so the filters are indexed SQL) and the fields a
+# checkpoint moves (so a checkpoint is one INSERT; see sqlite_schema).
+RUN_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at",
+              "checkpoint_seq", "consumed_tokens", "updated_at", "record", "checksum")
+RUN_COLUMNS = ", ".join(RUN_FIELDS)
+RUN_VALUES = ", ".join("?" * len(RUN_FIELDS))
+CREATED = RUN_FIELDS.index("created_at")
+ALWAYS_SET = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at", "checksum"}
+CHECKPOINT_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
+                      " body, size_bytes, checksum")
+CHECKPOINT_VALUES = ", ".join("?" * 9)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def micros(at: datetime) -> int:
+    """Microseconds since the epoch; a naive datetime is taken as UTC."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (at - EPOCH) // timedelta(microseconds=1)
+
+
+def moment(value: int | None) -> datetime | None:
+    """The datetime of a microseconds value; None stays None."""
+    return None if value is None else EPOCH + timedelta(microseconds=value)
+
+
+# The fields of a run that never change after create_run: its definition.
+DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
+                        "tenant", "options", "created_at"}
+# The fields kept in columns rather than in the record's JSON.
+COLUMNS_ONLY = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at"}
+NOT_IN_RECORD = DEFINITION | COLUMNS_ONLY
+
+
+def run_values(run: RunRecord, before: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """The columns a run write sets, in RUN_FIELDS order (all but the definition)."""
+    record = run.model_dump_json(exclude=NOT_IN_RECORD)
+    lease = None if run.lease_expires_at is None else micros(run.lease_expires_at)
+    created = before[CREATED] if before is not None else micros(run.created_at)
+    return (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
+            created, run.checkpoint_seq or 0, run.consumed_tokens, micros(run.updated_at),
+            record, digest(record))
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run row as this store last read or wrote it, decoded."""
+
+    checksum: str  # of the record JSON: while it matches, `run` needs no decoding
+    run: RunRecord
+    values: tuple[Any, ...]  # the row's columns, in RUN_FIELDS order
+    incarnation: str
+
+
+def verified(path: Path, text: object, checksum: object, what: str) -> str:
+    """`text` when it matches its checksum, else `CorruptRecord` naming what and where."""
+    if not isinstance(text, str) or digest(text) != checksum:
+        raise CorruptRecord(f"{what} in {path} failed its checksum")
+    return text
+
+
+def decode_run(path: Path, run_id: str, *, text: object, checksum: object,
+               definition: object, definition_checksum: object) -> RunRecord:
+    """The run from its definition and record JSON (columns applied by the caller)."""
+    what = f"run {run_id!r}"
+    state = verified(path, text, checksum, what)
+    fixed = verified(path, definition, definition_checksum, f"the definition of {what}")
+    try:
+        parts = json.loads(fixed), json.loads(state)
+        if not all(isinstance(part, dict) for part in parts):
+            raise ValueError("not a JSON object")
+        run = RunRecord.model_validate({**parts[0], **parts[1]})
+    except ValueError as error:  # JSON and pydantic validation errors alike
+        raise CorruptRecord(f"{what} in {path} did not decode: {error}") from error
+    if run.run_id != run_id:
+        raise CorruptRecord(f"{what} in {path} holds run {run.run_id!r}")
+    return run
+
+def with_columns(path: Path, run: RunRecord, values: tuple[Any, ...]) -> RunRecord:
+    """The run with the fields a checkpoint moves, as its columns hold them."""
+    row = dict(zip(RUN_FIELDS, values, strict=True))
+    try:
+        return run.model_copy(update={
+            "lease_expires_at": moment(row["lease_expires_at"]),
+            "checkpoint_seq": int(row["checkpoint_seq"]) or None,
+            "consumed_tokens": int(row["consumed_tokens"]),
+            "updated_at": moment(int(row["updated_at"])),
+        })
+    except (TypeError, ValueError, OverflowError) as error:
+        raise CorruptRecord(f"run {run.run_id!r} in {path}: its columns did not "
+                            f"decode: {error}") from error
+
+
+def checkpoint_row(checkpoint: Checkpoint, body: str,
+                    lease_expires_at: datetime | None) -> tuple[Any, ...]:
+    data = body.encode()
+    return (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
+            micros(checkpoint.created_at),
+            None if lease_expires_at is None else micros(lease_expires_at),
+            checkpoint.budget.consumed_tokens, body, len(data),
+            hashlib.sha256(data).hexdigest())
