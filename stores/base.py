@@ -128,7 +128,8 @@ class RunStore(Protocol):
         Allowed from `created` and `suspended`. From `running` only with
         `allow_running_takeover=True` and a lease that expires at or before `now`;
         otherwise `LeaseHeld`. Terminal runs raise `RunTerminal`. The returned
-        record keeps the last `suspension` (with its `decision`). Of concurrent
+        record keeps the last `suspension` (with its `decision`); a takeover of a
+        running run counts one more in `takeovers`. Of concurrent
         reservations of one run exactly one succeeds.
         """
         ...

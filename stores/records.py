@@ -119,6 +119,9 @@ class RunRecord(_Record):
     engine: EngineRef = Field(default_factory=EngineRef)
     checkpoint_seq: int | None = None
     consumed_tokens: int = 0
+    # How many times an attempt was taken over from an owner whose lease
+    # expired while running: the reconciler fails a run that keeps dying.
+    takeovers: int = 0
     # Runtime options the run was started with (model override, config file,
     # tool files). Not part of the manifest hash; resume reuses them.
     options: JsonObject = Field(default_factory=dict)

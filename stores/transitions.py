@@ -84,6 +84,7 @@ def reserve_attempt(run: RunRecord | None, run_id: str, *, owner: str, now: date
         "attempt": run.attempt + 1,
         "lease_owner": owner,
         "lease_expires_at": now + timedelta(seconds=lease_seconds),
+        "takeovers": run.takeovers + (run.status is RunStatus.RUNNING),
         "updated_at": now,
     })
 

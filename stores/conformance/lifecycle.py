@@ -123,7 +123,13 @@ class LifecycleConformance:
                                allow_running_takeover=True)
         assert (run.status, run.attempt, run.lease_owner, run.lease_expires_at) == (
             RunStatus.RUNNING, 2, "other", at(121))
+        assert run.takeovers == 1  # the previous owner died running
         assert store.load_run(RUN) == run
+
+    def test_resume_run_from_suspended_is_not_a_takeover(self, store: RunStore) -> None:
+        suspend_for_approval(store)
+        run = store.resume_run(RUN, owner="o", now=at(100), lease_seconds=60)
+        assert run.takeovers == 0
 
     @pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
     def test_resume_run_on_a_terminal_run_raises_run_terminal(
