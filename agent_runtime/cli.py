@@ -9,6 +9,7 @@ runtime options (`--config`, `--model`, `--tools`); `resume` and
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -36,7 +37,13 @@ from agent_runtime.engine import AgentRuntime, RunResult
 from agent_runtime.errors import ConfigError, InvalidInput
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink, read_events
 from agent_runtime.manifest import load_manifest_file, manifest_hash
-from agent_runtime.reports import print_event, print_record, print_result, print_runs
+from agent_runtime.reports import (
+    print_effects,
+    print_event,
+    print_record,
+    print_result,
+    print_runs,
+)
 from agent_runtime.stream import StreamView
 from agent_runtime.tools import Tool, load_tool_file, tool
 from agent_runtime.variables import resolve_variables
@@ -110,6 +117,23 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("--by", metavar="NAME", help="who answers")
     approve.add_argument("--resume", action="store_true", help="resume the run afterwards")
     _execution_flags(approve)
+
+    effects = commands.add_parser(
+        "effects", help="list a run's tool-call effects, or settle one whose outcome is unknown",
+        description="agent-runtime effects RUN_ID | agent-runtime effects resolve RUN_ID KEY "
+                    "(--retry | --result JSON | --skip)")
+    effects.add_argument("words", nargs="+", metavar="RUN_ID | resolve RUN_ID KEY")
+    settle = effects.add_mutually_exclusive_group()
+    settle.add_argument("--retry", action="store_true", help="call the tool again, same key")
+    settle.add_argument("--result", metavar="JSON", help="record this as the call's result")
+    settle.add_argument("--skip", action="store_true", help="tell the model the call was skipped")
+    _execution_flags(effects)
+
+    fork = commands.add_parser("fork", help="start a new run from a saved checkpoint")
+    fork.add_argument("run_id")
+    fork.add_argument("--seq", type=int, metavar="N", help="the checkpoint (default: latest)")
+    fork.add_argument("--run-id", dest="new_run_id", metavar="ID", help="the new run's id")
+    _execution_flags(fork)
 
     cancel = commands.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
@@ -297,7 +321,8 @@ def _load(store: RunStore, run_id: str) -> RunRecord:
     return record
 
 
-def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord) -> int:
+def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
+            effect_resolutions: dict[str, dict[str, Any]] | None = None) -> int:
     options = _options(args, record.options)
     runtime, files = _runtime(args, store, options)
     manifest_path = options.get("manifest_path")
@@ -306,7 +331,8 @@ def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord) -> int
         result = runtime.run_sync(run_id=record.run_id, resume=True, manifest=manifest,
                                   budget=_budget(args),
                                   allow_running_takeover=getattr(args, "allow_running_takeover",
-                                                                 False))
+                                                                 False),
+                                  effect_resolutions=effect_resolutions)
     finally:
         for sink in files:
             sink.close()
@@ -334,6 +360,53 @@ def cmd_approve(args: argparse.Namespace) -> int:
         if not args.resume:
             return EXIT_COMPLETED
         return _resume(args, store, _load(store, record.run_id))
+
+
+def cmd_effects(args: argparse.Namespace) -> int:
+    words = args.words
+    with _open_store(args) as store:
+        if words[0] != "resolve":
+            if len(words) != 1:
+                raise InvalidInput("expected RUN_ID, or resolve RUN_ID KEY", source="effects")
+            _load(store, words[0])
+            print_effects(store.list_effects(words[0]), args.format, sys.stdout)
+            return EXIT_COMPLETED
+        if len(words) != 3:
+            raise InvalidInput("expected resolve RUN_ID KEY", source="effects")
+        run_id, key = words[1], words[2]
+        record = _load(store, run_id)
+        suspension = record.suspension
+        if record.status is not RunStatus.SUSPENDED or suspension is None \
+                or suspension.reason != "effect-unknown" or suspension.details.get("key") != key:
+            raise InvalidInput(f"run {run_id!r} is not waiting on effect {key!r} "
+                               f"(it is {record.status.value})", source="effects resolve")
+        if args.retry:
+            resolution: dict[str, Any] = {"action": "retry"}
+        elif args.skip:
+            resolution = {"action": "skip"}
+        elif args.result is not None:
+            try:
+                resolution = {"action": "result", "result": json.loads(args.result)}
+            except ValueError as error:
+                raise InvalidInput(f"not valid JSON: {error}", source="--result") from error
+        else:
+            raise InvalidInput("say how to settle it: --retry, --result JSON or --skip",
+                               source="effects resolve")
+        return _resume(args, store, record, effect_resolutions={key: resolution})
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        record = _load(store, args.run_id)
+        options = _options(args, record.options)
+        runtime, files = _runtime(args, store, options)
+        try:
+            result = asyncio.run(runtime.fork(args.run_id, seq=args.seq,
+                                              new_run_id=args.new_run_id, budget=_budget(args)))
+        finally:
+            for sink in files:
+                sink.close()
+    return _finish(result, args)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -392,7 +465,8 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume,
-            "approve": cmd_approve, "cancel": cmd_cancel, "inspect": cmd_inspect,
+            "approve": cmd_approve, "cancel": cmd_cancel, "effects": cmd_effects,
+            "fork": cmd_fork, "inspect": cmd_inspect,
             "list": cmd_list, "events": cmd_events}
 
 

@@ -19,7 +19,7 @@ import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -91,7 +91,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def new_run_id() -> str:
+def generate_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:20]}"
 
 
@@ -221,7 +221,8 @@ class AgentRuntime:
         run_options = dict(options or {})
         self.check_runnable(agent, run_options, source=source)
         now = self.clock.now()
-        record = RunRecord(run_id=run_id or new_run_id(), manifest_hash=manifest_hash(agent),
+        record = RunRecord(run_id=run_id or generate_run_id(),
+                           manifest_hash=manifest_hash(agent),
                            manifest=manifest_json(agent), variables=resolved,
                            budget=budget or Budget(), parent=parent, options=run_options,
                            created_at=now, updated_at=now)
@@ -309,6 +310,47 @@ class AgentRuntime:
                              else record.error.model_dump(mode="json"))
         execution = self._execution(record, self.stored_manifest(record), deadline=deadline)
         return await execution.execute()
+
+    async def fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
+                   budget: Budget | None = None) -> RunResult:
+        """Start a new run from a saved checkpoint of `run_id` (the latest, or `seq`).
+
+        How a user retries a failed run or explores from an earlier point: the
+        new run has the same definition and runtime options, starts from a
+        copy of that checkpoint, and runs; the original is left unchanged. Tool
+        calls pending at the checkpoint keep their idempotency keys, so a
+        system that deduplicates by key sees a repeat, never a new side effect.
+        """
+        source = self.store.load_run(run_id)
+        if source is None:
+            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        checkpoint = (self.store.load_latest_checkpoint(run_id) if seq is None
+                      else self.store.load_checkpoint(run_id, seq))
+        if checkpoint is None:
+            which = "checkpoint" if seq is None else f"checkpoint {seq}"
+            raise InvalidInput(f"run {run_id!r} has no {which} to fork from", field="seq")
+        agent = self.stored_manifest(source)
+        now = self.clock.now()
+        options = {**source.options, "forked_from": {"run_id": run_id, "seq": checkpoint.seq}}
+        record = RunRecord(run_id=new_run_id or generate_run_id(),
+                           manifest_hash=source.manifest_hash, manifest=source.manifest,
+                           variables=source.variables, budget=budget or source.budget,
+                           tenant=source.tenant, options=options, created_at=now, updated_at=now)
+        try:
+            self.store.create_run(record)
+        except RunAlreadyExists as error:
+            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
+                               field="run_id") from error
+        reserved = self.store.resume_run(record.run_id, owner=self.owner, now=now,
+                                         lease_seconds=self.lease_seconds)
+        start = checkpoint.model_copy(update={"run_id": record.run_id, "seq": 1,
+                                              "attempt": reserved.attempt, "created_at": now})
+        self.store.save_checkpoint(start, expected_attempt=reserved.attempt,
+                                   lease_expires_at=now + timedelta(seconds=self.lease_seconds))
+        state = RunState.from_checkpoint(start)
+        if budget is not None:
+            state.budget.max_total_tokens = budget.max_total_tokens
+        return await Execution(self, reserved, agent, state, list(start.cursor)).execute()
 
     def approve(self, run_id: str, *, approved: bool = True, response: Any = None,
                 responded_by: str | None = None, approval_id: str | None = None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from stores.records import CheckpointInfo, RunRecord
+from stores.records import CheckpointInfo, EffectRecord, RunRecord
 
 from agent_runtime.engine import RunResult
 from agent_runtime.events import Event
@@ -127,3 +127,19 @@ def print_event(event: Event, fmt: str, out: TextIO) -> None:
         out.write(f"{event.timestamp.isoformat(timespec='milliseconds')} {event.run_id} "
                   f"a{event.attempt}#{event.sequence} {event.type}{where}{data}\n")
     out.flush()
+
+
+def print_effects(effects: list[EffectRecord], fmt: str, out: TextIO) -> None:
+    if fmt in ("json", "ndjson"):
+        out.write(to_json_text([effect.model_dump(mode="json") for effect in effects],
+                               indent=2) + "\n")
+        return
+    if not effects:
+        out.write("no effects\n")
+        return
+    out.write(f"{'key':<34} {'status':<10} {'attempt':>7}  result\n")
+    for effect in effects:
+        result = "" if effect.result is None else to_json_text(effect.result)
+        if len(result) > 60:
+            result = result[:57] + "..."
+        out.write(f"{effect.key:<34} {effect.status.value:<10} {effect.attempt:>7}  {result}\n")
