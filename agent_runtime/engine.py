@@ -42,6 +42,7 @@ from agent_runtime.manifest import (
     manifest_json,
     parse_agent_manifest,
 )
+from agent_runtime.models import build_adapter
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.state import RunState
@@ -122,20 +123,15 @@ class AgentRuntime:
     # -- models and tools ----------------------------------------------------
 
     def adapter_for(self, provider: str) -> ModelAdapter:
+        """The adapter serving `provider`: given in `models=`, the scripted model, or a
+        driver from the runtime config, built once per runtime."""
         if provider in self.models:
             return self.models[provider]
-        driver = self.config.driver_of(provider)
-        if driver == "scripted":
+        if self.config.driver_of(provider) == "scripted":
             return self.scripted
-        if driver is None:
-            raise StepFailed("provider_unavailable",
-                             f"unknown model provider {provider!r}; define it under `providers` "
-                             "in the runtime config (--config) or run offline with "
-                             "--model scripted/echo")
-        raise StepFailed("provider_unavailable",
-                         f"model provider {provider!r} (driver {driver}) has no adapter in this "
-                         "runtime; run offline with --model scripted/echo or pass an adapter "
-                         "in AgentRuntime(models=...)")
+        adapter = build_adapter(provider, self.config)
+        self.models[provider] = adapter
+        return adapter
 
     def resolve_model(self, step_model: Any, manifest: AgentManifest,
                       options: Mapping[str, Any]) -> ResolvedModel:
