@@ -222,15 +222,19 @@ class AgentRuntime:
                            manifest=manifest_json(agent), variables=resolved,
                            budget=budget or Budget(), parent=parent, options=run_options,
                            created_at=now, updated_at=now)
+        reserved = self._create_and_reserve(record, now)
+        state = RunState.initial(resolved, record.budget.max_total_tokens)
+        return await Execution(self, reserved, agent, state, []).execute()
+
+    def _create_and_reserve(self, record: RunRecord, now: datetime) -> RunRecord:
+        """Store a new run and reserve its first attempt for this runtime."""
         try:
             self.store.create_run(record)
         except RunAlreadyExists as error:
             raise InvalidInput(f"a run with id {record.run_id!r} already exists",
                                field="run_id") from error
-        reserved = self.store.resume_run(record.run_id, owner=self.owner, now=now,
-                                         lease_seconds=self.lease_seconds)
-        state = RunState.initial(resolved, record.budget.max_total_tokens)
-        return await Execution(self, reserved, agent, state, []).execute()
+        return self.store.resume_run(record.run_id, owner=self.owner, now=now,
+                                     lease_seconds=self.lease_seconds)
 
     def run_sync(self, **kwargs: Any) -> RunResult:
         """`run` for code without an event loop."""
@@ -332,13 +336,7 @@ class AgentRuntime:
                            manifest_hash=source.manifest_hash, manifest=source.manifest,
                            variables=source.variables, budget=budget or source.budget,
                            tenant=source.tenant, options=options, created_at=now, updated_at=now)
-        try:
-            self.store.create_run(record)
-        except RunAlreadyExists as error:
-            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
-                               field="run_id") from error
-        reserved = self.store.resume_run(record.run_id, owner=self.owner, now=now,
-                                         lease_seconds=self.lease_seconds)
+        reserved = self._create_and_reserve(record, now)
         start = checkpoint.model_copy(update={"run_id": record.run_id, "seq": 1,
                                               "attempt": reserved.attempt, "created_at": now})
         self.store.save_checkpoint(start, expected_attempt=reserved.attempt,
