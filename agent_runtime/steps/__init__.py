@@ -7,6 +7,7 @@ from agent_runtime.steps.base import StepExecutor, StepRegistry
 from agent_runtime.steps.code import CodeStepExecutor
 from agent_runtime.steps.loop import LoopStepExecutor
 from agent_runtime.steps.prompt import PromptStepExecutor
+from agent_runtime.steps.subrun import SubRunStepExecutor
 
 __all__ = ["StepExecutor", "StepRegistry", "default_steps"]
 
@@ -17,4 +18,5 @@ def default_steps() -> StepRegistry:
         "loop": LoopStepExecutor(),
         "approval": ApprovalStepExecutor(),
         "code": CodeStepExecutor(),
+        "sub-run": SubRunStepExecutor(),
     })
