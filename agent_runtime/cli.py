@@ -37,6 +37,7 @@ from agent_runtime.engine import AgentRuntime, RunResult
 from agent_runtime.errors import ConfigError, InvalidInput
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink, read_events
 from agent_runtime.manifest import load_manifest_file, manifest_hash
+from agent_runtime.reconcile import DEFAULT_MAX_TAKEOVERS, Reconciler, print_summary
 from agent_runtime.reports import (
     print_effects,
     print_event,
@@ -157,6 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--type", metavar="TYPE", help="an event type or prefix (model.*)")
     events.add_argument("--tail", action="store_true", help="keep following the file")
     events.add_argument("--format", choices=("pretty", "ndjson"), default="pretty")
+
+    reconcile = commands.add_parser(
+        "reconcile", help="resume runs whose owner died; fail runs that keep dying")
+    passes = reconcile.add_mutually_exclusive_group()
+    passes.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
+    passes.add_argument("--interval", type=float, metavar="SECONDS",
+                        help="a pass every SECONDS until interrupted")
+    reconcile.add_argument("--max-takeovers", type=int, default=DEFAULT_MAX_TAKEOVERS,
+                           metavar="N", help="fail a run that died again after N takeovers "
+                           f"instead of resuming it (default: {DEFAULT_MAX_TAKEOVERS})")
+    reconcile.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
+                           help="lease of the runs it resumes (default: 30)")
+    reconcile.add_argument("--events", metavar="FILE|none", default=DEFAULT_EVENTS,
+                           help=f"JSONL event log (default: {DEFAULT_EVENTS})")
+    reconcile.add_argument("--format", choices=("pretty", "json"), default="pretty")
+    _store_flags(reconcile)
     return parser
 
 
@@ -239,13 +256,15 @@ def _runtime(args: argparse.Namespace, store: RunStore, options: dict[str, Any],
     if events and events != "none":
         files.append(JsonlEventSink(events))
         sinks.append(files[-1])
-    if getattr(args, "stream", False):
-        sinks.append(StreamView(sys.stderr))
+    view = StreamView(sys.stderr) if getattr(args, "stream", False) else None
+    if view is not None:
+        sinks.append(view)
     if getattr(args, "format", "pretty") == "ndjson":
         sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
     artifacts = getattr(args, "artifacts", None)
     runtime = AgentRuntime(store=store, config=config, tools=_tools(options, config),
                            event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0),
+                           text_sink=None if view is None else view.text,
                            artifacts=None if artifacts in (None, "none")
                            else LocalArtifactStore(artifacts))
     return runtime, files
@@ -303,6 +322,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     variables = _parse_variables(args.variables)
     options = _options(args)
     options["manifest_path"] = str(loaded.path.resolve())
+    # A run manifest names its agent by a path of its own: sub-run manifestRefs
+    # resolve next to the agent manifest, wherever the run manifest is.
+    options["manifest_dir"] = str(loaded.agent_path.resolve().parent)
     with _open_store(args) as store:
         runtime, files = _runtime(args, store, options)
         try:
@@ -464,10 +486,43 @@ def cmd_events(args: argparse.Namespace) -> int:
         time.sleep(0.5)
 
 
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    if args.max_takeovers < 0:
+        raise InvalidInput("must be 0 or more", source="--max-takeovers")
+    if args.interval is not None and args.interval <= 0:
+        raise InvalidInput("must be a positive number of seconds", source="--interval")
+    log = None if args.events == "none" else JsonlEventSink(args.events)
+    sinks: list[EventSink] = [log] if log else []
+    # Resumed runs write to the command's event log, with their remembered options.
+    run_args = argparse.Namespace(events="none", artifacts=DEFAULT_ARTIFACTS,
+                                  lease_seconds=args.lease_seconds)
+    try:
+        with _open_store(args) as store:
+            reconciler = Reconciler(
+                store, max_takeovers=args.max_takeovers, event_sinks=sinks,
+                runtime_for=lambda record: _runtime(run_args, store,
+                                                    _options(run_args, record.options),
+                                                    extra_sinks=sinks)[0])
+            if args.interval is None:
+                summary = reconciler.reconcile_sync()
+                print_summary(summary, args.format, sys.stdout)
+                return EXIT_FAILED if summary.errors else EXIT_COMPLETED
+            try:
+                reconciler.reconcile_every(
+                    args.interval, lambda summary: print_summary(summary, args.format, sys.stdout))
+            except KeyboardInterrupt:
+                print("reconcile: interrupted; a run it was resuming keeps its latest checkpoint "
+                      "for the next pass", file=sys.stderr)
+                return EXIT_COMPLETED
+    finally:
+        if log is not None:
+            log.close()
+
+
 COMMANDS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume,
             "approve": cmd_approve, "cancel": cmd_cancel, "effects": cmd_effects,
             "fork": cmd_fork, "inspect": cmd_inspect,
-            "list": cmd_list, "events": cmd_events}
+            "list": cmd_list, "events": cmd_events, "reconcile": cmd_reconcile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

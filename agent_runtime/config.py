@@ -1,9 +1,34 @@
-"""The runtime config (`version: "1.0"`): providers, model profiles, tools.
+"""The runtime config (`version: "1.0"`): providers, model profiles, connections, tools.
 
 Format of the reference implementation's host config: `providers` name a
 driver and where to reach it (credentials only as environment references),
-`models` are named profiles a manifest selects with `model: {ref: NAME}`.
-We add `tools: {name: "module:function"}` for Python tools.
+`models` are named profiles a manifest selects with `model: {ref: NAME}`,
+`connections` are the MCP servers the host allows and exactly which of their
+tools (a manifest's `connections[]` may narrow that, never widen it).
+
+We add `tools: {name: "module:function"}` for Python tools, the `stdio`
+transport and `nonIdempotentTools` for MCP connections, and a `webhooks`
+policy for webhook steps:
+
+    connections:
+      documents:
+        driver: mcp
+        transport: stdio              # or streamable-http (the default) with url
+        command: python
+        args: [-m, documents_server]
+        env: {DOCS_TOKEN: {env: DOCS_TOKEN}}
+        mode: read                    # read (the default) | read_write
+        tools: [search, read, delete] # the complete allowlist
+        readTools: [search, read]     # what `read` mode exposes
+        nonIdempotentTools: [delete]  # repeating these is unsafe (effect-unknown)
+        required: false
+        connectTimeoutMs: 10000
+        toolTimeoutMs: 30000
+    webhooks:
+      allowPrivateNetworks: false     # loopback, private, link-local and other
+                                      # non-public addresses are refused unless true
+      allowedHosts: [hooks.example.com, "*.example.org"]  # when set, the only hosts called
+      maxResponseBytes: 1048576
 """
 
 from __future__ import annotations
@@ -15,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from agent_runtime.errors import ConfigError
 
@@ -67,14 +92,67 @@ class ModelProfile(_Strict):
     capabilities: ModelCapabilities | None = None
 
 
+class McpAuth(_Strict):
+    """How an HTTP connection authenticates: `none`, or `bearer` with a token from the
+    environment. (The reference's `oauth` and `client_credentials` are not supported.)"""
+
+    type: Literal["none", "bearer"]
+    token: EnvReference | None = None
+
+
+class McpConnectionConfig(_Strict):
+    """An MCP server the host allows, and which of its tools.
+
+    `tools` is the complete allowlist; `readTools` is the subset the host
+    classifies as read-only, the only tools a connection in `read` mode
+    exposes. A server's own annotations are never used as authorisation. MCP
+    tools receive the call's idempotency key, so they count as idempotent
+    (re-called with the same key after a crash) unless listed in
+    `nonIdempotentTools`.
+    """
+
+    driver: Literal["mcp"]
+    transport: Literal["streamable-http", "stdio"] = "streamable-http"
+    url: str | EnvReference | None = None
+    auth: McpAuth | None = None
+    bearer_token: EnvReference | None = Field(default=None, alias="bearerToken")
+    headers: dict[str, EnvReference] | None = None
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str | EnvReference] | None = None
+    cwd: str | None = None
+    mode: Literal["read", "read_write"] = "read"
+    tools: list[str] = Field(min_length=1)
+    read_tools: list[str] = Field(default_factory=list, alias="readTools")
+    non_idempotent_tools: list[str] = Field(default_factory=list, alias="nonIdempotentTools")
+    required: bool = False
+    connect_timeout_ms: PositiveInt = Field(default=10_000, alias="connectTimeoutMs")
+    tool_timeout_ms: PositiveInt = Field(default=30_000, alias="toolTimeoutMs")
+
+
+class WebhookPolicy(_Strict):
+    """Where webhook steps may send requests.
+
+    Destinations that resolve to a non-public address (loopback, private,
+    link-local, shared, reserved) are refused unless `allowPrivateNetworks`;
+    with `allowedHosts` set, only those hosts (`name`, or `*.domain` for its
+    subdomains) are called at all. The two rules are independent.
+    """
+
+    allow_private_networks: bool = Field(default=False, alias="allowPrivateNetworks")
+    allowed_hosts: list[str] | None = Field(default=None, alias="allowedHosts")
+    max_response_bytes: PositiveInt = Field(default=1024 * 1024, alias="maxResponseBytes")
+
+
 class RuntimeConfig(_Strict):
     version: Literal["1.0"]
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelProfile] = Field(default_factory=dict)
-    connections: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    connections: dict[str, McpConnectionConfig] = Field(default_factory=dict)
     tools: dict[str, str] = Field(default_factory=dict)
+    webhooks: WebhookPolicy = Field(default_factory=WebhookPolicy)
 
-    @field_validator("providers", "models")
+    @field_validator("providers", "models", "connections")
     @classmethod
     def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
         for name in value:
@@ -114,11 +192,57 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
         if provider.driver == "openai-compatible" and provider.base_url is None:
             raise ConfigError("an openai-compatible provider needs baseURL", source=source,
                               field=f"providers.{name}.baseURL")
+    for name, connection in config.connections.items():
+        _check_connection(connection, source=source, at=f"connections.{name}")
     for name, target in config.tools.items():
         if ":" not in target:
             raise ConfigError("a tool is named as \"module:function\"", source=source,
                               field=f"tools.{name}")
     return config
+
+
+def _check_connection(connection: McpConnectionConfig, *, source: str, at: str) -> None:
+    """The rules across a connection's fields (the reference's, plus the transports')."""
+    def refuse(reason: str, field: str) -> ConfigError:
+        return ConfigError(reason, source=source, field=f"{at}.{field}")
+
+    if connection.transport == "stdio":
+        if connection.command is None:
+            raise refuse("a stdio connection needs command", "command")
+        http_only: tuple[tuple[str, object], ...] = (
+            ("url", connection.url), ("auth", connection.auth),
+            ("bearerToken", connection.bearer_token), ("headers", connection.headers))
+        for field, value in http_only:
+            if value is not None:
+                raise refuse("only for streamable-http connections (stdio has command, args, "
+                             "env)", field)
+    else:
+        if connection.url is None:
+            raise refuse("a streamable-http connection needs url", "url")
+        stdio_only: tuple[tuple[str, object], ...] = (
+            ("command", connection.command), ("env", connection.env), ("cwd", connection.cwd))
+        for field, value in stdio_only:
+            if value is not None:
+                raise refuse("only for stdio connections", field)
+        if connection.args:
+            raise refuse("only for stdio connections", "args")
+    auth = connection.auth
+    if auth is not None and (auth.type == "bearer") != (auth.token is not None):
+        raise refuse("bearer auth needs token (an env reference); none takes no token",
+                      "auth.token")
+    if auth is not None and connection.bearer_token is not None:
+        raise refuse("set auth or bearerToken, not both", "auth")
+    if (auth is not None or connection.bearer_token is not None) and any(
+            header.lower() == "authorization" for header in connection.headers or {}):
+        raise refuse("cannot set both auth and an Authorization header", "headers")
+    allowed = set(connection.tools)
+    for field, names in (("readTools", connection.read_tools),
+                         ("nonIdempotentTools", connection.non_idempotent_tools)):
+        for index, name in enumerate(names):
+            if name not in allowed:
+                raise refuse(f"tool {name!r} is not in tools", f"{field}[{index}]")
+    if connection.mode == "read" and not connection.read_tools:
+        raise refuse("a read-mode connection needs an explicit readTools allowlist", "readTools")
 
 
 def load_config(path: str | Path) -> RuntimeConfig:

@@ -29,13 +29,14 @@ from stores.records import Budget, ParentRef, RunRecord, RunStatus
 
 from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
-from agent_runtime.events import EventSink
+from agent_runtime.events import EventSink, TextSink
 from agent_runtime.execution import Execution
 from agent_runtime.manifest import (
     AgentManifest,
     LoadedManifest,
     ProfileModelRef,
     PromptStep,
+    WebhookStep,
     iter_steps,
     load_manifest_file,
     manifest_hash,
@@ -48,7 +49,9 @@ from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
+from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import Tool, ToolRegistry
+from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
 from agent_runtime.variables import resolve_variables
 
 
@@ -85,6 +88,8 @@ class ResolvedModel:
     provider: str
     model: str
     options: dict[str, Any]
+    # The profile's `capabilities.streaming`; None when it does not say.
+    streaming: bool | None = None
 
 
 def default_owner() -> str:
@@ -105,7 +110,7 @@ class AgentRuntime:
                  event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
                  config: RuntimeConfig | None = None, steps: StepRegistry | None = None,
                  owner: str | None = None, lease_seconds: float = 60.0,
-                 base_dir: Path | None = None) -> None:
+                 base_dir: Path | None = None, text_sink: TextSink | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
         self.models: dict[str, ModelAdapter] = dict(models or {})
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -119,6 +124,9 @@ class AgentRuntime:
         self.lease_seconds = lease_seconds
         self.base_dir = base_dir or Path.cwd()
         self.scripted = ScriptedModel(self.base_dir)
+        # Model text as it arrives, for a live view; events never carry it.
+        self.text_sink = text_sink
+        self.connections = McpConnections()
 
     # -- models and tools ----------------------------------------------------
 
@@ -150,31 +158,62 @@ class AgentRuntime:
                                  f"model profile {ref.ref!r} is not defined in the runtime "
                                  "config (--config)")
             merged = {**(profile.options or {}), **(ref.options or {})}
+            streaming = profile.capabilities.streaming if profile.capabilities else None
             return ResolvedModel(self.adapter_for(profile.provider), profile.provider,
-                                 profile.model, merged)
+                                 profile.model, merged, streaming)
         return ResolvedModel(self.adapter_for(ref.provider), ref.provider, ref.model,
                              dict(ref.options or {}))
 
-    def resolve_tools(self, names: Iterable[str]) -> dict[str, Any]:
+    def resolve_tools(self, names: Iterable[str],
+                      manifest: AgentManifest | None = None) -> dict[str, Any]:
+        """The tools named by a step: registered Python tools, and `alias__tool` MCP tools
+        of the manifest's connections as the runtime config allows them (not yet
+        connected: `prepare_tools` does that). A tool of an optional connection the
+        host does not define is left out."""
+        grants: dict[str, Grant | None] = {}
+        if manifest is not None and manifest.connections:
+            try:
+                grants = connection_grants(manifest, self.config, source="manifest")
+            except ConfigError as error:
+                raise StepFailed("connection_not_allowed", error.render()) from None
         resolved: dict[str, Any] = {}
         for name in names:
             found = self.tools.get(name)
-            if found is None:
-                if "__" in name:
-                    alias = name.split("__", 1)[0]
-                    raise StepFailed("unknown_tool",
-                                     f"tool {name!r} belongs to connection {alias!r}, which "
-                                     "this runtime does not provide")
+            if found is not None:
+                resolved[name] = found
+                continue
+            alias, separator, tool_name = name.partition("__")
+            if separator and alias in grants:
+                grant = grants[alias]
+                if grant is not None:
+                    resolved[name] = grant.tool(tool_name, self.connections)
+                continue
+            if separator:
                 raise StepFailed("unknown_tool",
-                                 f"tool {name!r} is not registered; register it with "
-                                 "@agent_runtime.tool and --tools FILE.py")
-            resolved[name] = found
+                                 f"tool {name!r} belongs to connection alias {alias!r}, which "
+                                 "the manifest does not bind in connections[]")
+            raise StepFailed("unknown_tool",
+                             f"tool {name!r} is not registered; register it with "
+                             "@agent_runtime.tool and --tools FILE.py")
         return resolved
+
+    async def prepare_tools(self, names: Iterable[str], ctx: Execution) -> dict[str, Any]:
+        """A step's tools, ready to offer the model: MCP connections opened (once per
+        execution) and their tools described by their servers."""
+        tools = self.resolve_tools(names, ctx.manifest)
+        return await self.connections.describe(tools, run_id=ctx.run_id, attempt=ctx.attempt,
+                                               events=ctx.events)
 
     def check_runnable(self, manifest: AgentManifest, options: Mapping[str, Any], *,
                        source: str) -> None:
-        """Refuse, before a run exists, a manifest whose models or tools this host lacks."""
+        """Refuse, before a run exists, a manifest whose models, tools, connections or
+        webhook destinations this host does not allow."""
+        connection_grants(manifest, self.config, source=source)
         for path, step in iter_steps(manifest.steps):
+            if isinstance(step, WebhookStep):
+                refusal = destination_refusal(step.url, self.config.webhooks)
+                if refusal is not None:
+                    raise ConfigError(refusal, source=source, field=f"{path}.url")
             if not isinstance(step, PromptStep):
                 continue
             try:
@@ -182,7 +221,7 @@ class AgentRuntime:
             except StepFailed as failure:
                 raise ConfigError(failure.message, source=source, field=f"{path}.model") from None
             try:
-                self.resolve_tools(step.tools or [])
+                self.resolve_tools(step.tools or [], manifest)
             except StepFailed as failure:
                 raise ConfigError(failure.message, source=source, field=f"{path}.tools") from None
 
@@ -224,7 +263,7 @@ class AgentRuntime:
                            created_at=now, updated_at=now)
         reserved = self._create_and_reserve(record, now)
         state = RunState.initial(resolved, record.budget.max_total_tokens)
-        return await Execution(self, reserved, agent, state, []).execute()
+        return await self._execute(Execution(self, reserved, agent, state, []))
 
     def _create_and_reserve(self, record: RunRecord, now: datetime) -> RunRecord:
         """Store a new run and reserve its first attempt for this runtime."""
@@ -274,7 +313,14 @@ class AgentRuntime:
                                          allow_running_takeover=allow_running_takeover)
         execution = self._execution(reserved, agent, budget=budget)
         execution.resolutions = dict(effect_resolutions or {})
-        return await execution.execute()
+        return await self._execute(execution)
+
+    async def _execute(self, execution: Execution) -> RunResult:
+        """Run one execution; the MCP connections it opened close with it."""
+        try:
+            return await execution.execute()
+        finally:
+            await self.connections.close(execution.run_id, execution.attempt)
 
     def _execution(self, record: RunRecord, agent: AgentManifest, *, budget: Budget | None = None,
                    deadline: datetime | None = None) -> Execution:
@@ -309,7 +355,7 @@ class AgentRuntime:
                              error=None if record.error is None
                              else record.error.model_dump(mode="json"))
         execution = self._execution(record, self.stored_manifest(record), deadline=deadline)
-        return await execution.execute()
+        return await self._execute(execution)
 
     async def fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
                    budget: Budget | None = None) -> RunResult:
@@ -344,7 +390,7 @@ class AgentRuntime:
         state = RunState.from_checkpoint(start)
         if budget is not None:
             state.budget.max_total_tokens = budget.max_total_tokens
-        return await Execution(self, reserved, agent, state, list(start.cursor)).execute()
+        return await self._execute(Execution(self, reserved, agent, state, list(start.cursor)))
 
     def approve(self, run_id: str, *, approved: bool = True, response: Any = None,
                 responded_by: str | None = None, approval_id: str | None = None) -> str:

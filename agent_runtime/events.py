@@ -57,6 +57,13 @@ class EventSink(Protocol):
     def emit(self, event: Event) -> None: ...
 
 
+# The separate channel for model text as it streams: `(step_path, delta)`.
+# Events say only that text arrived (`model.text.delta` with a count of
+# characters); a live view that shows the text itself gets it here, and
+# nothing here is logged or stored.
+TextSink = Callable[[str, str], None]
+
+
 class ListEventSink:
     """Keeps events in memory (tests, embedding)."""
 

@@ -2,7 +2,9 @@
 
 One line per thing a person cares about: a step starting and finishing with
 its duration and tokens, model calls, tool calls, loop iterations, approvals
-and suspensions. It reads only events, so it shows no prompt text or values.
+and suspensions. Events carry no prompt text or values; the model's text is
+shown as it arrives only through `text`, the runtime's separate text channel
+(`AgentRuntime(text_sink=view.text)`), which nothing logs or stores.
 """
 
 from __future__ import annotations
@@ -33,10 +35,30 @@ class StreamView:
         self._model: dict[str, str] = {}
         self._usage: dict[str, str] = {}
         self._iterations: dict[str, int] = {}
+        self._text_path: str | None = None  # the step whose text is being shown
+
+    def text(self, step_path: str, delta: str) -> None:
+        """Show a model's text delta, indented under its step (a `TextSink`)."""
+        indent = "  " * (_depth(step_path) + 2)
+        if self._text_path != step_path:
+            self._end_text()
+            self._out.write(indent)
+            self._text_path = step_path
+        self._out.write(delta.replace("\n", "\n" + indent))
+        self._out.flush()
+
+    def _end_text(self) -> None:
+        if self._text_path is not None:
+            self._out.write("\n")
+            self._text_path = None
+
+    def _write(self, text: str) -> None:
+        self._end_text()
+        self._out.write(text)
 
     def _line(self, event: Event, text: str, *, depth: int | None = None) -> None:
         indent = "  " * (1 + (_depth(event.step_path) if depth is None else depth))
-        self._out.write(f"{indent}{text}\n")
+        self._write(f"{indent}{text}\n")
         self._out.flush()
 
     def emit(self, event: Event) -> None:
@@ -44,10 +66,10 @@ class StreamView:
         name = event.step_path or event.step_id or ""
         kind = event.type
         if kind == "run.started":
-            self._out.write(f"run {event.run_id} started (attempt {event.attempt})\n")
+            self._write(f"run {event.run_id} started (attempt {event.attempt})\n")
         elif kind == "run.resumed":
-            self._out.write(f"run {event.run_id} resumed (attempt {event.attempt}) "
-                            f"from checkpoint {data.get('from_seq')}\n")
+            self._write(f"run {event.run_id} resumed (attempt {event.attempt}) "
+                        f"from checkpoint {data.get('from_seq')}\n")
         elif kind == "step.started":
             resumed = " (resumed)" if data.get("resumed") else ""
             self._line(event, f"> {name} [{data.get('kind')}]{resumed}")
@@ -60,6 +82,8 @@ class StreamView:
             model = str(data.get("model", ""))
             # a scripted model's name is a script path: its file name is enough
             self._model[name] = f"{data.get('provider')}/{model.rsplit('/', 1)[-1]}"
+        elif kind == "model.text.delta":
+            pass  # no text in events by design: it arrives through `text`
         elif kind == "model.usage":
             self._usage[name] = (f", {data.get('input_tokens', '?')} in / "
                                  f"{data.get('output_tokens', '?')} out tokens")
@@ -96,15 +120,15 @@ class StreamView:
         elif kind == "checkpoint.saved" and self._show_checkpoints:
             self._line(event, f"checkpoint {data.get('seq')}")
         elif kind == "run.suspended":
-            self._out.write(f"run {event.run_id} suspended: {data.get('reason')}\n")
+            self._write(f"run {event.run_id} suspended: {data.get('reason')}\n")
         elif kind == "run.completed":
-            self._out.write(f"run {event.run_id} completed in {_ms(data.get('duration_ms'))}, "
-                            f"{data.get('tokens', 0)} tokens\n")
+            self._write(f"run {event.run_id} completed in {_ms(data.get('duration_ms'))}, "
+                        f"{data.get('tokens', 0)} tokens\n")
         elif kind == "run.failed":
-            self._out.write(f"run {event.run_id} failed: {data.get('error_type')}\n")
+            self._write(f"run {event.run_id} failed: {data.get('error_type')}\n")
         elif kind == "run.cancelled":
-            self._out.write(f"run {event.run_id} cancelled\n")
+            self._write(f"run {event.run_id} cancelled\n")
         elif kind == "run.superseded":
-            self._out.write(f"run {event.run_id}: this attempt was superseded "
-                            f"({data.get('reason')}); the run is {data.get('status')}\n")
+            self._write(f"run {event.run_id}: this attempt was superseded "
+                        f"({data.get('reason')}); the run is {data.get('status')}\n")
         self._out.flush()

@@ -67,6 +67,9 @@ class ModelRequest:
     output_schema: dict[str, Any] | None = None
     max_output_tokens: int | None = None
     timeout_seconds: float | None = None
+    # Stream the answer: text deltas reach `on_text` as they arrive. Without it a
+    # driver makes one plain request and passes the whole text to `on_text` once.
+    stream: bool = False
     run_id: str = ""
     step_id: str = ""
     step_path: str = ""
@@ -99,9 +102,16 @@ class ModelAdapter(Protocol):
 
 
 class ModelError(Exception):
-    """A provider call failed in a way the run should report (not a crash of ours)."""
+    """A provider call failed in a way the run should report (not a crash of ours).
 
-    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+    `code` is the provider's error type or code (else `http_<status>`, `timeout`,
+    `connection_error`); `retryable` says the same request may succeed later,
+    and `retry_after` is how long the provider asked to wait first, in seconds.
+    """
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.retryable = retryable
+        self.retry_after = retry_after

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from agent_runtime.errors import ConfigError
 from agent_runtime.models.base import (
     ModelError,

@@ -8,6 +8,7 @@ from agent_runtime.steps.code import CodeStepExecutor
 from agent_runtime.steps.loop import LoopStepExecutor
 from agent_runtime.steps.prompt import PromptStepExecutor
 from agent_runtime.steps.subrun import SubRunStepExecutor
+from agent_runtime.steps.webhook import WebhookStepExecutor
 
 __all__ = ["StepExecutor", "StepRegistry", "default_steps"]
 
@@ -19,4 +20,5 @@ def default_steps() -> StepRegistry:
         "approval": ApprovalStepExecutor(),
         "code": CodeStepExecutor(),
         "sub-run": SubRunStepExecutor(),
+        "webhook": WebhookStepExecutor(),
     })

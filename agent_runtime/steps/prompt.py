@@ -32,9 +32,11 @@ from agent_runtime.templates import render
 from agent_runtime.tools import ToolArgumentsError, ToolContext
 
 if TYPE_CHECKING:
+    from agent_runtime.engine import ResolvedModel
     from agent_runtime.execution import Execution
 
 DEFAULT_MAX_TOOL_CALLS = 25
+TEXT_EVENT_INTERVAL = 0.25  # seconds between `model.text.delta` events of one answer
 # A conversation that keeps asking for tools without ever answering is a
 # runaway; bound it even when no limit is configured.
 MAX_MODEL_ROUNDS = 64
@@ -95,12 +97,20 @@ def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
     return data
 
 
+def _streams(model: ResolvedModel, ctx: Execution) -> bool:
+    """Whether to ask the provider to stream: as the model profile's
+    `capabilities.streaming` says, else when someone watches the text live."""
+    if model.streaming is not None:
+        return model.streaming
+    return ctx.runtime.text_sink is not None
+
+
 class PromptStepExecutor:
     async def execute(self, step: Any, frame: Frame, ctx: Execution,
                       resume: list[Frame]) -> Any:
         state = frame.continuation
         model = ctx.runtime.resolve_model(step.model, ctx.manifest, ctx.run.options)
-        tools = ctx.runtime.resolve_tools(step.tools or [])
+        tools = await ctx.runtime.prepare_tools(step.tools or [], ctx)
         limits = ctx.manifest.limits
         if "from" not in state:
             state.update({"from": len(ctx.state.transcript), "rounds": 0})
@@ -132,6 +142,7 @@ class PromptStepExecutor:
                 messages=messages, tools=[tool.spec for tool in tools.values()],
                 output_schema=step.output_schema, max_output_tokens=step.max_output_tokens,
                 timeout_seconds=None if timeout_ms is None else timeout_ms / 1000,
+                stream=_streams(model, ctx),
                 run_id=ctx.run_id, step_id=step.id, step_path=frame.step_path,
                 request_index=ctx.state.model_requests + 1,
                 step_request_index=ctx.state.step_requests[step.id] + 1)
@@ -161,9 +172,22 @@ class PromptStepExecutor:
                         request=request.request_index)
         started = time.monotonic()
 
+        text_sink = ctx.runtime.text_sink
+
+        pending = {"chars": 0, "at": 0.0}
+
         def on_text(delta: str) -> None:
-            ctx.events.emit("model.text.delta", step_id=request.step_id,
-                            step_path=frame.step_path, chars=len(delta))
+            # A streamed answer arrives in thousands of deltas: the event log gets
+            # at most a few a second (with the characters since the last one),
+            # while the terminal view gets every delta as it arrives.
+            pending["chars"] += len(delta)
+            now = time.monotonic()
+            if now - pending["at"] >= TEXT_EVENT_INTERVAL:
+                ctx.events.emit("model.text.delta", step_id=request.step_id,
+                                step_path=frame.step_path, chars=pending["chars"])
+                pending.update(chars=0, at=now)
+            if text_sink is not None:
+                text_sink(frame.step_path, delta)
 
         try:
             response: ModelResponse = await ctx.guarded(adapter.generate(request, on_text=on_text))

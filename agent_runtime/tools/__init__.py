@@ -1,4 +1,4 @@
-"""Tool adapters: Python callables (and, later, MCP connections)."""
+"""Tool adapters: Python callables, and MCP connections (`agent_runtime.tools.mcp`)."""
 
 from __future__ import annotations
 

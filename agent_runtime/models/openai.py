@@ -1,0 +1,298 @@
+"""The `openai` and `openai-compatible` drivers: Chat Completions through the
+official `openai` SDK (`AsyncOpenAI`).
+
+`openai-compatible` is the same API at another `baseURL` (Ollama, vLLM, LM
+Studio, a gateway). It sends a key only when its `providers` entry names one,
+and never falls back to `OPENAI_API_KEY`, so an OpenAI key is not sent to a
+third-party server.
+
+- Streaming: when the request asks for it (`ModelRequest.stream`: the model
+  profile's `capabilities.streaming`, else whether someone watches the text
+  live), with `stream_options.include_usage` so usage still arrives; a server
+  that rejects `stream_options` is configured with `includeUsage: false`.
+- Structured output: `response_format: json_schema` (strict when the schema
+  allows OpenAI's strict mode) when the provider supports it —
+  `supportsStructuredOutputs`, default true for `openai`, false for
+  `openai-compatible` — else an instruction in the system prompt and the
+  answer text parsed as JSON.
+- Retries: `agent_runtime.models.retry` (the SDK's own are off).
+- One SDK client per model call, closed when the call ends: a runtime may be
+  driven by several event loops (`run_sync`), and a pooled connection must
+  never outlive the loop it belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from agent_runtime.config import RuntimeConfig
+from agent_runtime.models.base import (
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    TextListener,
+    ToolCallRequest,
+    Usage,
+)
+from agent_runtime.models.conversation import (
+    WRAPPED_ANSWER,
+    finish_reason,
+    message_text,
+    output_tool_schema,
+    parse_json_answer,
+    part_text,
+    parts,
+    schema_instruction,
+    tool_arguments,
+    tool_result_text,
+)
+from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
+from agent_runtime.models.retry import (
+    RetryPolicy,
+    TextRelay,
+    call_with_retries,
+    error_body_details,
+    http_error,
+)
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+# The SDK insists on a key; a local server without auth ignores this one.
+NO_KEY = "no-key"
+# Manifest options (camelCase, as the reference implementation) -> request fields.
+_OPTIONS = {"temperature": "temperature", "topP": "top_p", "seed": "seed",
+            "stopSequences": "stop", "frequencyPenalty": "frequency_penalty",
+            "presencePenalty": "presence_penalty"}
+
+
+def create_adapter(provider: str, config: RuntimeConfig, *,
+                   retry: RetryPolicy | None = None) -> OpenAIChatModel:
+    compatible = config.driver_of(provider) == "openai-compatible"
+    settings = provider_settings(provider, config,
+                                 key_env=None if compatible else DEFAULT_KEY_ENV)
+    return OpenAIChatModel(settings, compatible=compatible, retry=retry)
+
+
+class OpenAIChatModel:
+    def __init__(self, settings: ProviderSettings, *, compatible: bool,
+                 retry: RetryPolicy | None = None) -> None:
+        self.settings = settings
+        self.compatible = compatible
+        self.retry = retry or RetryPolicy()
+        structured = settings.supports_structured_outputs
+        self.structured_outputs = (not compatible) if structured is None else structured
+        self.include_usage = True if settings.include_usage is None else settings.include_usage
+
+    def _client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(api_key=self.settings.api_key or NO_KEY,
+                                  base_url=self.settings.base_url, max_retries=0,
+                                  default_headers=self.settings.headers or None)
+
+    async def generate(self, request: ModelRequest, *,
+                       on_text: TextListener | None = None) -> ModelResponse:
+        params, wrapped = self._params(request)
+        relay = TextRelay(on_text)
+        async with self._client() as client:
+            response = await call_with_retries(
+                lambda: self._call(client, params, request, relay, wrapped=wrapped),
+                policy=self.retry, timeout_seconds=request.timeout_seconds, relay=relay,
+                translate=self._translate)
+        if not request.stream and response.text and not response.tool_calls:
+            relay(response.text)
+        return response
+
+    # -- request ---------------------------------------------------------------
+
+    def _params(self, request: ModelRequest) -> tuple[dict[str, Any], bool]:
+        messages = _messages(request.messages)
+        params: dict[str, Any] = {"model": request.model, "messages": messages}
+        if request.tools:
+            params["tools"] = [{"type": "function", "function": {
+                "name": tool.name, "description": tool.description,
+                "parameters": tool.parameters}} for tool in request.tools]
+        schema = request.output_schema
+        wrapped = False
+        if schema is not None and self.structured_outputs:
+            # The root of a response format must be an object.
+            schema, wrapped = output_tool_schema(schema)
+            if wrapped:
+                schema = {**schema, "additionalProperties": False}
+            params["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "output", "schema": schema, "strict": _strict_compatible(schema)}}
+        elif schema is not None:
+            _instruct(messages, schema_instruction(schema))
+        extra: dict[str, Any] = {}
+        for key, value in request.options.items():
+            if key == "maxOutputTokens":
+                continue
+            extra[_OPTIONS.get(key, key)] = value
+        max_tokens = request.max_output_tokens or request.options.get("maxOutputTokens")
+        if max_tokens is not None:
+            # OpenAI's reasoning models refuse `max_tokens`; most other servers
+            # know only it.
+            extra["max_tokens" if self.compatible else "max_completion_tokens"] = max_tokens
+        if extra:
+            params["extra_body"] = extra
+        if request.stream:
+            params["stream"] = True
+            if self.include_usage:
+                params["stream_options"] = {"include_usage": True}
+        if request.timeout_seconds is not None:
+            params["timeout"] = request.timeout_seconds
+        return params, wrapped
+
+    # -- response --------------------------------------------------------------
+
+    async def _call(self, client: openai.AsyncOpenAI, params: dict[str, Any],
+                    request: ModelRequest, relay: TextRelay, *, wrapped: bool) -> ModelResponse:
+        if request.stream:
+            return await self._streamed(client, params, request, relay, wrapped=wrapped)
+        completion: Any = await client.chat.completions.create(**params)
+        if not completion.choices:
+            raise ModelError("empty_response", "the provider returned no choices")
+        choice = completion.choices[0]
+        message = choice.message
+        if getattr(message, "refusal", None) and not message.content:
+            raise ModelError("refusal", f"the model refused: {message.refusal}")
+        calls = [(call.id, call.function.name, call.function.arguments)
+                 for call in message.tool_calls or [] if getattr(call, "function", None)]
+        return _response(request, text=message.content, raw_calls=calls,
+                         raw_finish=choice.finish_reason, usage=completion.usage,
+                         model=completion.model, wrapped=wrapped)
+
+    async def _streamed(self, client: openai.AsyncOpenAI, params: dict[str, Any],
+                        request: ModelRequest, relay: TextRelay, *,
+                        wrapped: bool) -> ModelResponse:
+        text: list[str] = []
+        slots: dict[int, dict[str, str]] = {}
+        finish: str | None = None
+        usage: Any = None
+        model: str | None = None
+        stream: Any = await client.chat.completions.create(**params)
+        async with stream:
+            async for chunk in stream:
+                model = chunk.model or model
+                usage = chunk.usage or usage
+                for choice in chunk.choices or []:
+                    delta = choice.delta
+                    if delta is not None and delta.content:
+                        text.append(delta.content)
+                        relay(delta.content)
+                    for call in (delta.tool_calls if delta is not None else None) or []:
+                        index = call.index if call.index is not None else len(slots)
+                        slot = slots.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = call.id or slot["id"]
+                        if call.function is not None:
+                            slot["name"] = slot["name"] or call.function.name or ""
+                            slot["arguments"] += call.function.arguments or ""
+                    finish = choice.finish_reason or finish
+        calls = [(slot["id"], slot["name"], slot["arguments"])
+                 for _, slot in sorted(slots.items())]
+        return _response(request, text="".join(text) or None, raw_calls=calls,
+                         raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
+
+    def _translate(self, error: Exception) -> ModelError | None:
+        if isinstance(error, openai.APITimeoutError):
+            return ModelError("timeout", "the provider did not answer in time "
+                              "(limits.providerTimeoutMs)")
+        if isinstance(error, openai.APIConnectionError):
+            where = self.settings.base_url or "the OpenAI API"
+            return ModelError("connection_error", f"cannot reach {where}: {error}",
+                              retryable=True)
+        if isinstance(error, openai.APIStatusError):
+            code, message = error_body_details(error.body)
+            return http_error(error.status_code, headers=error.response.headers,
+                              code=code, message=message or error.message)
+        if isinstance(error, openai.OpenAIError):
+            return ModelError("invalid_response", f"{type(error).__name__}: {error}")
+        return None
+
+
+def _response(request: ModelRequest, *, text: str | None,
+              raw_calls: Sequence[tuple[str, str, str | None]], raw_finish: str | None,
+              usage: Any, model: str | None, wrapped: bool) -> ModelResponse:
+    calls = [ToolCallRequest(call_id=call_id or f"call_{index}", name=name,
+                             arguments=tool_arguments(arguments, tool=name))
+             for index, (call_id, name, arguments) in enumerate(raw_calls)]
+    data = None
+    if request.output_schema is not None and not calls:
+        data = parse_json_answer(text)
+        if wrapped and isinstance(data, dict):
+            data = data.get(WRAPPED_ANSWER)
+            text = json.dumps(data, ensure_ascii=False)
+    return ModelResponse(text=text, data=data, tool_calls=calls, usage=_usage(usage),
+                         finish_reason=finish_reason(raw_finish, tool_calls=bool(calls)),
+                         model=model)
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(input_tokens=getattr(usage, "prompt_tokens", None),
+                 output_tokens=getattr(usage, "completion_tokens", None),
+                 total_tokens=getattr(usage, "total_tokens", None))
+
+
+def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    mapped: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role in ("system", "user"):
+            mapped.append({"role": role, "content": message_text(message, driver="openai")})
+            continue
+        text: list[str] = []
+        calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for part in parts(message, driver="openai"):
+            if part["type"] == "tool-call":
+                call = part["call"]
+                arguments = json.dumps(call.get("input") or {}, ensure_ascii=False)
+                calls.append({"id": call["id"], "type": "function",
+                              "function": {"name": call["name"], "arguments": arguments}})
+            elif part["type"] == "tool-result":
+                result = part["result"]
+                results.append({"role": "tool", "tool_call_id": result["callId"],
+                                "content": tool_result_text(result)})
+            else:
+                text.append(part_text(part))
+        if role == "assistant" and (text or calls):
+            entry: dict[str, Any] = {"role": "assistant", "content": "\n".join(text) or None}
+            if calls:
+                entry["tool_calls"] = calls
+            mapped.append(entry)
+        mapped.extend(results)
+    return mapped
+
+
+def _instruct(messages: list[dict[str, Any]], instruction: str) -> None:
+    """Add the structured-output instruction to the system prompt (many
+    compatible servers accept one system message, and only first)."""
+    if messages and messages[0]["role"] == "system":
+        messages[0]["content"] = f"{messages[0]['content']}\n\n{instruction}".strip()
+    else:
+        messages.insert(0, {"role": "system", "content": instruction})
+
+
+def _strict_compatible(schema: Any) -> bool:
+    """Whether OpenAI's strict mode accepts `schema`: every object closed
+    (`additionalProperties: false`) with all its properties required. Strict
+    mode rejects any other schema, so a looser one is sent non-strict."""
+    if isinstance(schema, list):
+        return all(_strict_compatible(item) for item in schema)
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False \
+                or set(schema.get("required", [])) != set(properties):
+            return False
+    children: list[Any] = []
+    for key in ("properties", "$defs", "definitions"):
+        children.extend((schema.get(key) or {}).values())
+    for key in ("items", "anyOf", "allOf", "oneOf", "prefixItems"):
+        if key in schema:
+            children.append(schema[key])
+    return all(_strict_compatible(child) for child in children)

@@ -1,0 +1,176 @@
+"""How a provider driver calls its provider: bounded retries, Retry-After, timeouts.
+
+Every driver makes its calls through `call_with_retries`, and turns its SDK's
+own retries off, so one policy governs every provider: at most
+`RetryPolicy.attempts` tries; a retry only for a `ModelError` marked
+retryable (429, 408, 5xx and connection failures); the wait is the
+provider's `Retry-After` (seconds or an HTTP date, or `retry-after-ms`) when it
+sent one, else an exponential backoff with jitter. A provider that asks for a
+longer wait than `max_retry_after` is not waited for: the call fails at once
+with its message, rather than holding a run's lease idle for minutes.
+
+`timeout_seconds` bounds each try as a whole, streaming included (a server
+that trickles bytes cannot outlast it). A timeout is not retried: the limit is
+the user's (`limits.providerTimeoutMs`) and repeating the call would multiply
+it. Nor is a call whose text was already shown through `on_text`: a repeat
+would show the text twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from agent_runtime.models.base import ModelError, TextListener
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({408, 429})
+
+
+def status_retryable(status: int) -> bool:
+    """A status worth repeating the identical request for: throttling and server errors."""
+    return status in RETRYABLE_STATUS or status >= 500
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None, *,
+                        now: Callable[[], float] = time.time) -> float | None:
+    """The wait a response asked for: `retry-after-ms`, else `Retry-After` in seconds
+    or as an HTTP date; None when absent or unreadable."""
+    if not headers:
+        return None
+    lowered = {key.lower(): value for key, value in headers.items()}
+    milliseconds = lowered.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(0.0, float(milliseconds) / 1000)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+    # The longest Retry-After we honour; a provider asking for more fails the call.
+    max_retry_after: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
+
+    def delay(self, retry: int, retry_after: float | None) -> float | None:
+        """Seconds to wait before retry number `retry` (1-based); None: do not retry."""
+        if retry_after is not None:
+            return retry_after if retry_after <= self.max_retry_after else None
+        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
+        # "Equal jitter": at least half the backoff, so retries of many runs spread
+        # out without any of them retrying at once.
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+class TextRelay:
+    """Passes text deltas on to the listener and remembers whether any went out."""
+
+    def __init__(self, listener: TextListener | None) -> None:
+        self._listener = listener
+        self.sent = False
+
+    def __call__(self, delta: str) -> None:
+        if not delta:
+            return
+        self.sent = True
+        if self._listener is not None:
+            self._listener(delta)
+
+
+async def call_with_retries(call: Callable[[], Awaitable[T]], *, policy: RetryPolicy,
+                            timeout_seconds: float | None, relay: TextRelay,
+                            translate: Callable[[Exception], ModelError | None]) -> T:
+    """Run `call` until it succeeds, under `policy`.
+
+    `translate` turns an SDK exception into a `ModelError` (None: not a provider
+    failure, so it propagates unchanged, as a bug of ours should). Raises the
+    last `ModelError`; its message says how many attempts were made.
+    """
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            async with asyncio.timeout(timeout_seconds):
+                return await call()
+        except ModelError as error:
+            failure = error
+        except TimeoutError:
+            failure = timeout_error(timeout_seconds)
+        except Exception as error:
+            translated = translate(error)
+            if translated is None:
+                raise
+            failure = translated
+        if not failure.retryable or relay.sent or attempt == policy.attempts:
+            if attempt > 1:
+                raise ModelError(failure.code, f"{failure} (after {attempt} attempts)",
+                                 retryable=failure.retryable,
+                                 retry_after=failure.retry_after) from failure
+            raise failure
+        wait = policy.delay(attempt, failure.retry_after)
+        if wait is None:
+            raise ModelError(failure.code, f"{failure} (the provider asked to retry after "
+                             f"{failure.retry_after:.0f}s, more than the "
+                             f"{policy.max_retry_after:.0f}s this runtime waits)",
+                             retryable=True, retry_after=failure.retry_after) from failure
+        await policy.sleep(wait)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def timeout_error(timeout_seconds: float | None) -> ModelError:
+    limit = "the time limit" if timeout_seconds is None else f"{timeout_seconds:g}s"
+    return ModelError("timeout", f"no complete response within {limit} "
+                      "(limits.providerTimeoutMs)")
+
+
+def error_body_details(body: Any) -> tuple[str | None, str | None]:
+    """`(code, message)` of an error body in the shapes providers use: OpenAI's
+    `{"error": {message, type, code}}` (or that inner object alone), Anthropic's
+    `{"type": "error", "error": {type, message}}`, `{"error": "text"}`,
+    `{"message": ...}`, `{"detail": ...}`, or plain text."""
+    if isinstance(body, str):
+        return None, body.strip() or None
+    if not isinstance(body, dict):
+        return None, None
+    inner = body.get("error", body)
+    if isinstance(inner, str):
+        return None, inner
+    if not isinstance(inner, dict):
+        return None, None
+    code = inner.get("code") or inner.get("type")
+    message = inner.get("message") or inner.get("detail") or body.get("detail")
+    if code == "error":  # Anthropic's outer envelope type, not a cause
+        code = None
+    return (None if code is None else str(code),
+            None if message is None else str(message))
+
+
+def http_error(status: int, *, headers: Mapping[str, str] | None, code: str | None,
+               message: str | None) -> ModelError:
+    """The `ModelError` of an HTTP error response: the provider's code (else
+    `http_<status>`), its message, retryable for throttling and server errors."""
+    code = code or f"http_{status}"
+    text = f"HTTP {status} {code}: {message}" if message else f"HTTP {status} {code}"
+    return ModelError(code, text, retryable=status_retryable(status),
+                      retry_after=retry_after_seconds(headers))

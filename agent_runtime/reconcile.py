@@ -1,0 +1,402 @@
+"""Reconciliation: finish the runs whose owner died (DESIGN section 7).
+
+    reconciler = Reconciler(store, runtime_for=lambda run: AgentRuntime(store=store, ...))
+    summary = reconciler.reconcile_sync()      # one pass; `agent-runtime reconcile`
+
+A pass lists the `created` runs queued longer than `queued_seconds` and the
+`running` runs whose lease expired, and for each one, on a fresh read:
+
+* a `created` run has no owner: it is started;
+* a `running` run is taken over only when its owner is confirmed gone. The
+  local engine's owner is `host:pid` (`engine.default_owner`); a
+  `LivenessCheck` decides. An owner that is alive, or that this host cannot
+  see (another host, another engine, an unreadable owner), is left alone: an
+  expired lease alone proves nothing, the owner may be stopped or starved;
+* a run already taken over `max_takeovers` times is failed with `crash_loop`
+  instead of resumed again: something in it keeps killing its owner.
+
+A takeover resumes the run from its latest checkpoint through the
+`AgentRuntime` that `runtime_for(run)` builds with the run's remembered options.
+Several reconcilers may run at once: the store's reservation is atomic and
+every write is fenced by attempt, so of two that pick the same run exactly
+one acts and the other reports `lost-race`, which is not an error.
+
+Events: `reconcile.started`, `reconcile.resumed`, `reconcile.skipped` (reason
+`owner-alive`, `owner-unknown` or `lost-race`), `reconcile.failed-run`,
+`reconcile.error` and `reconcile.completed` (counts). The reconciler is not a
+run: an event about a run carries its id and the attempt the action concerns,
+pass-level events an empty run id; `sequence` counts within the pass and
+`data.reconcile_id` names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, NoReturn, Protocol, TextIO
+
+from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, StaleAttempt
+from stores.records import RunError, RunRecord, RunStatus
+
+from agent_runtime.engine import AgentRuntime, Clock, SystemClock
+from agent_runtime.events import Event, EventSink
+from agent_runtime.reports import to_json_text
+
+DEFAULT_MAX_TAKEOVERS = 3
+DEFAULT_QUEUED_SECONDS = 60.0
+
+OWNER_ALIVE = "owner-alive"
+OWNER_UNKNOWN = "owner-unknown"
+LOST_RACE = "lost-race"
+
+# Another reconciler (or a user's `resume`) got there first: the run moved on.
+RACE_ERRORS = (LeaseHeld, RunTerminal, InvalidTransition, StaleAttempt)
+
+
+# -- is the owner still there? -----------------------------------------------
+
+
+class Liveness(StrEnum):
+    ALIVE = "alive"
+    GONE = "gone"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class OwnerStatus:
+    liveness: Liveness
+    detail: str
+
+
+class LivenessCheck(Protocol):
+    def __call__(self, run: RunRecord) -> OwnerStatus:
+        """Whether the owner of a running run's lease can still write to it.
+
+        `GONE` only when certain: the reconciler then starts a competing
+        attempt. When in doubt, `UNKNOWN`; the run is left alone.
+        """
+        ...
+
+
+class ProcessLiveness:
+    """Owners of the local engine, `host:pid`: a process on this host is asked directly.
+
+    A pid that no longer exists, or a zombie (it exited and only waits for its
+    parent to collect it), is gone. A pid that exists is alive, whoever's it
+    is: a reused pid keeps a dead owner's run waiting, which is safe. An owner
+    on another host, of another engine, or not of the form `host:pid` is unknown.
+    """
+
+    def __init__(self, host: str | None = None) -> None:
+        self.host = host or socket.gethostname()
+
+    def __call__(self, run: RunRecord) -> OwnerStatus:
+        owner = run.lease_owner or ""
+        if run.engine.kind != "local":
+            return OwnerStatus(Liveness.UNKNOWN, f"run on the {run.engine.kind} engine, "
+                                                 "not a local process")
+        host, _, pid_text = owner.rpartition(":")
+        if not host or not pid_text.isdigit() or int(pid_text) <= 0:
+            return OwnerStatus(Liveness.UNKNOWN, f"owner {owner!r} is not host:pid")
+        if host != self.host:
+            return OwnerStatus(Liveness.UNKNOWN,
+                               f"owner on host {host!r}, not this host ({self.host!r})")
+        if os.name != "posix":  # os.kill(pid, 0) would signal the process on Windows
+            return OwnerStatus(Liveness.UNKNOWN, "process checks need a POSIX system")
+        pid = int(pid_text)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return OwnerStatus(Liveness.GONE, f"process {pid} on {host} no longer exists")
+        except PermissionError:
+            return OwnerStatus(Liveness.ALIVE, f"process {pid} on {host} exists "
+                                               "(another user's)")
+        if _is_zombie(pid):
+            return OwnerStatus(Liveness.GONE, f"process {pid} on {host} exited (a zombie)")
+        return OwnerStatus(Liveness.ALIVE, f"process {pid} on {host} is running")
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            # "pid (comm) state ...": comm may hold spaces and parentheses.
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+# -- outcomes ------------------------------------------------------------------
+
+
+class Action(StrEnum):
+    RESUMED = "resumed"
+    SKIPPED = "skipped"
+    FAILED_RUN = "failed-run"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a pass did with one candidate run.
+
+    `attempt` is the attempt that ran (resumed) or that the decision was
+    about; `status` the run's status afterwards, when known.
+    """
+
+    run_id: str
+    action: Action
+    attempt: int
+    reason: str | None = None
+    detail: str | None = None
+    status: RunStatus | None = None
+    takeovers: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"run_id": self.run_id, "action": self.action.value,
+                                "attempt": self.attempt}
+        for name in ("reason", "detail", "status", "takeovers"):
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = value.value if isinstance(value, StrEnum) else value
+        return body
+
+
+@dataclass
+class ReconcileSummary:
+    reconcile_id: str
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+    def count(self, action: Action) -> int:
+        return sum(outcome.action is action for outcome in self.outcomes)
+
+    @property
+    def errors(self) -> int:
+        return self.count(Action.ERROR)
+
+    def counts(self) -> dict[str, int]:
+        return {"candidates": len(self.outcomes), "resumed": self.count(Action.RESUMED),
+                "skipped": self.count(Action.SKIPPED),
+                "failed_runs": self.count(Action.FAILED_RUN), "errors": self.errors}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reconcile_id": self.reconcile_id, "counts": self.counts(),
+                "runs": [outcome.to_json() for outcome in self.outcomes]}
+
+
+# -- the reconciler ------------------------------------------------------------
+
+
+class _PassEvents:
+    """Numbers the events of one pass and fans them out."""
+
+    def __init__(self, sinks: list[EventSink], clock: Clock) -> None:
+        self.reconcile_id = f"reconcile_{uuid.uuid4().hex[:16]}"
+        self._sinks = sinks
+        self._clock = clock
+        self._sequence = 0
+
+    def emit(self, type_: str, *, run_id: str = "", attempt: int = 0, **data: Any) -> None:
+        self._sequence += 1
+        event = Event(id=uuid.uuid4().hex, run_id=run_id, attempt=attempt,
+                      sequence=self._sequence, timestamp=self._clock.now(), type=type_,
+                      data={"reconcile_id": self.reconcile_id,
+                            **{k: v for k, v in data.items() if v is not None}})
+        for sink in self._sinks:
+            sink.emit(event)
+
+
+class Reconciler:
+    """Finds runs whose owner died and resumes them, or fails those that keep dying.
+
+    `runtime_for(run)` builds the runtime that resumes a run (its models,
+    tools and config; the CLI uses the run's remembered options). Without it a
+    plain `AgentRuntime` on this store is used.
+    """
+
+    def __init__(self, store: RunStore, *,
+                 runtime_for: Callable[[RunRecord], AgentRuntime] | None = None,
+                 liveness: LivenessCheck | None = None,
+                 max_takeovers: int = DEFAULT_MAX_TAKEOVERS,
+                 queued_seconds: float = DEFAULT_QUEUED_SECONDS,
+                 event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
+                 page_size: int = 100) -> None:
+        if max_takeovers < 0:
+            raise ValueError("max_takeovers must be 0 or more")
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.event_sinks = list(event_sinks)
+        self.runtime_for = runtime_for or self._plain_runtime
+        self.liveness: LivenessCheck = liveness or ProcessLiveness()
+        self.max_takeovers = max_takeovers
+        self.queued_seconds = queued_seconds
+        self.page_size = page_size
+
+    def _plain_runtime(self, run: RunRecord) -> AgentRuntime:
+        return AgentRuntime(store=self.store, event_sinks=self.event_sinks, clock=self.clock)
+
+    def candidates(self) -> Iterable[RunRecord]:
+        """Running runs whose lease expired, then runs queued longer than `queued_seconds`."""
+        now = self.clock.now()
+        for status, before in ((RunStatus.RUNNING, now),
+                               (RunStatus.CREATED, now - timedelta(seconds=self.queued_seconds))):
+            cursor: str | None = None
+            while True:
+                page = self.store.list_runs(statuses=[status], lease_expired_before=before,
+                                            limit=self.page_size, cursor=cursor)
+                yield from page.runs
+                cursor = page.cursor
+                if cursor is None:
+                    break
+
+    async def reconcile(self) -> ReconcileSummary:
+        """One pass over every candidate run."""
+        events = _PassEvents(self.event_sinks, self.clock)
+        summary = ReconcileSummary(events.reconcile_id)
+        events.emit("reconcile.started", max_takeovers=self.max_takeovers,
+                    queued_seconds=self.queued_seconds)
+        for listed in self.candidates():
+            summary.outcomes.append(await self._reconcile_run(listed, events))
+        events.emit("reconcile.completed", counts=summary.counts())
+        return summary
+
+    def reconcile_sync(self) -> ReconcileSummary:
+        """`reconcile` for code without an event loop."""
+        return asyncio.run(self.reconcile())
+
+    def reconcile_every(self, interval: float,
+                        report: Callable[[ReconcileSummary], None]) -> NoReturn:
+        """A pass every `interval` seconds until interrupted (KeyboardInterrupt)."""
+        while True:
+            started = time.monotonic()
+            report(self.reconcile_sync())
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def reconcile_run(self, listed: RunRecord) -> RunOutcome:
+        """Decide about one candidate, as listed, and act on it (a pass of one run)."""
+        return await self._reconcile_run(listed, _PassEvents(self.event_sinks, self.clock))
+
+    async def _reconcile_run(self, listed: RunRecord, events: _PassEvents) -> RunOutcome:
+        now = self.clock.now()
+        # The listing may be old (an earlier run of this pass took a while) or
+        # another reconciler may have acted since: decide on a fresh read.
+        run = self.store.load_run(listed.run_id)
+        if run is None or run.status is not listed.status or run.attempt != listed.attempt:
+            now_status = "deleted" if run is None else f"{run.status.value}, attempt {run.attempt}"
+            return self._skipped(events, listed, LOST_RACE,
+                                 f"moved on since it was listed (now {now_status})")
+        if run.status is RunStatus.RUNNING:
+            expires = run.lease_expires_at
+            if expires is not None and expires > now:
+                return self._skipped(events, run, OWNER_ALIVE,
+                                     f"lease renewed until {expires.isoformat()}")
+            owner = self.liveness(run)
+            if owner.liveness is Liveness.ALIVE:
+                return self._skipped(events, run, OWNER_ALIVE, owner.detail)
+            if owner.liveness is Liveness.UNKNOWN:
+                return self._skipped(events, run, OWNER_UNKNOWN, owner.detail)
+            if run.takeovers >= self.max_takeovers:
+                return self._fail_crash_loop(events, run, owner.detail)
+        return await self._resume(events, run)
+
+    def _skipped(self, events: _PassEvents, run: RunRecord, reason: str,
+                 detail: str) -> RunOutcome:
+        events.emit("reconcile.skipped", run_id=run.run_id, attempt=run.attempt, reason=reason,
+                    detail=detail)
+        return RunOutcome(run.run_id, Action.SKIPPED, run.attempt, reason=reason, detail=detail,
+                          status=run.status)
+
+    def _error(self, events: _PassEvents, run: RunRecord, error: Exception) -> RunOutcome:
+        detail = f"{type(error).__name__}: {error}"
+        events.emit("reconcile.error", run_id=run.run_id, attempt=run.attempt,
+                    error_type=type(error).__name__)
+        return RunOutcome(run.run_id, Action.ERROR, run.attempt, detail=detail,
+                          status=run.status)
+
+    def _fail_crash_loop(self, events: _PassEvents, run: RunRecord, why: str) -> RunOutcome:
+        deaths = run.takeovers + 1
+        error = RunError(type="crash_loop", message=(
+            f"the run's owner died {deaths} times before it finished (taken over "
+            f"{run.takeovers} times, the limit is {self.max_takeovers}); failed instead of "
+            "resumed again"), details={"takeovers": run.takeovers,
+                                       "max_takeovers": self.max_takeovers,
+                                       "last_owner": run.lease_owner, "owner_status": why})
+        try:
+            # Fenced by the attempt that died: a newer owner's run is not failed.
+            self.store.fail_run(run.run_id, expected_attempt=run.attempt, error=error,
+                                at=self.clock.now())
+        except RACE_ERRORS as race:
+            return self._skipped(events, run, LOST_RACE, f"{type(race).__name__}: {race}")
+        events.emit("reconcile.failed-run", run_id=run.run_id, attempt=run.attempt,
+                    takeovers=run.takeovers, error_type=error.type)
+        return RunOutcome(run.run_id, Action.FAILED_RUN, run.attempt, detail=error.message,
+                          status=RunStatus.FAILED, takeovers=run.takeovers)
+
+    async def _resume(self, events: _PassEvents, run: RunRecord) -> RunOutcome:
+        # One run's broken options (a missing config, a tools file that no
+        # longer imports) or a damaged record must not stop the pass.
+        try:
+            runtime = self.runtime_for(run)
+        except Exception as error:
+            return self._error(events, run, error)
+        try:
+            result = await runtime.run(run_id=run.run_id, resume=True,
+                                       allow_running_takeover=run.status is RunStatus.RUNNING)
+        except RACE_ERRORS as race:
+            return self._skipped(events, run, LOST_RACE, f"{type(race).__name__}: {race}")
+        except Exception as error:
+            return self._error(events, run, error)
+        takeovers = run.takeovers + (run.status is RunStatus.RUNNING)
+        events.emit("reconcile.resumed", run_id=run.run_id, attempt=result.attempt,
+                    status=result.status.value, from_status=run.status.value,
+                    takeovers=takeovers)
+        return RunOutcome(run.run_id, Action.RESUMED, result.attempt, status=result.status,
+                          takeovers=takeovers)
+
+
+# -- what the CLI prints ---------------------------------------------------------
+
+
+def print_summary(summary: ReconcileSummary, fmt: str, out: TextIO) -> None:
+    """`json`: one object per pass on one line; `pretty`: a line per run and the counts."""
+    if fmt == "json":
+        out.write(to_json_text(summary.to_json()) + "\n")
+    else:
+        for outcome in summary.outcomes:
+            out.write(_pretty(outcome) + "\n")
+        counts = summary.counts()
+        out.write(f"reconcile: {counts['candidates']} candidates, {counts['resumed']} resumed, "
+                  f"{counts['skipped']} skipped, {counts['failed_runs']} failed, "
+                  f"{counts['errors']} errors\n")
+    out.flush()
+
+
+def _pretty(outcome: RunOutcome) -> str:
+    if outcome.action is Action.RESUMED:
+        status = outcome.status.value if outcome.status else "?"
+        return f"resumed {outcome.run_id}: attempt {outcome.attempt} ended {status}"
+    if outcome.action is Action.SKIPPED:
+        return f"skipped {outcome.run_id}: {outcome.reason} ({outcome.detail})"
+    if outcome.action is Action.FAILED_RUN:
+        return f"failed {outcome.run_id}: crash_loop: {outcome.detail}"
+    return f"error {outcome.run_id}: {outcome.detail}"
+
+
+__all__ = [
+    "DEFAULT_MAX_TAKEOVERS",
+    "Action",
+    "Liveness",
+    "LivenessCheck",
+    "OwnerStatus",
+    "ProcessLiveness",
+    "ReconcileSummary",
+    "Reconciler",
+    "RunOutcome",
+    "print_summary",
+]

@@ -1,0 +1,374 @@
+"""`webhook` steps: one HTTP request as declared, sent under an idempotency key.
+
+The request is the step's `method` (default POST), `headers` and `body`
+(JSON-encoded; fields are passed as declared, never templated), with an
+`Idempotency-Key` header: the step's `idempotencyKey`, else
+`<runId>:<stepPath>`, the same on every attempt of the run. The output is
+`{status, headers, body}`: a few non-sensitive response headers, and the body
+JSON-decoded when the response says JSON, else text.
+
+Delivery: `timeoutMs` per request (default 10 s); 408, 425, 429, 5xx answers
+and transport errors are retried up to `retries` times (default 2) with
+exponential backoff, or after the server's `Retry-After` (capped). Any other
+answer outside 2xx fails the step; redirects are not followed. A response
+body over the cap (`webhooks.maxResponseBytes`, default 1 MiB) fails the step.
+
+Destinations: only http and https; a host that resolves to a loopback,
+private, link-local or other non-public address is refused unless the
+runtime config sets `webhooks.allowPrivateNetworks`, and with
+`webhooks.allowedHosts` only those hosts are called. Every resolved address
+is checked and the request goes to a checked address (the name is kept for
+`Host` and TLS), so a name cannot resolve to a public address for the check
+and a private one for the request. Proxies from the environment are not used.
+
+Exactly once, as far as the receiver deduplicates: the key is reserved in the
+effect ledger before the first request and the outcome recorded there after
+the last. A run that crashed after recording replays the recorded response
+without sending again; one that crashed before recording (outcome unknown)
+sends again with the same key, which is what the key is for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import ipaddress
+import json
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+from stores.records import EffectStatus, Frame
+
+from agent_runtime.config import WebhookPolicy
+from agent_runtime.errors import StepFailed
+from agent_runtime.serde import json_value
+
+if TYPE_CHECKING:
+    from agent_runtime.execution import Execution
+
+DEFAULT_METHOD = "POST"
+DEFAULT_TIMEOUT_MS = 10_000
+DEFAULT_RETRIES = 2
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 30.0
+MAX_RETRY_AFTER_SECONDS = 60.0
+# Response headers worth keeping in the output (and the checkpoint): none of
+# them carries credentials or session state.
+SAFE_RESPONSE_HEADERS = ("content-type", "content-length", "etag", "last-modified", "location",
+                         "retry-after", "x-request-id", "request-id")
+USER_AGENT = "agent-runtime/0.1"
+
+
+# -- destinations --------------------------------------------------------------
+
+
+def host_allowed(host: str, allowed_hosts: list[str]) -> bool:
+    """`host` equals an entry, or is a subdomain of a `*.domain` entry (case-insensitive)."""
+    host = host.lower().rstrip(".")
+    for entry in allowed_hosts:
+        pattern = entry.lower().rstrip(".")
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]):
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def _address_kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """What makes an address non-public, or None for a public one."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    for kind, flag in (("a loopback", address.is_loopback), ("a link-local", address.is_link_local),
+                       ("an unspecified", address.is_unspecified),
+                       ("a multicast", address.is_multicast), ("a private", address.is_private)):
+        if flag:
+            return kind
+    return None if address.is_global else "a non-public"
+
+
+def _address_refusal(host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+                     policy: WebhookPolicy) -> str | None:
+    if policy.allow_private_networks:
+        return None
+    kind = _address_kind(address)
+    if kind is None:
+        return None
+    target = str(address) if host == str(address) else f"{host!r} ({address})"
+    return (f"webhook destination {target} is {kind} address; set "
+            "webhooks.allowPrivateNetworks: true in the runtime config to allow it")
+
+
+def destination_refusal(url: str, policy: WebhookPolicy) -> str | None:
+    """Why `url` may not be called, as far as is known without resolving it: the
+    scheme, `allowedHosts`, and the kind of an IP-literal host. None otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"webhook URLs must be http or https, not {parts.scheme or 'schemeless'}"
+    host = parts.hostname
+    if not host:
+        return "the webhook URL has no host"
+    try:
+        parts.port  # noqa: B018 - raises for a malformed port
+    except ValueError:
+        return "the webhook URL has an invalid port"
+    if policy.allowed_hosts is not None and not host_allowed(host, policy.allowed_hosts):
+        return (f"webhook host {host!r} is not in the runtime config's webhooks.allowedHosts")
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return _address_refusal(host, literal, policy)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A checked destination: requests go to its `addresses` (in order, the next
+    when one refuses the connection), naming `host`."""
+
+    scheme: str
+    host: str
+    port: int | None
+    addresses: tuple[str, ...]
+
+
+async def resolve_destination(url: str, policy: WebhookPolicy) -> Destination:
+    """Resolve and check every address of `url`'s host; `StepFailed` when refused."""
+    refusal = destination_refusal(url, policy)
+    if refusal is not None:
+        raise StepFailed("webhook_destination_refused", refusal)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    scheme = parts.scheme.lower()
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        port = parts.port or (443 if scheme == "https" else 80)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port,
+                                                                 type=socket.SOCK_STREAM)
+        except OSError as error:
+            raise StepFailed("webhook_unresolvable",
+                             f"webhook host {host!r} does not resolve: {error}") from error
+        # sockaddr[0] of an IPv6 link-local address may carry a "%scope" suffix.
+        addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0])
+                                       for info in infos))
+    for address in addresses:
+        refusal = _address_refusal(host, address, policy)
+        if refusal is not None:
+            raise StepFailed("webhook_destination_refused", refusal)
+    return Destination(scheme=scheme, host=host, port=parts.port,
+                       addresses=tuple(str(address) for address in addresses))
+
+
+# -- delivery ------------------------------------------------------------------
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _send(client: httpx.AsyncClient, destination: Destination, method: str, url: str, *,
+                headers: dict[str, str], content: bytes | None) -> httpx.Response:
+    """Send to the first checked address that accepts the connection; stream the answer."""
+    extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
+    refused: httpx.ConnectError | None = None
+    for address in destination.addresses:
+        request = client.build_request(method, httpx.URL(url).copy_with(host=address),
+                                       headers=headers, content=content, extensions=extensions)
+        try:
+            return await client.send(request, stream=True)
+        except httpx.ConnectError as error:
+            refused = error
+    assert refused is not None  # a destination has at least one address
+    raise refused
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds the server asks us to wait (`Retry-After`: seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def backoff_seconds(retry: int, retry_after: str | None) -> float:
+    """The wait before retry number `retry` (1-based): the server's `Retry-After`
+    when given (capped), else exponential backoff from `BACKOFF_BASE_SECONDS`."""
+    asked = _retry_after(retry_after)
+    if asked is not None:
+        return min(asked, MAX_RETRY_AFTER_SECONDS)
+    return float(min(BACKOFF_BASE_SECONDS * 2 ** (retry - 1), BACKOFF_MAX_SECONDS))
+
+
+def _retryable(status: int) -> bool:
+    return status in RETRYABLE_STATUSES or 500 <= status <= 599
+
+
+def _request_headers(step: Any, key: str, destination: Destination) -> dict[str, str]:
+    # Ours win over declared ones of the same name, whatever their case.
+    reserved = {"idempotency-key", "host"}
+    headers = {"User-Agent": USER_AGENT}
+    for name, value in (step.headers or {}).items():
+        if name.lower() not in reserved:
+            headers = {k: v for k, v in headers.items() if k.lower() != name.lower()}
+            headers[name] = value
+    if step.has_body and not any(name.lower() == "content-type" for name in headers):
+        headers["Content-Type"] = "application/json"
+    headers["Idempotency-Key"] = key
+    default_port = 443 if destination.scheme == "https" else 80
+    host = f"[{destination.host}]" if ":" in destination.host else destination.host
+    port = destination.port
+    headers["Host"] = host if port is None or port == default_port else f"{host}:{port}"
+    return headers
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise _TooLarge()
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body.extend(chunk)
+        if len(body) > cap:
+            raise _TooLarge()
+    return bytes(body)
+
+
+def _decode_body(response: httpx.Response, raw: bytes) -> Any:
+    if not raw:
+        return None
+    media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    text = raw.decode(response.encoding or "utf-8", errors="replace")
+    if media_type == "application/json" or media_type.endswith("+json"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _size(cap: int) -> str:
+    return f"{cap // (1024 * 1024)} MiB" if cap % (1024 * 1024) == 0 else f"{cap} bytes"
+
+
+class WebhookStepExecutor:
+    async def execute(self, step: Any, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> Any:
+        policy = ctx.runtime.config.webhooks
+        key = step.idempotency_key or f"{ctx.run_id}:{frame.step_path}"
+        # Checked before the effect is reserved: a refused webhook sent nothing.
+        destination = await resolve_destination(step.url, policy)
+        effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
+                                        at=ctx.now())
+        if effect.status is EffectStatus.COMPLETED:
+            # Delivered and recorded by an earlier attempt that died before its checkpoint.
+            recorded: dict[str, Any] = effect.result
+            ctx.events.emit("webhook.completed", step_id=step.id, step_path=frame.step_path,
+                            status=(recorded.get("output") or recorded.get("error") or {})
+                            .get("status"), replayed=True)
+            return self._settled(recorded, frame)
+        started = time.monotonic()
+        result, attempts = await ctx.guarded(self._deliver(step, frame, ctx, destination,
+                                                           key=key, policy=policy))
+        ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
+                                  result=result, at=ctx.now())
+        duration_ms = round((time.monotonic() - started) * 1000)
+        if "error" in result:
+            ctx.events.emit("webhook.failed", step_id=step.id, step_path=frame.step_path,
+                            status=result["error"].get("status"),
+                            error_type=result["error"]["type"], attempts=attempts,
+                            duration_ms=duration_ms)
+        else:
+            ctx.events.emit("webhook.completed", step_id=step.id, step_path=frame.step_path,
+                            status=result["output"]["status"], attempts=attempts,
+                            duration_ms=duration_ms)
+        return self._settled(result, frame)
+
+    @staticmethod
+    def _settled(result: dict[str, Any], frame: Frame) -> Any:
+        if "error" in result:
+            error = result["error"]
+            details = {"status": error["status"]} if error.get("status") is not None else {}
+            raise StepFailed(error["type"], f"step {frame.step_path}: {error['message']}",
+                             details)
+        return result["output"]
+
+    async def _deliver(self, step: Any, frame: Frame, ctx: Execution, destination: Destination,
+                       *, key: str, policy: WebhookPolicy) -> tuple[dict[str, Any], int]:
+        """Send until an answer that is not retried; return the ledger result and the
+        number of requests sent."""
+        method = step.method or DEFAULT_METHOD
+        timeout_ms = step.timeout_ms or DEFAULT_TIMEOUT_MS
+        attempts = (DEFAULT_RETRIES if step.retries is None else step.retries) + 1
+        headers = _request_headers(step, key, destination)
+        content = (json.dumps(step.body, ensure_ascii=False).encode() if step.has_body
+                   else None)
+        cap = policy.max_response_bytes
+        ctx.events.emit("webhook.started", step_id=step.id, step_path=frame.step_path,
+                        method=method, host=destination.host)
+        async with httpx.AsyncClient(timeout=timeout_ms / 1000, follow_redirects=False,
+                                     trust_env=False) as client:
+            for attempt in range(1, attempts + 1):
+                retry_after: str | None = None
+                try:
+                    response = await _send(client, destination, method, step.url,
+                                           headers=headers, content=content)
+                    try:
+                        raw = await _read_capped(response, cap)
+                    finally:
+                        await response.aclose()
+                except _TooLarge:
+                    return {"error": {"type": "webhook_response_too_large",
+                                      "status": response.status_code,
+                                      "message": f"the webhook response exceeds the "
+                                                 f"{_size(cap)} response cap "
+                                                 "(webhooks.maxResponseBytes)"}}, attempt
+                except httpx.TransportError as error:
+                    failure: dict[str, Any] = {
+                        "type": "webhook_unreachable",
+                        "message": f"{method} {destination.host} failed after {attempt} "
+                                   f"request(s): {type(error).__name__}: {error}"}
+                    reason = type(error).__name__
+                else:
+                    status = response.status_code
+                    if 200 <= status <= 299:
+                        headers_out = {name: response.headers[name]
+                                       for name in SAFE_RESPONSE_HEADERS
+                                       if name in response.headers}
+                        output = {"status": status, "headers": headers_out,
+                                  "body": json_value(_decode_body(response, raw),
+                                                     what="webhook response")}
+                        return {"output": output}, attempt
+                    failure = {"type": "webhook_failed", "status": status,
+                               "message": f"{method} {destination.host} answered {status} "
+                                          f"after {attempt} request(s)"
+                                          + (" (redirects are not followed)"
+                                             if 300 <= status <= 399 else "")}
+                    if not _retryable(status):
+                        return {"error": failure}, attempt
+                    reason = str(status)
+                    retry_after = response.headers.get("retry-after")
+                if attempt == attempts:
+                    return {"error": failure}, attempt
+                delay = backoff_seconds(attempt, retry_after)
+                ctx.events.emit("webhook.retried", step_id=step.id, step_path=frame.step_path,
+                                attempt=attempt, status=failure.get("status"),
+                                error_type=None if "status" in failure else reason,
+                                delay_ms=round(delay * 1000))
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns")

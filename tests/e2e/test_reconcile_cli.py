@@ -1,0 +1,312 @@
+"""`agent-runtime reconcile` on the SQLite store, with real processes: a run whose
+owner was SIGKILLed is finished, a live (stopped) owner is left alone, a run
+that keeps killing its owner ends failed, and racing reconcilers resume once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_runtime.cli import main
+from agent_runtime.events import read_events
+from agent_runtime.manifest import manifest_hash, manifest_json, parse_agent_manifest
+from stores import open_store
+from stores.records import RunRecord, RunStatus
+
+REPO = Path(__file__).resolve().parents[2]
+
+MANIFEST = """schemaVersion: '1.0'
+id: four-steps
+model: {provider: openai, model: gpt-5.6}
+steps:
+  - {id: first, type: prompt, prompt: One., outputVariable: one}
+  - {id: second, type: prompt, prompt: "Two after {{ one }}", outputVariable: two}
+  - {id: third, type: prompt, prompt: "Three after {{ two }}"}
+  - {id: fourth, type: prompt, prompt: Four., includeInFinalOutput: true}
+"""
+
+# `second` is slow, so a process can be killed (or stopped) while it waits for it.
+SCRIPT = """responses:
+  - {text: one, delayMs: 300}
+  - {text: two, delayMs: 1500}
+  - {text: three, delayMs: 300}
+  - {text: four, delayMs: 300}
+"""
+
+LEASE_SECONDS = 2
+COMMAND = [sys.executable, "-m", "agent_runtime.cli"]
+STORE = ".agent-runtime/runs.sqlite"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "four.agent.yaml").write_text(MANIFEST)
+    (tmp_path / "four.script.yaml").write_text(SCRIPT)
+    return tmp_path
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO),
+                AGENT_RUNTIME_SCRIPTED_LOG=str(workdir / "requests.jsonl"))
+
+
+def _steps(workdir: Path) -> list[str]:
+    log = workdir / "requests.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line)["step_id"] for line in log.read_text().splitlines() if line.strip()]
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60,
+              child: subprocess.Popen[Any] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if child is not None:
+            assert child.poll() is None, f"the process ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _spawn(workdir: Path, *args: str, name: str) -> subprocess.Popen[bytes]:
+    with (workdir / f"{name}.stdout").open("wb") as out, \
+            (workdir / f"{name}.stderr").open("wb") as err:
+        return subprocess.Popen([*COMMAND, *args], cwd=workdir, env=_env(workdir), stdout=out,
+                                stderr=err)
+
+
+def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([*COMMAND, *args], cwd=workdir, env=_env(workdir),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def _reconcile(workdir: Path, *flags: str) -> dict[str, Any]:
+    done = _cli(workdir, "reconcile", "--once", "--format", "json", *flags)
+    assert done.returncode == 0, done.stderr
+    body: dict[str, Any] = json.loads(done.stdout)
+    return body
+
+
+def _record(workdir: Path, run_id: str) -> RunRecord:
+    with open_store("sqlite", str(workdir / STORE)) as store:
+        record = store.load_run(run_id)
+    assert record is not None
+    return record
+
+
+def _wait_for_lease_to_expire(workdir: Path, run_id: str) -> None:
+    expires = _record(workdir, run_id).lease_expires_at
+    assert expires is not None
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.3)
+
+
+@contextmanager
+def _run_in_child(workdir: Path, run_id: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`agent-runtime run` of the four-step manifest, stopped at its slow second step."""
+    child = _spawn(workdir, "run", "four.agent.yaml", "--model", "scripted/four.script.yaml",
+                   "--run-id", run_id, "--lease-seconds", str(LEASE_SECONDS), "--format", "json",
+                   name=run_id)
+    try:
+        _wait_for(lambda: len(_steps(workdir)) >= 2, "the run's second model request",
+                  child=child)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def _kill_at_second_step(workdir: Path, run_id: str) -> None:
+    with _run_in_child(workdir, run_id) as child:
+        child.send_signal(signal.SIGKILL)
+
+
+def _events(workdir: Path, type_: str) -> list[Any]:
+    return [event for event in read_events(workdir / ".agent-runtime" / "events.jsonl")
+            if event.type == type_]
+
+
+@pytest.mark.slow
+def test_reconcile_once_finishes_a_run_whose_owner_was_killed(workdir: Path) -> None:
+    _kill_at_second_step(workdir, "killed")
+    _wait_for_lease_to_expire(workdir, "killed")
+
+    summary = _reconcile(workdir, "--lease-seconds", "5")
+
+    assert summary["counts"] == {"candidates": 1, "resumed": 1, "skipped": 0,
+                                 "failed_runs": 0, "errors": 0}
+    assert summary["runs"] == [{"run_id": "killed", "action": "resumed", "attempt": 2,
+                                "status": "completed", "takeovers": 1}]
+    record = _record(workdir, "killed")
+    assert (record.status, record.output, record.takeovers) == (RunStatus.COMPLETED, "four", 1)
+    # `first` was answered and checkpointed before the kill: never asked again;
+    # `second` was in flight: asked again by the new attempt. Nothing else repeats.
+    assert _steps(workdir) == ["first", "second", "second", "third", "fourth"]
+    resumed = _events(workdir, "reconcile.resumed")
+    assert [(e.run_id, e.attempt, e.data["status"]) for e in resumed] == [
+        ("killed", 2, "completed")]
+    # the run's own events of the new attempt went to the same log
+    assert [e.attempt for e in _events(workdir, "run.completed")] == [2]
+
+    assert _reconcile(workdir)["counts"]["candidates"] == 0  # nothing left to do
+
+
+@pytest.mark.slow
+def test_reconcile_leaves_a_live_owner_alone_even_after_its_lease_expired(
+        workdir: Path) -> None:
+    with _run_in_child(workdir, "stopped") as child:
+        # A stopped process cannot renew its lease, but it is not dead: it may
+        # continue at any moment, so nobody else may take the run over.
+        child.send_signal(signal.SIGSTOP)
+        try:
+            _wait_for_lease_to_expire(workdir, "stopped")
+            summary = _reconcile(workdir)
+        finally:
+            child.send_signal(signal.SIGCONT)
+        assert child.wait(timeout=60) == 0
+        output = (workdir / "stopped.stdout").read_text()
+
+    [outcome] = summary["runs"]
+    assert (outcome["run_id"], outcome["action"], outcome["reason"]) == (
+        "stopped", "skipped", "owner-alive")
+    assert f"process {child.pid}" in outcome["detail"]
+    result = json.loads(output)
+    assert (result["status"], result["output"], result["attempt"]) == ("completed", "four", 1)
+    assert _record(workdir, "stopped").takeovers == 0
+    assert _steps(workdir) == ["first", "second", "third", "fourth"]
+    skipped = _events(workdir, "reconcile.skipped")
+    assert [(e.run_id, e.data["reason"]) for e in skipped] == [("stopped", "owner-alive")]
+
+
+@pytest.mark.slow
+def test_a_run_killed_again_past_the_takeover_bound_ends_failed(workdir: Path) -> None:
+    _kill_at_second_step(workdir, "doomed")
+    _wait_for_lease_to_expire(workdir, "doomed")
+    # The first takeover is allowed (bound 1): the reconciler resumes the run
+    # itself, and is killed in the same step.
+    reconciler = _spawn(workdir, "reconcile", "--once", "--max-takeovers", "1",
+                        "--lease-seconds", str(LEASE_SECONDS), name="reconciler")
+    try:
+        _wait_for(lambda: len(_steps(workdir)) >= 3, "the takeover's model request",
+                  child=reconciler)
+        reconciler.send_signal(signal.SIGKILL)
+    finally:
+        reconciler.kill()
+        reconciler.wait()
+    record = _record(workdir, "doomed")
+    assert (record.status, record.attempt, record.takeovers) == (RunStatus.RUNNING, 2, 1)
+    assert record.lease_owner == f"{socket.gethostname()}:{reconciler.pid}"
+    _wait_for_lease_to_expire(workdir, "doomed")
+
+    summary = _reconcile(workdir, "--max-takeovers", "1")
+
+    [outcome] = summary["runs"]
+    assert (outcome["action"], outcome["takeovers"]) == ("failed-run", 1)
+    record = _record(workdir, "doomed")
+    assert record.status is RunStatus.FAILED
+    assert record.error is not None and record.error.type == "crash_loop"
+    assert "died 2 times" in record.error.message
+    assert _steps(workdir) == ["first", "second", "second"]  # not started a third time
+    inspect = _cli(workdir, "inspect", "doomed")
+    assert "crash_loop: the run's owner died 2 times" in inspect.stdout
+    failed = _events(workdir, "reconcile.failed-run")
+    assert [(e.run_id, e.data["takeovers"]) for e in failed] == [("doomed", 1)]
+
+
+@pytest.mark.slow
+def test_two_reconcilers_racing_for_a_run_resume_it_once(workdir: Path) -> None:
+    _kill_at_second_step(workdir, "contested")
+    _wait_for_lease_to_expire(workdir, "contested")
+
+    racers = [_spawn(workdir, "reconcile", "--once", "--format", "json", name=f"racer{n}")
+              for n in (1, 2)]
+    for racer in racers:
+        assert racer.wait(timeout=120) == 0
+    summaries = [json.loads((workdir / f"racer{n}.stdout").read_text()) for n in (1, 2)]
+
+    outcomes = [run for summary in summaries for run in summary["runs"]]
+    assert len([run for run in outcomes if run["action"] == "resumed"]) == 1
+    # the other one saw nothing to do, or lost the race
+    assert all(run.get("reason") == "lost-race" for run in outcomes
+               if run["action"] != "resumed")
+    record = _record(workdir, "contested")
+    assert (record.status, record.attempt, record.takeovers) == (RunStatus.COMPLETED, 2, 1)
+    assert _steps(workdir) == ["first", "second", "second", "third", "fourth"]
+
+
+@pytest.mark.slow
+def test_reconcile_interval_takes_over_killed_runs_until_interrupted(workdir: Path) -> None:
+    reconciler = _spawn(workdir, "reconcile", "--interval", "0.3", "--format", "json",
+                        "--lease-seconds", str(LEASE_SECONDS), name="watcher")
+    try:
+        _kill_at_second_step(workdir, "watched")
+        _wait_for(lambda: _record(workdir, "watched").status is RunStatus.COMPLETED,
+                  "the reconciler to finish the run", child=reconciler)
+        reconciler.send_signal(signal.SIGINT)
+        assert reconciler.wait(timeout=60) == 0
+    finally:
+        reconciler.kill()
+        reconciler.wait()
+    stderr = (workdir / "watcher.stderr").read_text()
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    passes = [json.loads(line) for line in
+              (workdir / "watcher.stdout").read_text().splitlines()]
+    assert len(passes) >= 2
+    assert sum(summary["counts"]["resumed"] for summary in passes) == 1
+    assert _steps(workdir) == ["first", "second", "second", "third", "fourth"]
+
+
+def test_reconcile_decides_by_the_owner_process(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Leases expired long ago; only the run whose owner process is gone is resumed."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    owners = {"dead": f"{host}:{gone.pid}", "alive": f"{host}:{os.getpid()}",
+              "remote": f"another-{host}:{os.getpid()}"}
+    agent = parse_agent_manifest({"schemaVersion": "1.0", "id": "hello", "steps": [
+        {"id": "hello", "type": "prompt", "prompt": "Hello."}]}, source="test")
+    past = datetime.now(UTC) - timedelta(minutes=10)
+    store_path = tmp_path / "runs.sqlite"
+    with open_store("sqlite", str(store_path)) as store:
+        for run_id, owner in owners.items():
+            store.create_run(RunRecord(run_id=run_id, manifest_hash=manifest_hash(agent),
+                                       manifest=manifest_json(agent),
+                                       options={"model": "scripted/echo"}, created_at=past))
+            store.resume_run(run_id, owner=owner, now=past, lease_seconds=30)
+
+    code = main(["reconcile", "--store", str(store_path), "--events",
+                 str(tmp_path / "events.jsonl"), "--format", "json"])
+
+    assert code == 0
+    outcomes = {run["run_id"]: run for run in json.loads(capsys.readouterr().out)["runs"]}
+    assert (outcomes["dead"]["action"], outcomes["dead"]["status"]) == ("resumed", "completed")
+    assert (outcomes["alive"]["action"], outcomes["alive"]["reason"]) == ("skipped",
+                                                                          "owner-alive")
+    assert (outcomes["remote"]["action"], outcomes["remote"]["reason"]) == ("skipped",
+                                                                            "owner-unknown")
+    assert "not this host" in outcomes["remote"]["detail"]
+    with open_store("sqlite", str(store_path)) as store:
+        records = [store.load_run(run_id) for run_id in owners]
+    assert [record.status if record else None for record in records] == [
+        RunStatus.COMPLETED, RunStatus.RUNNING, RunStatus.RUNNING]
+
+    assert main(["reconcile", "--store", str(store_path), "--events", "none"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"skipped alive: owner-alive (process {os.getpid()} on {host} is running)",
+        f"skipped remote: owner-unknown (owner on host 'another-{host}', not this host "
+        f"({host!r}))",
+        "reconcile: 2 candidates, 0 resumed, 2 skipped, 0 failed, 0 errors"]
