@@ -1,7 +1,7 @@
 """Run stores: the RunStore contract, its records, and every backend.
 
 `open_store(driver, location)` builds one by name, as the CLI's
-`--store-driver memory|file|sqlite --store LOCATION` does.
+`--store-driver memory|file|sqlite|dynamodb --store LOCATION` does.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from stores.records import (
     RunStatus,
 )
 
-DRIVERS = ("memory", "file", "sqlite")
+DRIVERS = ("memory", "file", "sqlite", "dynamodb")
 
 __all__ = [
     "DRIVERS",
@@ -68,7 +68,8 @@ __all__ = [
 
 
 def open_store(driver: str, location: str | Path | None = None) -> RunStore:
-    """A store by driver name: `memory`, `file` (a directory) or `sqlite` (a file)."""
+    """A store by driver name: `memory`, `file` (a directory), `sqlite` (a file) or
+    `dynamodb` (`TABLE?bucket=B&kms_key=K`, see `stores.dynamodb_location`)."""
     if driver == "memory":
         return MemoryRunStore()
     if location is None or str(location) == "":
@@ -81,4 +82,8 @@ def open_store(driver: str, location: str | Path | None = None) -> RunStore:
         from stores.file import FileRunStore  # noqa: PLC0415 - load backends on demand
 
         return FileRunStore(Path(location))
+    if driver == "dynamodb":
+        from stores.dynamodb_location import open_dynamodb_store  # noqa: PLC0415 - needs boto3
+
+        return open_dynamodb_store(str(location))
     raise ValueError(f"unknown store driver {driver!r}; choose one of {', '.join(DRIVERS)}")

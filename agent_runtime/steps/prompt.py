@@ -191,6 +191,9 @@ class PromptStepExecutor:
 
         try:
             response: ModelResponse = await ctx.guarded(adapter.generate(request, on_text=on_text))
+            if pending["chars"]:
+                ctx.events.emit("model.text.delta", step_id=request.step_id,
+                                step_path=frame.step_path, chars=pending["chars"])
         except ModelError as error:
             raise StepFailed("model_error", f"step {frame.step_path}: {request.provider}/"
                              f"{request.model}: {error}", {"code": error.code}) from error

@@ -104,7 +104,9 @@ def test_streamed_deltas_reach_the_text_channel_in_order_and_events_carry_no_tex
     assert result.output == "Hello, world."
     assert run.text == [("ask", "Hel"), ("ask", "lo, "), ("ask", "world.")]
     deltas = [e for e in run.events.events if e.type == "model.text.delta"]
-    assert [e.data for e in deltas] == [{"chars": 3}, {"chars": 4}, {"chars": 6}]
+    # throttled counts of characters, never the text; together they cover it all
+    assert sum(e.data["chars"] for e in deltas) == len("Hello, world.")
+    assert all(set(e.data) == {"chars"} for e in deltas)
     assert run.usage_in_checkpoint(result.run_id) == [
         {"inputTokens": 9, "outputTokens": 3, "totalTokens": 12}]
     body = server.requests[0].body

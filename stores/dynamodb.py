@@ -1,0 +1,587 @@
+"""DynamoDbRunStore: runs in one DynamoDB table, large bodies in S3.
+
+The item layout is in `dynamodb_items`; the requests, and how a refused one is
+read, in `dynamodb_requests`; reading and remembering runs in `dynamodb_runs`;
+`list_runs` over the GSIs in `dynamodb_listing`. The lifecycle rules come from
+`stores.transitions`, exactly as in every other store: this module only reads,
+writes and translates.
+
+Fencing. DynamoDB has no transactions spanning a read and a write, so every
+state change is an optimistic read-modify-write: read the run's META item,
+decide with `transitions`, write conditioned on what was read —
+`rev = :read AND attempt = :read AND status = :read`. `attempt` and `status`
+are the contract's fence; `rev`, a token every write replaces, makes the
+write exact, so a decision recorded or a checkpoint appended since the read is
+never overwritten. A refused write returns the item as it is
+(`ReturnValuesOnConditionCheckFailure=ALL_OLD`); the rules run again on that
+image and raise the contract's error (`StaleAttempt`, `RunTerminal`, ...) or,
+when the change was harmless, the write is decided again on the new image. The
+error is always the rules' verdict on the stored item, never a guess from the
+refusal.
+
+A checkpoint and the state change it comes with are one `TransactWriteItems`
+(the checkpoint put with `attribute_not_exists`, the META write fenced).
+
+Requests. An owner's `save_checkpoint` is one `TransactWriteItems` and no
+read: the store remembers the run as it last read or wrote it, and when that
+predicts the save succeeds (same incarnation and attempt, running, latest seq
+= seq - 1, the previous lists cached for the delta) it writes at once,
+conditioned on exactly that prediction. Any refusal falls back to the
+read-modify-write above, which raises the authoritative error. The effect
+writes use the same prediction. A body over `inline_limit` adds one S3 put.
+
+Concurrency. Across processes, DynamoDB's conditions decide (of N concurrent
+reservations exactly one wins). Inside one process, operations on the same
+run are also serialised by a striped lock, which the store's caches need
+anyway; moto, which the tests run on, does not make a condition and its write
+atomic, so a thread race there would prove nothing (see
+tests/stores/aws/test_dynamodb_fencing.py for the interleavings that do).
+
+`list_runs` Queries the GSIs, never Scans (see `dynamodb_listing`).
+
+Retention. A terminal run's META gets a TTL (`expires_at`, `retention` after
+it ended). DynamoDB's TTL removes that item only; what the run owned is
+removed by `delete_run(run_id)` on the now missing run (the hook for a
+stream-triggered cleanup) or by the next `create_run` of that id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import uuid
+from collections.abc import Callable, Collection
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from stores import transitions
+from stores.base import CorruptRecord, RunAlreadyExists, StoreError
+from stores.deltas import SavedLists, encode_body
+from stores.dynamodb_items import (
+    APPROVAL_PREFIX,
+    CHECKPOINT_PREFIX,
+    DEFINITION_SK,
+    EFFECT_PREFIX,
+    META,
+    Item,
+    Texts,
+    checkpoint_item,
+    checkpoint_sk,
+    definition_item,
+    due_at,
+    key,
+    meta_item,
+    micros,
+    moment,
+    n,
+    names,
+    number_of,
+    partition,
+    record_item,
+    s,
+    text_of,
+)
+from stores.dynamodb_listing import list_runs
+from stores.dynamodb_requests import (
+    ABSENT,
+    Condition,
+    Refused,
+    Table,
+    check_op,
+    delete_op,
+    put_op,
+    update_op,
+)
+from stores.dynamodb_runs import ROUNDS, Rounds, RunReader, StoredRun, fence, running_at
+from stores.records import (
+    ApprovalDecision,
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    EffectStatus,
+    RecordDecodeError,
+    RunError,
+    RunPage,
+    RunRecord,
+    RunStatus,
+    decode_record,
+    encode_record,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from stores.s3 import S3BlobStore
+
+# DynamoDB's item limit is 400 KB, attribute names and the other attributes included.
+MAX_INLINE_LIMIT = 350_000
+# Over this a body goes to S3: one PUT there costs less than the write units
+# of a large item in a transaction (billed twice), and keeps items small.
+DEFAULT_INLINE_LIMIT = 64 * 1024
+DEFAULT_RETENTION = timedelta(days=90)
+_STRIPES = 64
+
+# decide(run, stored checkpoint at the given seq) -> the new record, or None for a repeat
+Decide = Callable[[RunRecord | None, Checkpoint | None], RunRecord | None]
+
+
+class DynamoDbRunStore:
+    """A RunStore in one DynamoDB table (the layout of DESIGN section 10).
+
+    `blobs` keeps what is over `inline_limit` bytes (checkpoint bodies, large
+    manifests or outputs); without it such a write raises `StoreError`.
+    `retention` is how long a terminal run stays before its TTL (None: no TTL).
+    """
+
+    def __init__(self, table_name: str, *, blobs: S3BlobStore | None = None,
+                 client: DynamoDBClient | None = None, inline_limit: int = DEFAULT_INLINE_LIMIT,
+                 retention: timedelta | None = DEFAULT_RETENTION) -> None:
+        if not 0 < inline_limit <= MAX_INLINE_LIMIT:
+            raise ValueError(f"inline_limit must be 1..{MAX_INLINE_LIMIT} bytes, "
+                             f"not {inline_limit}")
+        self.table_name = table_name
+        self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
+        self.blobs = blobs
+        self.retention = retention
+        self._table = Table(self.client, table_name)
+        self._texts = Texts(blobs, inline_limit)
+        self._reader = RunReader(self._table, self._texts)
+        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
+
+    def _lock(self, run_id: str) -> threading.Lock:
+        return self._stripes[hash(run_id) % _STRIPES]
+
+    def _rounds(self, run_id: str) -> Rounds:
+        return Rounds(self._reader, run_id)
+
+    def _predicted(self, run_id: str, expected_attempt: int) -> Rounds:
+        """Rounds starting from the remembered run when it predicts a running attempt."""
+        known = self._reader.remembered(run_id)
+        if (known is not None and known.run.attempt == expected_attempt
+                and known.run.status is RunStatus.RUNNING):
+            return Rounds(self._reader, run_id, known, predicted=True)
+        return self._rounds(run_id)
+
+    # -- reads ---------------------------------------------------------------
+
+    def load_run(self, run_id: str) -> RunRecord | None:
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+        # A copy: the decoded record is remembered for the next write.
+        return None if stored is None else stored.run.model_copy(deep=True)
+
+    def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+            if stored is None or not stored.run.checkpoint_seq:
+                return None
+            found = self._reader.assemble(run_id, stored.run.checkpoint_seq)
+            if found is None:
+                raise CorruptRecord(f"run {run_id!r} names checkpoint "
+                                    f"{stored.run.checkpoint_seq}, which is missing")
+            # A resumed owner loads before it saves: its first save then needs no read.
+            self._reader.save_lists(stored.incarnation, found[1])
+            return found[0]
+
+    def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+            return None if stored is None else self._reader.stored_checkpoint(stored.run, seq)
+
+    def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+            run = transitions.require_run(None if stored is None else stored.run, run_id)
+            latest = run.checkpoint_seq or 0
+            items = [] if not latest else list(self._table.query(
+                partition(run_id), between=(checkpoint_sk(1), checkpoint_sk(latest)),
+                projection=("seq", "attempt", "created_at", "size")))
+        return [CheckpointInfo(seq=number_of(item, "seq"), attempt=number_of(item, "attempt"),
+                               created_at=moment(number_of(item, "created_at")),
+                               size_bytes=number_of(item, "size")) for item in items]
+
+    def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
+                  lease_expired_before: datetime | None = None,
+                  parent_run_id: str | None = None, limit: int = 100,
+                  cursor: str | None = None) -> RunPage:
+        return list_runs(self._reader, statuses=statuses, limit=limit, cursor=cursor,
+                         lease_expired_before=lease_expired_before, parent_run_id=parent_run_id)
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+            transitions.require_run(None if stored is None else stored.run, run_id)
+            effects: list[EffectRecord] = [
+                self._owned(EffectRecord, item, f"effect {text_of(item, 'sk')!r} of run {run_id!r}")
+                for item in self._table.query(partition(run_id), prefix=EFFECT_PREFIX)]
+        return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
+
+    def _owned(self, model: type[ApprovalDecision] | type[EffectRecord], item: Item | None,
+               what: str) -> Any:
+        """The effect or approval decision in `item`, or None."""
+        if item is None:
+            return None
+        try:
+            return decode_record(model, self._texts.decode(item.get("record"), what))
+        except RecordDecodeError as error:
+            raise CorruptRecord(f"{what} did not decode: {error}") from error
+
+    # -- writing the run -----------------------------------------------------
+
+    def _put_run(self, stored: StoredRun | None, updated: RunRecord,
+                 beside: list[TransactWriteItemTypeDef] | None = None) -> StoredRun:
+        """Write `updated` over `stored` (fenced), with `beside` in the same transaction."""
+        if stored is None:  # the rules raised RunNotFound before: never reached
+            raise StoreError(f"run {updated.run_id!r} was not read")
+        rev = secrets.token_hex(8)
+        item = meta_item(updated, incarnation=stored.incarnation, rev=rev, texts=self._texts,
+                         retention=self.retention)
+        try:
+            self._table.transact([put_op(self.table_name, item, fence(stored)),
+                                  *(beside or [])])
+        except Refused as refused:
+            if not _landed(refused, "rev", rev):
+                raise
+        written = StoredRun(updated, stored.incarnation, rev)
+        self._reader.remember(written)
+        return written
+
+    def create_run(self, run: RunRecord) -> None:
+        incarnation = uuid.uuid4().hex
+        meta = meta_item(run, incarnation=incarnation, rev=secrets.token_hex(8),
+                         texts=self._texts, retention=self.retention)
+        definition = definition_item(run, incarnation=incarnation, texts=self._texts)
+        ops = [put_op(self.table_name, meta, ABSENT), put_op(self.table_name, definition, ABSENT)]
+        with self._lock(run.run_id):
+            for _ in range(ROUNDS):
+                try:
+                    self._table.transact(ops)
+                    return
+                except Refused as refused:
+                    if _landed(refused, "incarnation", incarnation):
+                        return
+                    if refused.reasons[0].failed:
+                        raise RunAlreadyExists(f"run {run.run_id!r} already exists") from None
+                    if refused.reasons[1].failed:
+                        # A definition without its META: what a TTL left of a
+                        # run with this id. Clear it, then create.
+                        self._clear_leftovers(run.run_id)
+            raise StoreError(f"run {run.run_id!r} could not be created")
+
+    def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
+                   allow_running_takeover: bool = False) -> RunRecord:
+        with self._lock(run_id):
+            rounds = self._rounds(run_id)
+            for stored in rounds:
+                updated = transitions.reserve_attempt(
+                    None if stored is None else stored.run, run_id, owner=owner, now=now,
+                    lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover)
+                try:
+                    return self._put_run(stored, updated).run.model_copy(deep=True)
+                except Refused as refused:
+                    rounds.refused(refused)
+        raise AssertionError("unreachable: Rounds raises when it runs out")
+
+    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
+                    lease_seconds: float) -> None:
+        with self._lock(run_id):
+            rounds = self._rounds(run_id)
+            for stored in rounds:
+                updated = transitions.renew(None if stored is None else stored.run, run_id,
+                                            expected_attempt=expected_attempt, now=now,
+                                            lease_seconds=lease_seconds)
+                try:
+                    self._put_run(stored, updated)
+                    return
+                except Refused as refused:
+                    rounds.refused(refused)
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def _checkpoint_put(self, stored: StoredRun,
+                        checkpoint: Checkpoint) -> tuple[TransactWriteItemTypeDef, SavedLists]:
+        """The put of a new checkpoint body (a delta against seq - 1), never over another."""
+        previous = self._reader.previous_lists(stored, checkpoint.seq)
+        body, saved = encode_body(checkpoint, previous)
+        item = checkpoint_item(checkpoint, body, self._texts)
+        return put_op(self.table_name, item, ABSENT), saved
+
+    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
+                        lease_expires_at: datetime | None = None) -> None:
+        with self._lock(checkpoint.run_id):
+            outcome = self._save_predicted(checkpoint, expected_attempt, lease_expires_at)
+            if outcome is True:
+                return
+            self._change(checkpoint.run_id, checkpoint, lambda run, at_seq: (
+                transitions.next_checkpoint(
+                    run, checkpoint, expected_attempt=expected_attempt,
+                    lease_expires_at=lease_expires_at, stored_at_seq=at_seq,
+                    latest_seq=0 if run is None else run.checkpoint_seq or 0)),
+                refused=outcome or None)
+
+    def _save_predicted(self, checkpoint: Checkpoint, expected_attempt: int,
+                        lease_expires_at: datetime | None) -> bool | Refused:
+        """The owner's common case: one transaction, no read (see the module doc).
+
+        True when saved; False when the remembered run does not predict
+        success; the refusal when the prediction was wrong.
+        """
+        known = self._reader.remembered(checkpoint.run_id)
+        seq = checkpoint.seq
+        if (known is None or known.run.attempt != expected_attempt
+                or known.run.status is not RunStatus.RUNNING
+                or (known.run.checkpoint_seq or 0) != seq - 1):
+            return False
+        previous = self._reader.saved_lists(known.incarnation, seq - 1)
+        if previous is None and seq != 1:
+            return False
+        updated = transitions.next_checkpoint(
+            known.run, checkpoint, expected_attempt=expected_attempt,
+            lease_expires_at=lease_expires_at, latest_seq=seq - 1, stored_at_seq=None)
+        if updated is None:
+            return False
+        body, saved = encode_body(checkpoint, previous)
+        rev = secrets.token_hex(8)
+        sets = {"checkpoint_seq": n(seq), "consumed_tokens": n(updated.consumed_tokens),
+                "updated_at": n(micros(updated.updated_at)), "rev": s(rev)}
+        if lease_expires_at is not None:
+            sets |= {"lease_expires_at": n(micros(lease_expires_at)), "due_at": n(due_at(updated))}
+        # Conditioned on exactly the prediction: this incarnation, running at
+        # this attempt, with seq - 1 its latest checkpoint.
+        prediction = running_at(known, expected_attempt) & Condition(
+            "#checkpoint_seq = :previous", names("checkpoint_seq"), {":previous": n(seq - 1)})
+        meta = update_op(self.table_name, key(checkpoint.run_id, META),
+                         "SET " + ", ".join(f"#{name} = :{name}" for name in sets), prediction,
+                         names=names(*sets),
+                         values={f":{name}": value for name, value in sets.items()})
+        body_put = put_op(self.table_name, checkpoint_item(checkpoint, body, self._texts), ABSENT)
+        try:
+            self._table.transact([meta, body_put])
+        except Refused as refused:
+            if not _landed(refused, "rev", rev):
+                self._reader.forget(checkpoint.run_id)
+                return refused
+        self._reader.remember(StoredRun(updated, known.incarnation, rev))
+        self._reader.save_lists(known.incarnation, saved)
+        return True
+
+    def _change(self, run_id: str, checkpoint: Checkpoint | None, decide: Decide,
+                refused: Refused | None = None) -> None:
+        """A read-modify-write of the run, with `checkpoint` appended in the same
+        transaction when it is new. `decide` applies the rules (see `Decide`);
+        `refused` is a refusal already met, to decide the first round on."""
+        transitions.check_checkpoint_owner(run_id, checkpoint)
+        rounds = self._rounds(run_id)
+        if refused is not None:
+            rounds.refused(refused)
+        for stored in rounds:
+            run = None if stored is None else stored.run
+            at_seq = None if checkpoint is None else self._reader.stored_checkpoint(
+                run, checkpoint.seq)
+            updated = decide(run, at_seq)
+            if updated is None or stored is None:
+                return  # an identical repeat
+            beside: list[TransactWriteItemTypeDef] = []
+            saved = None
+            if checkpoint is not None:
+                latest = stored.run.checkpoint_seq or 0
+                transitions.check_sequence(checkpoint, latest, at_seq)
+                if checkpoint.seq > latest:
+                    put, saved = self._checkpoint_put(stored, checkpoint)
+                    beside.append(put)
+            try:
+                self._put_run(stored, updated, beside)
+            except Refused as refusal:
+                rounds.refused(refusal)
+                continue
+            if saved is not None:
+                self._reader.save_lists(stored.incarnation, saved)
+            return
+
+    # -- state changes -------------------------------------------------------
+
+    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
+                    details: dict[str, Any], at: datetime,
+                    checkpoint: Checkpoint | None = None) -> None:
+        with self._lock(run_id):
+            self._change(run_id, checkpoint, lambda run, _: transitions.suspend(
+                run, run_id, expected_attempt=expected_attempt, reason=reason, details=details,
+                at=at, checkpoint=checkpoint))
+
+    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
+                output: Any = None, error: RunError | None = None,
+                checkpoint: Checkpoint | None = None) -> None:
+        with self._lock(run_id):
+            self._change(run_id, checkpoint, lambda run, at_seq: transitions.finish(
+                run, run_id, status=status, expected_attempt=expected_attempt, at=at,
+                output=output, error=error, stored_checkpoint=at_seq, checkpoint=checkpoint))
+
+    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
+                     checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
+                     at=at, output=output, checkpoint=checkpoint)
+
+    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
+                 checkpoint: Checkpoint | None = None) -> None:
+        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
+                     at=at, error=error, checkpoint=checkpoint)
+
+    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
+        with self._lock(run_id):
+            self._change(run_id, None, lambda run, _: transitions.cancel(
+                run, run_id, at=at, expected_attempt=expected_attempt))
+
+    # -- approvals and effects -----------------------------------------------
+
+    def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
+                         responded_by: str | None, at: datetime) -> None:
+        sk = APPROVAL_PREFIX + approval_id
+        what = f"approval {approval_id!r} of run {run_id!r}"
+        with self._lock(run_id):
+            rounds = self._rounds(run_id)
+            for stored in rounds:
+                existing = None if stored is None else self._owned(
+                    ApprovalDecision, self._table.get(key(run_id, sk)), what)
+                change = transitions.record_approval(
+                    None if stored is None else stored.run, run_id, approval_id,
+                    approved=approved, response=response, responded_by=responded_by, at=at,
+                    existing=existing)
+                if change is None:
+                    return
+                updated, decision = change
+                item = record_item(run_id, sk, encode_record(decision), self._texts)
+                try:
+                    self._put_run(stored, updated, [put_op(self.table_name, item, ABSENT)])
+                    return
+                except Refused as refused:
+                    rounds.refused(refused)
+
+    def begin_effect(self, key_: str, *, run_id: str, expected_attempt: int,
+                     at: datetime) -> EffectRecord:
+        what = f"effect {key_!r} of run {run_id!r}"
+        with self._lock(run_id):
+            rounds = self._predicted(run_id, expected_attempt)
+            for stored in rounds:
+                effect = transitions.reserve_effect(None if stored is None else stored.run,
+                                                    run_id, key_,
+                                                    expected_attempt=expected_attempt, at=at)
+                if stored is None:  # reserve_effect raised RunNotFound: never reached
+                    break
+                record = encode_record(effect)
+                item = record_item(run_id, EFFECT_PREFIX + key_, record, self._texts,
+                                   status=effect.status.value)
+                try:
+                    self._table.transact([
+                        check_op(self.table_name, key(run_id, META),
+                                 running_at(stored, expected_attempt)),
+                        put_op(self.table_name, item, ABSENT)])
+                    return decode_record(EffectRecord, record)
+                except Refused as refused:
+                    run_check, effect_put = refused.reasons
+                    if not run_check.failed and effect_put.failed and effect_put.item:
+                        # The run passed its fence and the key exists: return it unchanged.
+                        existing: EffectRecord = self._owned(EffectRecord, effect_put.item, what)
+                        return existing
+                    rounds.refused(refused)
+        raise AssertionError("unreachable: Rounds raises when it runs out")
+
+    def complete_effect(self, key_: str, *, run_id: str, expected_attempt: int, result: Any,
+                        at: datetime) -> None:
+        sk = EFFECT_PREFIX + key_
+        what = f"effect {key_!r} of run {run_id!r}"
+        reserved = Condition("#status = :reserved", names("status"),
+                             {":reserved": s(EffectStatus.RESERVED.value)})
+        with self._lock(run_id):
+            rounds = self._predicted(run_id, expected_attempt)
+            for stored in rounds:
+                existing = None if stored is None else self._owned(
+                    EffectRecord, self._table.get(key(run_id, sk)), what)
+                try:
+                    updated = transitions.settle_effect(
+                        None if stored is None else stored.run, run_id, key_,
+                        expected_attempt=expected_attempt, result=result, at=at,
+                        existing=existing)
+                except StoreError:
+                    if rounds.confirm():
+                        continue
+                    raise
+                if updated is None or stored is None:
+                    if rounds.confirm():
+                        continue
+                    return
+                item = record_item(run_id, sk, encode_record(updated), self._texts,
+                                   status=updated.status.value)
+                try:
+                    self._table.transact([
+                        check_op(self.table_name, key(run_id, META),
+                                 running_at(stored, expected_attempt)),
+                        put_op(self.table_name, item, reserved)])
+                    return
+                except Refused as refused:
+                    rounds.refused(refused)
+
+    # -- deletion ------------------------------------------------------------
+
+    def delete_run(self, run_id: str) -> None:
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+            if stored is None:
+                self._clear_leftovers(run_id)
+                return
+            transitions.check_deletable(stored.run)
+            owned = [item for item in self._table.query(partition(run_id), projection=("sk",))
+                     if text_of(item, "sk") not in (META, DEFINITION_SK)]
+            self._table.batch_delete(_deletion_order(owned))
+            # The run goes last, with its definition: until then it is a
+            # terminal run whose deletion can simply be repeated.
+            ours = Condition("#incarnation = :incarnation", names("incarnation"),
+                             {":incarnation": s(stored.incarnation)})
+            # Refused: deleted, or deleted and created again, meanwhile; ours is gone.
+            with contextlib.suppress(Refused):
+                self._table.transact([delete_op(self.table_name, key(run_id, META), ours),
+                                      delete_op(self.table_name, key(run_id, DEFINITION_SK))])
+            self._reader.forget(run_id)
+
+    def _clear_leftovers(self, run_id: str) -> None:
+        """Delete what remains of a run whose META is gone (a TTL removes only META)."""
+        leftovers = list(self._table.query(partition(run_id), projection=("sk",)))
+        if leftovers and all(text_of(item, "sk") != META for item in leftovers):
+            self._table.batch_delete(_deletion_order(leftovers))
+
+    def close(self) -> None:
+        """Nothing to release: boto3 clients close their connections when collected."""
+
+    def __enter__(self) -> DynamoDbRunStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+def _landed(refused: Refused, attribute: str, written: str) -> bool:
+    """Whether the refused META write is one that already landed.
+
+    botocore retries a request whose answer was lost; a retried conditional
+    write then meets its own first attempt and is refused. The image shows it:
+    the token this write set (a revision, a new run's incarnation) is there.
+    """
+    image = refused.reasons[0].item
+    return image is not None and image.get(attribute, {}).get("S") == written
+
+
+def _deletion_order(items: list[Item]) -> list[Item]:
+    """The keys to delete: checkpoints newest first, so a deletion cut short leaves
+    a loadable prefix; then effects and approvals; the definition last."""
+    def rank(item: Item) -> tuple[int, int, str]:
+        sk = text_of(item, "sk")
+        if sk.startswith(CHECKPOINT_PREFIX):
+            return 0, -int(sk.removeprefix(CHECKPOINT_PREFIX)), ""
+        return (2 if sk == DEFINITION_SK else 1), 0, sk
+
+    return [{"pk": item["pk"], "sk": item["sk"]} for item in sorted(items, key=rank)]

@@ -1,0 +1,270 @@
+"""How DynamoDbRunStore lays a run out in its one table, and reads it back.
+
+Every item of a run shares the partition key `pk = RUN#<run_id>`:
+
+* `META`: the mutable record, written by every state change and checkpoint:
+  `state` JSON plus, as attributes, what the write conditions, the status
+  GSI and a checkpoint touch.
+* `META#DEF`: the definition (manifest, variables, budget, parent, ...),
+  written once by create_run.
+* `CP#<seq:010d>`: a checkpoint body (a delta, `stores.deltas`), inline or
+  in S3, written once.
+* `EFFECT#<key>`: an effect record. `APPROVAL#<id>`: a recorded decision.
+
+The definition has an item of its own because DynamoDB bills a write by the
+size of the whole item it leaves: a checkpoint that moves four numbers on
+`META` then costs one write unit, not one per KB of manifest. `META#DEF`
+never changes, so the store caches it per incarnation.
+
+`META` attributes: `incarnation` (a uuid per created run, so a run deleted and
+created again under the same id is never mistaken for the old one), `rev` (a
+random token replaced by every write: a read-modify-write is conditioned on
+it, so nothing changed since the read), `status`, `attempt`, `checkpoint_seq`,
+`consumed_tokens`, `updated_at` and `lease_expires_at` (integer microseconds
+since the epoch), `due_at` (the sort key of the `by-status` GSI: the lease
+expiry of a running run, the creation time of a created one, else the last
+update) and, on terminal runs only, `expires_at` (the TTL, epoch seconds).
+`META#DEF` carries `run_id` and `parent_run_id`, the keys of the sparse
+`by-parent` GSI; the definition never changes, so neither does that index.
+
+JSON texts (`state`, `definition`, effect and approval records, checkpoint
+bodies) are strings up to the store's inline limit and otherwise an S3 blob
+`{uri, sha256, size}` (`Texts`). Checkpoint items keep the body's `sha256` and
+`size` beside it; a body that fails its checksum or does not decode is
+`CorruptRecord`, never a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from stores.base import CorruptRecord, StoreError
+from stores.records import Checkpoint, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
+
+    from stores.s3 import S3BlobStore
+
+Item = dict[str, "AttributeValueTypeDef"]
+
+META = "META"
+DEFINITION_SK = "META#DEF"
+CHECKPOINT_PREFIX = "CP#"
+EFFECT_PREFIX = "EFFECT#"
+APPROVAL_PREFIX = "APPROVAL#"
+STATUS_INDEX = "by-status"
+PARENT_INDEX = "by-parent"
+TTL_ATTRIBUTE = "expires_at"
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# The fields of a run that never change after create_run: its definition.
+DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
+                     "tenant", "options", "created_at"}
+# The fields kept as attributes of META rather than in its `state` JSON.
+ATTRIBUTE_FIELDS = {"status", "attempt", "lease_expires_at", "checkpoint_seq", "consumed_tokens",
+                    "updated_at"}
+
+
+def partition(run_id: str) -> str:
+    return f"RUN#{run_id}"
+
+
+def run_id_of(pk: str) -> str:
+    return pk.removeprefix("RUN#")
+
+
+def key(run_id: str, sk: str) -> Item:
+    return {"pk": {"S": partition(run_id)}, "sk": {"S": sk}}
+
+
+def checkpoint_sk(seq: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{seq:010d}"
+
+
+def s(value: str) -> AttributeValueTypeDef:
+    return {"S": value}
+
+
+def n(value: int) -> AttributeValueTypeDef:
+    return {"N": str(value)}
+
+
+def micros(at: datetime) -> int:
+    """Microseconds since the epoch: sortable, exact, and a DynamoDB number."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (at - EPOCH) // timedelta(microseconds=1)
+
+
+def moment(value: int) -> datetime:
+    return EPOCH + timedelta(microseconds=value)
+
+
+def names(*attributes: str) -> dict[str, str]:
+    """Expression attribute names for `attributes` (`#status` -> `status`).
+
+    Every attribute an expression names goes through one: `status`, `state`,
+    `size` and friends are DynamoDB reserved words, and aliasing all of them
+    keeps that from ever mattering.
+    """
+    return {f"#{attribute}": attribute for attribute in attributes}
+
+
+class Texts:
+    """JSON texts as attribute values: a string up to `inline_limit` bytes, else an S3 blob."""
+
+    def __init__(self, blobs: S3BlobStore | None, inline_limit: int) -> None:
+        self.blobs = blobs
+        self.inline_limit = inline_limit
+
+    def encode(self, text: str, data: bytes | None = None) -> AttributeValueTypeDef:
+        data = text.encode() if data is None else data
+        if len(data) <= self.inline_limit:
+            return {"S": text}
+        if self.blobs is None:
+            raise StoreError(f"a {len(data)}-byte record is over the inline limit "
+                             f"({self.inline_limit} bytes) and this store has no blob store")
+        uri, sha256 = self.blobs.put(data, media_type="application/json")
+        return {"M": {"uri": s(uri), "sha256": s(sha256), "size": n(len(data))}}
+
+    def decode(self, value: AttributeValueTypeDef | None, what: str) -> str:
+        if value is not None and "S" in value:
+            return value["S"]
+        if value is None or "M" not in value:
+            raise CorruptRecord(f"{what} has no text")
+        ref: dict[str, Any] = dict(value["M"])
+        try:
+            uri, sha256, size = ref["uri"]["S"], ref["sha256"]["S"], int(ref["size"]["N"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise CorruptRecord(f"{what} has a malformed blob reference") from error
+        if self.blobs is None:
+            raise StoreError(f"{what} is in S3 ({uri}) and this store has no blob store")
+        data = self.blobs.get(uri)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+            raise CorruptRecord(f"{what}: blob {uri} does not match its reference")
+        try:
+            return data.decode()
+        except UnicodeDecodeError as error:
+            raise CorruptRecord(f"{what}: blob {uri} is not UTF-8") from error
+
+
+# -- runs ------------------------------------------------------------------------
+
+def due_at(run: RunRecord) -> int:
+    """The by-status sort key: when the reconciler should look at the run."""
+    if run.status is RunStatus.RUNNING:
+        return 0 if run.lease_expires_at is None else micros(run.lease_expires_at)
+    if run.status is RunStatus.CREATED:
+        return micros(run.created_at)
+    return micros(run.updated_at)
+
+
+def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
+              retention: timedelta | None) -> Item:
+    state = run.model_dump_json(exclude=DEFINITION_FIELDS | ATTRIBUTE_FIELDS)
+    item: Item = {
+        **key(run.run_id, META), "incarnation": s(incarnation), "rev": s(rev),
+        "state": texts.encode(state), "status": s(run.status.value), "attempt": n(run.attempt),
+        "checkpoint_seq": n(run.checkpoint_seq or 0), "consumed_tokens": n(run.consumed_tokens),
+        "updated_at": n(micros(run.updated_at)), "due_at": n(due_at(run)),
+    }
+    if run.lease_expires_at is not None:
+        item["lease_expires_at"] = n(micros(run.lease_expires_at))
+    if run.status.terminal and retention is not None:
+        item[TTL_ATTRIBUTE] = n(int((run.updated_at + retention).timestamp()))
+    return item
+
+
+def definition_item(run: RunRecord, *, incarnation: str, texts: Texts) -> Item:
+    item: Item = {**key(run.run_id, DEFINITION_SK), "incarnation": s(incarnation),
+                  "run_id": s(run.run_id),
+                  "definition": texts.encode(run.model_dump_json(include=DEFINITION_FIELDS))}
+    if run.parent is not None:
+        item["parent_run_id"] = s(run.parent.run_id)
+    return item
+
+
+def decode_definition(item: Item, texts: Texts) -> dict[str, Any]:
+    run_id = run_id_of(item.get("pk", {}).get("S", "?"))
+    return _json_object(texts.decode(item.get("definition"), f"the definition of run {run_id!r}"),
+                        f"the definition of run {run_id!r}")
+
+
+def decode_run(item: Item, definition: dict[str, Any], texts: Texts) -> RunRecord:
+    """The run from its META item and its (decoded) definition."""
+    run_id = run_id_of(item.get("pk", {}).get("S", "?"))
+    what = f"run {run_id!r}"
+    state = _json_object(texts.decode(item.get("state"), what), what)
+    try:
+        lease = item.get("lease_expires_at")
+        attributes = {
+            "status": item["status"]["S"], "attempt": int(item["attempt"]["N"]),
+            "checkpoint_seq": int(item["checkpoint_seq"]["N"]) or None,
+            "consumed_tokens": int(item["consumed_tokens"]["N"]),
+            "updated_at": moment(int(item["updated_at"]["N"])),
+            "lease_expires_at": None if lease is None else moment(int(lease["N"])),
+        }
+        run = RunRecord.model_validate({**definition, **state, **attributes})
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
+        # ValueError covers pydantic's ValidationError.
+        raise CorruptRecord(f"{what} did not decode: {error}") from error
+    if run.run_id != run_id:
+        raise CorruptRecord(f"{what} holds run {run.run_id!r}")
+    return run
+
+
+def text_of(item: Item, name: str) -> str:
+    """A string attribute every item of its kind has; its absence is damage."""
+    try:
+        return item[name]["S"]
+    except KeyError as error:
+        raise CorruptRecord(f"item {item.get('sk', {}).get('S', '?')!r} lacks {name!r}") from error
+
+
+def number_of(item: Item, name: str) -> int:
+    try:
+        return int(item[name]["N"])
+    except (KeyError, ValueError) as error:
+        raise CorruptRecord(f"item {item.get('sk', {}).get('S', '?')!r} has no number "
+                            f"{name!r}") from error
+
+
+# -- checkpoints -----------------------------------------------------------------
+
+def checkpoint_item(checkpoint: Checkpoint, body: str, texts: Texts) -> Item:
+    data = body.encode()
+    return {**key(checkpoint.run_id, checkpoint_sk(checkpoint.seq)),
+            "seq": n(checkpoint.seq), "attempt": n(checkpoint.attempt),
+            "created_at": n(micros(checkpoint.created_at)), "size": n(len(data)),
+            "sha256": s(hashlib.sha256(data).hexdigest()), "body": texts.encode(body, data)}
+
+
+def checkpoint_body(item: Item, texts: Texts, run_id: str) -> str:
+    what = f"checkpoint {item.get('seq', {}).get('N', '?')} of run {run_id!r}"
+    body = texts.decode(item.get("body"), what)
+    if hashlib.sha256(body.encode()).hexdigest() != item.get("sha256", {}).get("S"):
+        raise CorruptRecord(f"{what} failed its checksum")
+    return body
+
+
+# -- effects and approvals -------------------------------------------------------
+
+def record_item(run_id: str, sk: str, record: str, texts: Texts, **attributes: str) -> Item:
+    return {**key(run_id, sk), "record": texts.encode(record),
+            **{name: s(value) for name, value in attributes.items()}}
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise CorruptRecord(f"{what} did not decode: {error}") from error
+    if not isinstance(value, dict):
+        raise CorruptRecord(f"{what} is not a JSON object")
+    return value
+

@@ -1,0 +1,56 @@
+"""How a store location names a DynamoDB store: `open_store("dynamodb", LOCATION)`.
+
+The CLI's `--store-driver dynamodb --store LOCATION` comes here.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import parse_qsl
+
+import boto3
+
+from stores.dynamodb import DEFAULT_INLINE_LIMIT, DEFAULT_RETENTION, DynamoDbRunStore
+from stores.s3 import S3BlobStore
+
+_OPTIONS = {"bucket", "kms_key", "prefix", "region", "endpoint_url", "inline_limit",
+            "retention_days"}
+
+
+def open_dynamodb_store(location: str) -> DynamoDbRunStore:
+    """The store at `TABLE[?bucket=B&kms_key=K&prefix=P&region=R&endpoint_url=U
+    &inline_limit=BYTES&retention_days=D]` (a leading `dynamodb://` is allowed).
+
+    `bucket` with `kms_key` (a key id, ARN or alias) adds the S3 blob store;
+    `retention_days=0` turns the TTL off. Credentials, region and endpoint
+    otherwise come from boto3's own configuration: AWS_REGION /
+    AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_DYNAMODB /
+    AWS_ENDPOINT_URL_S3), which boto3 reads itself; `endpoint_url=` sets
+    one endpoint for both services, as a local emulator needs.
+    """
+    table, _, query = location.removeprefix("dynamodb://").partition("?")
+    if not table or any(c in table for c in "/#:&="):
+        raise ValueError(f"not a DynamoDB store location: {location!r} "
+                         "(expected TABLE?bucket=B&kms_key=K)")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown DynamoDB store option(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(_OPTIONS))}")
+    if bool(options.get("bucket")) != bool(options.get("kms_key")):
+        raise ValueError("a DynamoDB store location names bucket= and kms_key= together")
+    session = boto3.session.Session(region_name=options.get("region") or None)
+    endpoint = options.get("endpoint_url") or None
+    blobs = None
+    if options.get("bucket"):
+        blobs = S3BlobStore(options["bucket"], options["kms_key"],
+                            prefix=options.get("prefix", "checkpoints/"),
+                            client=session.client("s3", endpoint_url=endpoint))
+    try:
+        inline_limit = int(options.get("inline_limit", DEFAULT_INLINE_LIMIT))
+        days = float(options.get("retention_days", DEFAULT_RETENTION.days))
+    except ValueError as error:
+        raise ValueError(f"DynamoDB store location {location!r}: {error}") from error
+    return DynamoDbRunStore(table, blobs=blobs, inline_limit=inline_limit,
+                            client=session.client("dynamodb", endpoint_url=endpoint),
+                            retention=timedelta(days=days) if days > 0 else None)

@@ -1,0 +1,241 @@
+"""The DynamoDB requests DynamoDbRunStore makes, and what a refused one tells.
+
+Every conditional write asks for `ReturnValuesOnConditionCheckFailure=ALL_OLD`,
+so a refusal carries the item as it was when the condition failed: `Refused`
+holds one `Reason` per written item (a `TransactWriteItems` answers with its
+`CancellationReasons` in request order). The store runs the shared lifecycle
+rules on those images to raise the contract's error; it never infers the error
+from the fact of a refusal alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from stores.dynamodb_items import Item
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import (
+        AttributeValueTypeDef,
+        TransactWriteItemTypeDef,
+        WriteRequestOutputTypeDef,
+        WriteRequestTypeDef,
+    )
+
+CONDITION_FAILED = "ConditionalCheckFailed"
+# BatchWriteItem takes 25 requests, BatchGetItem 100 keys.
+_WRITE_BATCH = 25
+_GET_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A condition expression with its attribute names and values."""
+
+    expression: str
+    names: dict[str, str] = field(default_factory=dict)
+    values: dict[str, AttributeValueTypeDef] = field(default_factory=dict)
+
+    def __and__(self, other: Condition) -> Condition:
+        return Condition(f"({self.expression}) AND ({other.expression})",
+                         {**self.names, **other.names}, {**self.values, **other.values})
+
+
+ABSENT = Condition("attribute_not_exists(#pk)", {"#pk": "pk"})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why one item of a refused write was refused.
+
+    `code` is DynamoDB's: "None" (this item passed), "ConditionalCheckFailed",
+    "TransactionConflict" (another transaction held the item), ... `item` is the
+    image of the item when its condition failed; None when it did not exist.
+    """
+
+    code: str
+    item: Item | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.code == CONDITION_FAILED
+
+
+class Refused(Exception):
+    """A conditional write or transaction was refused; `reasons[i]` is about its i-th item."""
+
+    def __init__(self, reasons: Sequence[Reason]) -> None:
+        super().__init__(", ".join(reason.code for reason in reasons))
+        self.reasons = list(reasons)
+
+
+def put_op(table: str, item: Item, condition: Condition | None = None) -> TransactWriteItemTypeDef:
+    put: dict[str, Any] = {"TableName": table, "Item": item}
+    return {"Put": _conditioned(put, condition)}  # type: ignore[typeddict-item]
+
+
+def update_op(table: str, key: Item, expression: str, condition: Condition, *,
+              names: dict[str, str], values: dict[str, AttributeValueTypeDef],
+              ) -> TransactWriteItemTypeDef:
+    update: dict[str, Any] = {"TableName": table, "Key": key, "UpdateExpression": expression,
+                              "ExpressionAttributeNames": names,
+                              "ExpressionAttributeValues": values}
+    return {"Update": _conditioned(update, condition)}  # type: ignore[typeddict-item]
+
+
+def check_op(table: str, key: Item, condition: Condition) -> TransactWriteItemTypeDef:
+    check: dict[str, Any] = {"TableName": table, "Key": key}
+    return {"ConditionCheck": _conditioned(check, condition)}  # type: ignore[typeddict-item]
+
+
+def delete_op(table: str, key: Item, condition: Condition | None = None,
+              ) -> TransactWriteItemTypeDef:
+    delete: dict[str, Any] = {"TableName": table, "Key": key}
+    return {"Delete": _conditioned(delete, condition)}  # type: ignore[typeddict-item]
+
+
+def _conditioned(request: dict[str, Any], condition: Condition | None) -> dict[str, Any]:
+    # The TypedDicts of the stubs cannot express "these keys, merged": the ops
+    # are built as plain dicts and typed at the return (the ignores above).
+    if condition is not None:
+        request["ConditionExpression"] = condition.expression
+        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        request.setdefault("ExpressionAttributeNames", {}).update(condition.names)
+        if condition.values:
+            request.setdefault("ExpressionAttributeValues", {}).update(condition.values)
+    return request
+
+
+class Table:
+    """One DynamoDB table through a low-level client: the requests the store needs."""
+
+    def __init__(self, client: DynamoDBClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def get(self, key: Item) -> Item | None:
+        return self.client.get_item(TableName=self.name, Key=key, ConsistentRead=True).get("Item")
+
+    def write(self, op: TransactWriteItemTypeDef) -> None:
+        """One conditional write (Put, Update or Delete) as its own request."""
+        try:
+            if "Put" in op:
+                self.client.put_item(**op["Put"])
+            elif "Update" in op:
+                self.client.update_item(**op["Update"])
+            else:
+                self.client.delete_item(**op["Delete"])
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+            # The image comes back only when the item existed.
+            raise Refused([Reason(CONDITION_FAILED, _image(error.response.get("Item")))]) from None
+
+    def transact(self, ops: list[TransactWriteItemTypeDef]) -> None:
+        """Write `ops` atomically; a single write is sent as a plain conditional write
+        (half the write units of a transaction)."""
+        if len(ops) == 1 and "ConditionCheck" not in ops[0]:
+            self.write(ops[0])
+            return
+        try:
+            self.client.transact_write_items(TransactItems=ops)
+        except ClientError as error:
+            if _code(error) != "TransactionCanceledException":
+                raise
+            reasons = error.response.get("CancellationReasons") or []
+            if len(reasons) != len(ops):
+                raise  # not an answer about our items: nothing to decide from
+            raise Refused([Reason(str(reason.get("Code", "None")), _image(reason.get("Item")))
+                           for reason in reasons]) from None
+
+    def query(self, partition: str, *, between: tuple[str, str] | None = None,
+              prefix: str | None = None, projection: Sequence[str] = ()) -> Iterator[Item]:
+        """The items of one partition, in sort-key order, page after page (consistent)."""
+        condition = "#pk = :pk"
+        values: dict[str, AttributeValueTypeDef] = {":pk": {"S": partition}}
+        names = {"#pk": "pk"}
+        if between is not None:
+            condition += " AND #sk BETWEEN :low AND :high"
+            values |= {":low": {"S": between[0]}, ":high": {"S": between[1]}}
+            names["#sk"] = "sk"
+        elif prefix is not None:
+            condition += " AND begins_with(#sk, :prefix)"
+            values[":prefix"] = {"S": prefix}
+            names["#sk"] = "sk"
+        request: dict[str, Any] = {"TableName": self.name, "KeyConditionExpression": condition,
+                                   "ExpressionAttributeValues": values, "ConsistentRead": True}
+        if projection:
+            names |= {f"#{name}": name for name in projection}
+            request["ProjectionExpression"] = ", ".join(f"#{name}" for name in
+                                                        dict.fromkeys(["pk", "sk", *projection]))
+        request["ExpressionAttributeNames"] = names
+        yield from self._pages(request)
+
+    def query_index(self, index: str, condition: str, names: dict[str, str],
+                    values: dict[str, AttributeValueTypeDef],
+                    *, start: Item | None = None) -> Iterator[Item]:
+        """Entries of a GSI, in its sort order (GSIs are read eventually consistent)."""
+        request: dict[str, Any] = {"TableName": self.name, "IndexName": index,
+                                   "KeyConditionExpression": condition,
+                                   "ExpressionAttributeNames": names,
+                                   "ExpressionAttributeValues": values}
+        if start is not None:
+            request["ExclusiveStartKey"] = start
+        yield from self._pages(request)
+
+    def _pages(self, request: dict[str, Any]) -> Iterator[Item]:
+        while True:
+            page = self.client.query(**request)
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if last is None:
+                return
+            request["ExclusiveStartKey"] = last
+
+    def batch_get(self, keys: Sequence[Item]) -> list[Item]:
+        """The items at `keys` (those that exist), read consistently, in no order."""
+        found: list[Item] = []
+        for start in range(0, len(keys), _GET_BATCH):
+            pending: dict[str, Any] = {self.name: {"Keys": list(keys[start:start + _GET_BATCH]),
+                                                   "ConsistentRead": True}}
+            for attempt in itertools.count():
+                answer = self.client.batch_get_item(RequestItems=pending)
+                found.extend(answer.get("Responses", {}).get(self.name, []))
+                pending = dict(answer.get("UnprocessedKeys") or {})
+                if not pending:
+                    break
+                _back_off(attempt)
+        return found
+
+    def batch_delete(self, keys: Sequence[Item]) -> None:
+        """Delete the items at `keys`, 25 to a request, in the order given."""
+        for start in range(0, len(keys), _WRITE_BATCH):
+            requests: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
+                {"DeleteRequest": {"Key": item_key}}
+                for item_key in keys[start:start + _WRITE_BATCH]]
+            for attempt in itertools.count():
+                answer = self.client.batch_write_item(RequestItems={self.name: requests})
+                requests = (answer.get("UnprocessedItems") or {}).get(self.name, [])
+                if not requests:
+                    break
+                _back_off(attempt)
+
+
+def _back_off(attempt: int) -> None:
+    """Unprocessed batch entries mean throttling: wait before asking again."""
+    time.sleep(min(1.0, 0.02 * 2 ** attempt))
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _image(item: object) -> Item | None:
+    return item if isinstance(item, dict) and item else None

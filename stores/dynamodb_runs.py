@@ -1,0 +1,269 @@
+"""What DynamoDbRunStore knows of its runs: how it reads them, what it remembers,
+and the rounds of a read-modify-write with the conditions its writes carry.
+
+`RunReader` reads a run's META (and its definition, once per incarnation) and
+its checkpoint bodies, and remembers per run the state it last read or wrote:
+the prediction an owner's next write is conditioned on (see `stores.dynamodb`).
+Everything it remembers is keyed so that a stale entry can only make a
+conditioned write fail, never succeed wrongly: runs by id with their
+incarnation and revision, definitions and delta bases by incarnation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from stores.base import CorruptRecord, StoreError
+from stores.deltas import SavedLists, SavedListsCache, assemble
+from stores.dynamodb_items import (
+    DEFINITION_SK,
+    META,
+    Item,
+    Texts,
+    checkpoint_body,
+    checkpoint_sk,
+    decode_definition,
+    decode_run,
+    key,
+    n,
+    names,
+    number_of,
+    partition,
+    run_id_of,
+    s,
+    text_of,
+)
+from stores.dynamodb_requests import Condition, Refused, Table
+from stores.records import Checkpoint, RunRecord, RunStatus
+
+ROUNDS = 12  # read-modify-write rounds lost to concurrent writers before giving up
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as its META item held it: the record, its incarnation and revision."""
+
+    run: RunRecord
+    incarnation: str
+    rev: str
+
+
+class Unread:
+    """The next round must read the run: nothing known about it is current."""
+
+
+UNREAD = Unread()
+
+
+class RunReader:
+    """Reads runs and checkpoints from the table and remembers what it read."""
+
+    def __init__(self, table: Table, texts: Texts) -> None:
+        self.table = table
+        self.texts = texts
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, StoredRun] = OrderedDict()
+        self._definitions: OrderedDict[str, dict[str, Any]] = OrderedDict()  # by incarnation
+        self._saved = SavedListsCache()  # by incarnation
+
+    # -- what it remembers -----------------------------------------------------
+
+    def remember(self, stored: StoredRun) -> None:
+        with self._lock:
+            self._known[stored.run.run_id] = stored
+            self._known.move_to_end(stored.run.run_id)
+            while len(self._known) > 1024:
+                self._known.popitem(last=False)
+
+    def remembered(self, run_id: str) -> StoredRun | None:
+        with self._lock:
+            return self._known.get(run_id)
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._known.pop(run_id, None)
+
+    def _definition(self, incarnation: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._definitions.get(incarnation)
+
+    def _keep_definition(self, incarnation: str, definition: dict[str, Any]) -> None:
+        with self._lock:
+            self._definitions[incarnation] = definition
+            while len(self._definitions) > 256:
+                self._definitions.popitem(last=False)
+
+    def save_lists(self, incarnation: str, saved: SavedLists) -> None:
+        with self._lock:
+            self._saved.put(incarnation, saved)
+
+    def saved_lists(self, incarnation: str, seq: int) -> SavedLists | None:
+        with self._lock:
+            return self._saved.get(incarnation, seq)
+
+    # -- runs --------------------------------------------------------------------
+
+    def load(self, run_id: str) -> StoredRun | None:
+        """The run as stored now (consistent): META, and its definition unless known.
+
+        One request either way: a GetItem when the definition is cached, else a
+        Query for both items.
+        """
+        known = self.remembered(run_id)
+        if known is not None and self._definition(known.incarnation) is not None:
+            item = self.table.get(key(run_id, META))
+            return None if item is None else self.decode(item)
+        items = {text_of(item, "sk"): item
+                 for item in self.table.query(partition(run_id), prefix=META)}
+        if META not in items:
+            return None
+        definition = items.get(DEFINITION_SK)
+        if definition is not None:
+            self._keep_definition(text_of(definition, "incarnation"),
+                                  decode_definition(definition, self.texts))
+        return self.decode(items[META])
+
+    def decode(self, meta: Item) -> StoredRun:
+        """A META item (read, or returned by a refused write) with its definition."""
+        run_id = run_id_of(text_of(meta, "pk"))
+        incarnation = text_of(meta, "incarnation")
+        definition = self._definition(incarnation)
+        if definition is None:
+            item = self.table.get(key(run_id, DEFINITION_SK))
+            if item is None or item.get("incarnation", {}).get("S") != incarnation:
+                raise CorruptRecord(f"run {run_id!r} has no definition of its incarnation")
+            definition = decode_definition(item, self.texts)
+            self._keep_definition(incarnation, definition)
+        stored = StoredRun(decode_run(meta, definition, self.texts), incarnation,
+                           text_of(meta, "rev"))
+        self.remember(stored)
+        return stored
+
+    def runs(self, run_ids: list[str]) -> list[RunRecord]:
+        """The runs with these ids that exist, in the order given (one BatchGetItem per 50)."""
+        items = self.table.batch_get([key(run_id, sk) for run_id in run_ids
+                                      for sk in (META, DEFINITION_SK)])
+        by_key = {(text_of(item, "pk"), text_of(item, "sk")): item for item in items}
+        runs = []
+        for run_id in run_ids:
+            meta = by_key.get((partition(run_id), META))
+            definition = by_key.get((partition(run_id), DEFINITION_SK))
+            if meta is None:
+                continue  # deleted since the index was read, or what a TTL left
+            if definition is None or definition.get("incarnation") != meta.get("incarnation"):
+                raise CorruptRecord(f"run {run_id!r} has no definition of its incarnation")
+            runs.append(decode_run(meta, decode_definition(definition, self.texts), self.texts))
+        return runs
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists] | None:
+        """The checkpoint at `seq` from every body up to it."""
+        items = list(self.table.query(partition(run_id),
+                                      between=(checkpoint_sk(1), checkpoint_sk(seq))))
+        if not items or number_of(items[-1], "seq") != seq:
+            return None
+        current = 0
+
+        def bodies() -> Iterator[str]:
+            nonlocal current
+            for item in items:
+                current = number_of(item, "seq")
+                yield checkpoint_body(item, self.texts, run_id)
+
+        try:
+            checkpoint, saved = assemble(bodies())
+        # A body of the wrong shape surfaces as a lookup, type or attribute
+        # error, a bad head as a pydantic ValidationError (a ValueError).
+        except (ValueError, LookupError, TypeError, AttributeError) as error:
+            raise CorruptRecord(f"checkpoint {current} of run {run_id!r} did not decode: "
+                                f"{error}") from error
+        if checkpoint.run_id != run_id or checkpoint.seq != seq:
+            raise CorruptRecord(f"checkpoint {seq} of run {run_id!r} holds checkpoint "
+                                f"{checkpoint.seq} of run {checkpoint.run_id!r}")
+        return checkpoint, saved
+
+    def stored_checkpoint(self, run: RunRecord | None, seq: int) -> Checkpoint | None:
+        """The stored checkpoint at `seq`, if any (only a re-save reads one back)."""
+        if run is None or not 0 < seq <= (run.checkpoint_seq or 0):
+            return None
+        found = self.assemble(run.run_id, seq)
+        return None if found is None else found[0]
+
+    def previous_lists(self, stored: StoredRun, seq: int) -> SavedLists | None:
+        """What checkpoint `seq` is a delta against: remembered, else rebuilt once."""
+        previous = self.saved_lists(stored.incarnation, seq - 1)
+        if previous is None and seq > 1:
+            found = self.assemble(stored.run.run_id, seq - 1)
+            previous = None if found is None else found[1]
+        return previous
+
+
+def fence(stored: StoredRun) -> Condition:
+    """The condition of a write of the run decided on `stored`.
+
+    attempt and status are the contract's fence; rev makes the write exact:
+    nothing at all changed since `stored` was read.
+    """
+    return Condition("#rev = :rev AND #attempt = :attempt AND #status = :status",
+                     names("rev", "attempt", "status"),
+                     {":rev": s(stored.rev), ":attempt": n(stored.run.attempt),
+                      ":status": s(stored.run.status.value)})
+
+
+def running_at(stored: StoredRun, attempt: int) -> Condition:
+    """The condition of a write beside the run (an effect, an owner's checkpoint):
+    the same incarnation, running at `attempt`; other changes do not matter."""
+    return Condition("#incarnation = :incarnation AND #attempt = :attempt AND "
+                     "#status = :running", names("incarnation", "attempt", "status"),
+                     {":incarnation": s(stored.incarnation), ":attempt": n(attempt),
+                      ":running": s(RunStatus.RUNNING.value)})
+
+
+class Rounds:
+    """The states a read-modify-write decides on, one per round.
+
+    The first round starts from `start`: a consistent read, unless the caller
+    passes the remembered run as a prediction (`predicted=True`). After a
+    refused write the next round decides on the image the refusal returned
+    (ALL_OLD of the run's META, the first item of every write); after a
+    transaction conflict or a refusal about another item, on a fresh read. A
+    decision taken on a prediction counts only when its conditioned write
+    succeeds: any other outcome (an error, a no-op) is decided again on a read
+    (`confirm`).
+    """
+
+    def __init__(self, reader: RunReader, run_id: str,
+                 start: StoredRun | Unread | None = UNREAD, *, predicted: bool = False) -> None:
+        self._reader = reader
+        self._run_id = run_id
+        self._next = start
+        self._predicted = predicted
+
+    def __iter__(self) -> Iterator[StoredRun | None]:
+        for round_ in range(ROUNDS):
+            if round_ > 1:
+                time.sleep(min(0.2, 0.005 * 2 ** round_))  # back off under contention
+            state = self._next
+            if isinstance(state, Unread):
+                state = self._reader.load(self._run_id)
+                self._predicted = False
+            self._next = UNREAD
+            yield state
+            self._predicted = False
+        raise StoreError(f"run {self._run_id!r}: gave up after {ROUNDS} concurrent changes")
+
+    def refused(self, refused: Refused) -> None:
+        """Decide the next round on what the refusal says of the run's META."""
+        meta = refused.reasons[0]
+        if meta.failed:
+            self._next = None if meta.item is None else self._reader.decode(meta.item)
+
+    def confirm(self) -> bool:
+        """True when this round's outcome must be decided again on a read."""
+        return self._predicted
