@@ -123,12 +123,12 @@ class EventEmitter:
     """Numbers and timestamps the events of one execution and fans them out."""
 
     def __init__(self, sinks: Iterable[EventSink], *, run_id: str, attempt: int,
-                 now: Callable[[], datetime]) -> None:
+                 now: Callable[[], datetime], first_sequence: int = 1) -> None:
         self._sinks = list(sinks)
         self._run_id = run_id
         self._attempt = attempt
         self._now = now
-        self._sequence = 0
+        self._sequence = first_sequence - 1
         self._lock = threading.Lock()
 
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Room for the events between two checkpoints of one attempt.
+SEQUENCES_PER_CHECKPOINT = 1_000_000
+
 
 @dataclass
 class LostOwnership(Exception):
@@ -68,8 +71,12 @@ class Execution:
         self.deadline = deadline
         self.stack: list[Frame] = []
         self.scopes: list[dict[str, Any]] = []
+        # One attempt may span several executions (`advance` in time slices):
+        # numbering each one's events after its starting checkpoint keeps the
+        # attempt's events ordered by (attempt, sequence) across them.
         self.events = EventEmitter(runtime.event_sinks, run_id=run.run_id, attempt=run.attempt,
-                                   now=runtime.clock.now)
+                                   now=runtime.clock.now,
+                                   first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1)
         self._last_renewal = time.monotonic()
         self._lost: StoreError | None = None
         # Operator decisions on effects whose outcome was unknown, by key.

@@ -224,3 +224,6 @@ def test_advance_stops_at_the_deadline_and_continues_later() -> None:
     assert finished.status is RunStatus.COMPLETED
     assert finished.output == "[echo] c"
     assert finished.usage["model_requests"] == 3  # `a` was not asked twice
+    # both executions belong to attempt 1: their events stay in one order
+    sequences = [e.sequence for e in h.events.events if e.run_id == "adv"]
+    assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
