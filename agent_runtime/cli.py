@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-from stores import DRIVERS, open_store
-from stores.artifacts import LocalArtifactStore
+from stores import DRIVERS
 from stores.base import (
     ApprovalConflict,
     CorruptRecord,
@@ -30,12 +28,23 @@ from stores.base import (
     RunTerminal,
     StoreError,
 )
-from stores.records import Budget, RunRecord, RunStatus
+from stores.records import RunRecord, RunStatus
 
-from agent_runtime.config import import_tool_target, load_config
+from agent_runtime.cli_options import (
+    DEFAULT_ARTIFACTS,
+    DEFAULT_EVENTS,
+    DEFAULT_STORE,
+    budget_from,
+    build_runtime,
+    load_tools,
+    open_run_store,
+    parse_variables,
+    run_options,
+)
+from agent_runtime.config import load_config
 from agent_runtime.engine import AgentRuntime, RunResult
-from agent_runtime.errors import ConfigError, InvalidInput
-from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink, read_events
+from agent_runtime.errors import InvalidInput
+from agent_runtime.events import EventSink, JsonlEventSink, read_events
 from agent_runtime.manifest import load_manifest_file, manifest_hash
 from agent_runtime.reconcile import DEFAULT_MAX_TAKEOVERS, Reconciler, print_summary
 from agent_runtime.reports import (
@@ -45,8 +54,6 @@ from agent_runtime.reports import (
     print_result,
     print_runs,
 )
-from agent_runtime.stream import StreamView
-from agent_runtime.tools import Tool, load_tool_file, tool
 from agent_runtime.variables import resolve_variables
 
 EXIT_COMPLETED = 0
@@ -55,9 +62,6 @@ EXIT_INVALID = 2
 EXIT_SUSPENDED = 10
 EXIT_INTERRUPTED = 130
 
-DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
-DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
-DEFAULT_ARTIFACTS = "./.agent-runtime/artifacts"
 
 
 def _store_flags(parser: argparse.ArgumentParser) -> None:
@@ -180,105 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
 # -- options ----------------------------------------------------------------
 
 
-def _open_store(args: argparse.Namespace) -> RunStore:
-    location = args.store or (DEFAULT_STORE if args.store_driver != "memory" else None)
-    try:
-        return open_store(args.store_driver, location)
-    except ValueError as error:
-        raise ConfigError(str(error), source="--store") from error
-
-
-def _parse_variables(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    source = "--variables"
-    if text.startswith("@"):
-        source = text[1:]
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as error:
-            raise InvalidInput(f"cannot read the variables file: {error.strerror}",
-                               source=source) from error
-    try:
-        value = json.loads(text) if source == "--variables" or source.endswith(".json") \
-            else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as error:
-        raise InvalidInput(f"not valid JSON: {error}", source=source) from error
-    if not isinstance(value, dict):
-        raise InvalidInput("must be an object of variable names to values", source=source)
-    return value
-
-
-def _model_option(value: str | None) -> str | None:
-    if value is None:
-        return None
-    provider, _, model = value.partition("/")
-    if not provider or not model:
-        raise InvalidInput("expected PROVIDER/MODEL, e.g. scripted/echo or openai/gpt-5.6",
-                           source="--model")
-    if provider == "scripted" and model != "echo":
-        script = Path(model)
-        if not script.is_file():
-            raise InvalidInput(f"scripted model script {model!r} not found", source="--model")
-        return f"scripted/{script.resolve()}"
-    return value
-
-
-def _options(args: argparse.Namespace, previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Runtime options of a run: given flags win, else what the run remembered."""
-    options = dict(previous or {})
-    if getattr(args, "model", None):
-        options["model"] = _model_option(args.model)
-    if getattr(args, "config", None):
-        options["config"] = str(Path(args.config).resolve())
-    if getattr(args, "tools", None):
-        options["tools"] = [str(Path(path).resolve()) for path in args.tools]
-    return options
-
-
-def _tools(options: dict[str, Any], config: Any) -> list[Tool]:
-    found: list[Tool] = []
-    for path in options.get("tools", []):
-        found.extend(load_tool_file(path))
-    if config is not None:
-        for name, target in config.tools.items():
-            item = import_tool_target(target, source=options.get("config", "--config"), name=name)
-            found.append(item if isinstance(item, Tool) else tool(name=name)(item))
-    return found
-
-
-def _runtime(args: argparse.Namespace, store: RunStore, options: dict[str, Any],
-             extra_sinks: Sequence[EventSink] = ()) -> tuple[AgentRuntime, list[JsonlEventSink]]:
-    config = load_config(options["config"]) if options.get("config") else None
-    sinks: list[EventSink] = list(extra_sinks)
-    files: list[JsonlEventSink] = []
-    events = getattr(args, "events", DEFAULT_EVENTS)
-    if events and events != "none":
-        files.append(JsonlEventSink(events))
-        sinks.append(files[-1])
-    view = StreamView(sys.stderr) if getattr(args, "stream", False) else None
-    if view is not None:
-        sinks.append(view)
-    if getattr(args, "format", "pretty") == "ndjson":
-        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
-    artifacts = getattr(args, "artifacts", None)
-    runtime = AgentRuntime(store=store, config=config, tools=_tools(options, config),
-                           event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0),
-                           text_sink=None if view is None else view.text,
-                           artifacts=None if artifacts in (None, "none")
-                           else LocalArtifactStore(artifacts))
-    return runtime, files
-
-
-def _budget(args: argparse.Namespace) -> Budget | None:
-    value = getattr(args, "max_total_tokens", None)
-    if value is None:
-        return None
-    if value <= 0:
-        raise InvalidInput("must be a positive number of tokens", source="--max-total-tokens")
-    return Budget(max_total_tokens=value)
-
-
 def _exit_code(result: RunResult) -> int:
     if result.status is RunStatus.COMPLETED:
         return EXIT_COMPLETED
@@ -296,9 +201,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         overrides = {item.key: item.value for item in loaded.run.variables or []}
         resolve_variables(loaded.agent, overrides, source=str(loaded.path))
     if args.config or args.model or args.tools:
-        options = _options(args)
+        options = run_options(args)
         config = load_config(options["config"]) if options.get("config") else None
-        AgentRuntime(config=config, tools=_tools(options, config)).check_runnable(
+        AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))
     summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
                "agent": loaded.agent.id or loaded.agent.name,
@@ -319,17 +224,18 @@ def _finish(result: RunResult, args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     loaded = load_manifest_file(args.file)
-    variables = _parse_variables(args.variables)
-    options = _options(args)
+    variables = parse_variables(args.variables)
+    options = run_options(args)
     options["manifest_path"] = str(loaded.path.resolve())
     # A run manifest names its agent by a path of its own: sub-run manifestRefs
     # resolve next to the agent manifest, wherever the run manifest is.
     options["manifest_dir"] = str(loaded.agent_path.resolve().parent)
-    with _open_store(args) as store:
-        runtime, files = _runtime(args, store, options)
+    with open_run_store(args) as store:
+        runtime, files = build_runtime(args, store, options)
         try:
-            result = runtime.run_sync(manifest=loaded, variables=variables, budget=_budget(args),
-                                      run_id=args.run_id, options=options)
+            result = runtime.run_sync(manifest=loaded, variables=variables,
+                                      budget=budget_from(args), run_id=args.run_id,
+                                      options=options)
         finally:
             for sink in files:
                 sink.close()
@@ -345,13 +251,13 @@ def _load(store: RunStore, run_id: str) -> RunRecord:
 
 def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
             effect_resolutions: dict[str, dict[str, Any]] | None = None) -> int:
-    options = _options(args, record.options)
-    runtime, files = _runtime(args, store, options)
+    options = run_options(args, record.options)
+    runtime, files = build_runtime(args, store, options)
     manifest_path = options.get("manifest_path")
     manifest = manifest_path if manifest_path and Path(manifest_path).is_file() else None
     try:
         result = runtime.run_sync(run_id=record.run_id, resume=True, manifest=manifest,
-                                  budget=_budget(args),
+                                  budget=budget_from(args),
                                   allow_running_takeover=getattr(args, "allow_running_takeover",
                                                                  False),
                                   effect_resolutions=effect_resolutions)
@@ -362,7 +268,7 @@ def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         return _resume(args, store, _load(store, args.run_id))
 
 
@@ -373,7 +279,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
             response = json.loads(args.response)
         except ValueError as error:
             raise InvalidInput(f"not valid JSON: {error}", source="--response") from error
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         record = _load(store, args.run_id)
         approval_id = AgentRuntime(store=store).approve(
             args.run_id, approved=not args.reject, response=response, responded_by=args.by)
@@ -386,7 +292,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_effects(args: argparse.Namespace) -> int:
     words = args.words
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         if words[0] != "resolve":
             if len(words) != 1:
                 raise InvalidInput("expected RUN_ID, or resolve RUN_ID KEY", source="effects")
@@ -418,13 +324,13 @@ def cmd_effects(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         record = _load(store, args.run_id)
-        options = _options(args, record.options)
-        runtime, files = _runtime(args, store, options)
+        options = run_options(args, record.options)
+        runtime, files = build_runtime(args, store, options)
         try:
             result = asyncio.run(runtime.fork(args.run_id, seq=args.seq,
-                                              new_run_id=args.new_run_id, budget=_budget(args)))
+                                              new_run_id=args.new_run_id, budget=budget_from(args)))
         finally:
             for sink in files:
                 sink.close()
@@ -432,7 +338,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         _load(store, args.run_id)
         AgentRuntime(store=store).cancel(args.run_id)
         print(f"cancelled run {args.run_id}")
@@ -440,7 +346,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         record = _load(store, args.run_id)
         checkpoints = store.list_checkpoints(args.run_id) if args.checkpoints else None
         print_record(record, checkpoints, args.format, sys.stdout)
@@ -448,7 +354,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with _open_store(args) as store:
+    with open_run_store(args) as store:
         runs: list[RunRecord] = []
         cursor = None
         while len(runs) < args.limit:
@@ -497,11 +403,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     run_args = argparse.Namespace(events="none", artifacts=DEFAULT_ARTIFACTS,
                                   lease_seconds=args.lease_seconds)
     try:
-        with _open_store(args) as store:
+        with open_run_store(args) as store:
             reconciler = Reconciler(
                 store, max_takeovers=args.max_takeovers, event_sinks=sinks,
-                runtime_for=lambda record: _runtime(run_args, store,
-                                                    _options(run_args, record.options),
+                runtime_for=lambda record: build_runtime(run_args, store,
+                                                    run_options(run_args, record.options),
                                                     extra_sinks=sinks)[0])
             if args.interval is None:
                 summary = reconciler.reconcile_sync()
