@@ -5,7 +5,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install dev run test lint bench clean
+# The AWS deployment's tools, each out of the project's venv: aws-sam-cli in
+# its own venv (its pins clash with the project's), asl-validator from npm.
+SAM_VENV      := .venv-sam
+SAM           := $(SAM_VENV)/bin/sam
+SAM_STAMP     := $(SAM_VENV)/.installed
+TOOLS         := .tools
+ASL_VALIDATOR := $(TOOLS)/node_modules/.bin/asl-validator
+ASL           := statemachine/run.asl.json
+export SAM_CLI_TELEMETRY := 0
+
+.PHONY: install dev run test lint bench clean template-check build
 
 install: $(STAMP)
 
@@ -34,7 +44,7 @@ run: install
 		--model scripted/examples/triage.script.yaml \
 		--tools examples/tools.py --stream
 
-test: dev lint
+test: dev lint template-check
 	$(BIN)/pytest
 
 # Speed and storage, printed as ratios measured in one run (ours vs a raw
@@ -51,5 +61,30 @@ lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# template.yaml and the state machine: SAM's validator with its linter,
+# cfn-lint, statelint (the PyPI port; no Ruby) and asl-validator (which also
+# catches bad paths and dangling Next targets).
+template-check: dev $(SAM_STAMP) $(ASL_VALIDATOR)
+	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-us-east-1} $(SAM) validate --lint
+	$(BIN)/cfn-lint template.yaml
+	$(BIN)/statelint $(ASL)
+	$(ASL_VALIDATOR) --json-path $(ASL)
+
+# The functions and the runtime layer, for python3.13 on arm64, into
+# .aws-sam/build: makefile builds (functions/Makefile, layers/runtime/Makefile)
+# that need no Docker and no python3.13. Then: sam deploy --guided.
+build: $(SAM_STAMP)
+	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
+
+$(SAM_STAMP):
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/pip install --quiet 'aws-sam-cli>=1.120,<2'
+	@touch $@
+
+$(ASL_VALIDATOR):
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS) asl-validator@4
+
 clean:
-	rm -rf $(VENV) .agent-runtime .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(SAM_VENV) $(TOOLS) .aws-sam build .agent-runtime .pytest_cache \
+		.mypy_cache .ruff_cache .hypothesis

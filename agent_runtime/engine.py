@@ -242,6 +242,23 @@ class AgentRuntime:
                                       effect_resolutions=effect_resolutions)
         if manifest is None:
             raise InvalidInput("a run needs a manifest", field="manifest")
+        record, agent = self.new_run(manifest=manifest, variables=variables, budget=budget,
+                                     run_id=run_id, options=options, parent=parent)
+        reserved = self._create_and_reserve(record, record.created_at)
+        state = RunState.initial(record.variables, record.budget.max_total_tokens)
+        return await self._execute(Execution(self, reserved, agent, state, []))
+
+    def new_run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
+                | Path, variables: Mapping[str, Any] | None = None,
+                budget: Budget | None = None, run_id: str | None = None,
+                options: Mapping[str, Any] | None = None,
+                parent: ParentRef | None = None) -> tuple[RunRecord, AgentManifest]:
+        """The record of a new run, its input checked against this host (not yet stored).
+
+        Variables are resolved and the manifest's models, tools, connections
+        and webhook destinations checked, so bad input is refused before a run
+        exists (`InvalidInput`, `ConfigError`).
+        """
         agent, loaded, source = self._load(manifest)
         run_overrides: dict[str, Any] = {}
         if loaded is not None and loaded.run is not None:
@@ -261,9 +278,26 @@ class AgentRuntime:
                            manifest=manifest_json(agent), variables=resolved,
                            budget=budget or Budget(), parent=parent, options=run_options,
                            created_at=now, updated_at=now)
-        reserved = self._create_and_reserve(record, now)
-        state = RunState.initial(resolved, record.budget.max_total_tokens)
-        return await self._execute(Execution(self, reserved, agent, state, []))
+        return record, agent
+
+    def create_run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
+                   | Path, variables: Mapping[str, Any] | None = None,
+                   budget: Budget | None = None, run_id: str | None = None,
+                   options: Mapping[str, Any] | None = None) -> RunRecord:
+        """Store a new run without executing it: status `created`, attempt 0.
+
+        Another executor starts it — on AWS the state machine, on a
+        `resume-requested` event or when the reconciler finds it queued too
+        long — with a resume reservation like any other attempt.
+        """
+        record, _ = self.new_run(manifest=manifest, variables=variables, budget=budget,
+                                 run_id=run_id, options=options)
+        try:
+            self.store.create_run(record)
+        except RunAlreadyExists as error:
+            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
+                               field="run_id") from error
+        return record
 
     def _create_and_reserve(self, record: RunRecord, now: datetime) -> RunRecord:
         """Store a new run and reserve its first attempt for this runtime."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stores.base import RunTerminal, StaleAttempt, StoreError
+from stores.base import CheckpointConflict, RunTerminal, StaleAttempt, StoreError
 from stores.records import ArtifactRef, Frame, RunError, RunRecord, RunStatus, utc_now
 
 from agent_runtime.conditions import evaluate_condition
@@ -141,7 +141,10 @@ class Execution:
             self.store.save_checkpoint(
                 checkpoint, expected_attempt=self.attempt,
                 lease_expires_at=now + timedelta(seconds=self.runtime.lease_seconds))
-        except (StaleAttempt, RunTerminal) as error:
+        except (StaleAttempt, RunTerminal, CheckpointConflict) as error:
+            # A conflicting seq under our own attempt means another execution of
+            # this attempt (a retried Lambda invocation) saved it first: it owns
+            # the run now, and this one stops without touching it.
             raise LostOwnership(error) from error
         self._last_renewal = time.monotonic()
         self.events.emit("checkpoint.saved", seq=self.state.seq)

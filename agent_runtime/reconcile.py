@@ -16,7 +16,9 @@ A pass lists the `created` runs queued longer than `queued_seconds` and the
   instead of resumed again: something in it keeps killing its owner.
 
 A takeover resumes the run from its latest checkpoint through the
-`AgentRuntime` that `runtime_for(run)` builds with the run's remembered options.
+`AgentRuntime` that `runtime_for(run)` builds with the run's remembered options,
+or, given a `resume` action, has another executor do it (the AWS reconciler
+starts a Step Functions execution: functions/reconciler/app.py).
 Several reconcilers may run at once: the store's reservation is atomic and
 every write is fenced by attempt, so of two that pick the same run exactly
 one acts and the other reports `lost-race`, which is not an error.
@@ -56,8 +58,14 @@ OWNER_ALIVE = "owner-alive"
 OWNER_UNKNOWN = "owner-unknown"
 LOST_RACE = "lost-race"
 
+
+
+class LostRace(Exception):
+    """Raised by a resume action that finds another reconciler or executor got there first."""
+
+
 # Another reconciler (or a user's `resume`) got there first: the run moved on.
-RACE_ERRORS = (LeaseHeld, RunTerminal, InvalidTransition, StaleAttempt)
+RACE_ERRORS = (LeaseHeld, RunTerminal, InvalidTransition, StaleAttempt, LostRace)
 
 
 # -- is the owner still there? -----------------------------------------------
@@ -190,6 +198,31 @@ class ReconcileSummary:
                 "runs": [outcome.to_json() for outcome in self.outcomes]}
 
 
+# -- how a run is resumed ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resume action did: the attempt it ran or started, and the run's status
+    after it — None when the attempt goes on elsewhere (a started execution)."""
+
+    attempt: int
+    status: RunStatus | None = None
+    detail: str | None = None
+
+
+class ResumeAction(Protocol):
+    async def __call__(self, run: RunRecord) -> Resumed:
+        """Reserve a new attempt of `run` and continue it, or have an executor do so.
+
+        `run` is `created`, or `running` with an owner confirmed gone (take it
+        over: `allow_running_takeover`). Raises one of `RACE_ERRORS` when
+        someone else got there first; any other exception is reported as an
+        error of this run and the pass goes on.
+        """
+        ...
+
+
 # -- the reconciler ------------------------------------------------------------
 
 
@@ -222,6 +255,7 @@ class Reconciler:
 
     def __init__(self, store: RunStore, *,
                  runtime_for: Callable[[RunRecord], AgentRuntime] | None = None,
+                 resume: ResumeAction | None = None,
                  liveness: LivenessCheck | None = None,
                  max_takeovers: int = DEFAULT_MAX_TAKEOVERS,
                  queued_seconds: float = DEFAULT_QUEUED_SECONDS,
@@ -233,6 +267,7 @@ class Reconciler:
         self.clock: Clock = clock or SystemClock()
         self.event_sinks = list(event_sinks)
         self.runtime_for = runtime_for or self._plain_runtime
+        self.resume: ResumeAction = resume or self._resume_in_process
         self.liveness: LivenessCheck = liveness or ProcessLiveness()
         self.max_takeovers = max_takeovers
         self.queued_seconds = queued_seconds
@@ -338,26 +373,27 @@ class Reconciler:
         return RunOutcome(run.run_id, Action.FAILED_RUN, run.attempt, detail=error.message,
                           status=RunStatus.FAILED, takeovers=run.takeovers)
 
+    async def _resume_in_process(self, run: RunRecord) -> Resumed:
+        runtime = self.runtime_for(run)
+        result = await runtime.run(run_id=run.run_id, resume=True,
+                                   allow_running_takeover=run.status is RunStatus.RUNNING)
+        return Resumed(result.attempt, result.status)
+
     async def _resume(self, events: _PassEvents, run: RunRecord) -> RunOutcome:
         # One run's broken options (a missing config, a tools file that no
         # longer imports) or a damaged record must not stop the pass.
         try:
-            runtime = self.runtime_for(run)
-        except Exception as error:
-            return self._error(events, run, error)
-        try:
-            result = await runtime.run(run_id=run.run_id, resume=True,
-                                       allow_running_takeover=run.status is RunStatus.RUNNING)
+            resumed = await self.resume(run)
         except RACE_ERRORS as race:
             return self._skipped(events, run, LOST_RACE, f"{type(race).__name__}: {race}")
         except Exception as error:
             return self._error(events, run, error)
         takeovers = run.takeovers + (run.status is RunStatus.RUNNING)
-        events.emit("reconcile.resumed", run_id=run.run_id, attempt=result.attempt,
-                    status=result.status.value, from_status=run.status.value,
-                    takeovers=takeovers)
-        return RunOutcome(run.run_id, Action.RESUMED, result.attempt, status=result.status,
-                          takeovers=takeovers)
+        events.emit("reconcile.resumed", run_id=run.run_id, attempt=resumed.attempt,
+                    status=None if resumed.status is None else resumed.status.value,
+                    from_status=run.status.value, takeovers=takeovers, detail=resumed.detail)
+        return RunOutcome(run.run_id, Action.RESUMED, resumed.attempt, status=resumed.status,
+                          detail=resumed.detail, takeovers=takeovers)
 
 
 # -- what the CLI prints ---------------------------------------------------------
@@ -379,8 +415,9 @@ def print_summary(summary: ReconcileSummary, fmt: str, out: TextIO) -> None:
 
 def _pretty(outcome: RunOutcome) -> str:
     if outcome.action is Action.RESUMED:
-        status = outcome.status.value if outcome.status else "?"
-        return f"resumed {outcome.run_id}: attempt {outcome.attempt} ended {status}"
+        if outcome.status is None:
+            return f"resumed {outcome.run_id}: attempt {outcome.attempt} started ({outcome.detail})"
+        return f"resumed {outcome.run_id}: attempt {outcome.attempt} ended {outcome.status.value}"
     if outcome.action is Action.SKIPPED:
         return f"skipped {outcome.run_id}: {outcome.reason} ({outcome.detail})"
     if outcome.action is Action.FAILED_RUN:
@@ -393,10 +430,13 @@ __all__ = [
     "Action",
     "Liveness",
     "LivenessCheck",
+    "LostRace",
     "OwnerStatus",
     "ProcessLiveness",
     "ReconcileSummary",
     "Reconciler",
+    "ResumeAction",
+    "Resumed",
     "RunOutcome",
     "print_summary",
 ]

@@ -22,10 +22,12 @@ from agent_runtime.manifest import manifest_hash, manifest_json
 from agent_runtime.reconcile import (
     Action,
     Liveness,
+    LostRace,
     OwnerStatus,
     ProcessLiveness,
     Reconciler,
     ReconcileSummary,
+    Resumed,
 )
 from agent_runtime.testing import scripted
 from stores.records import EngineRef, RunRecord
@@ -395,3 +397,28 @@ def test_owners_this_host_cannot_see_are_unknown(owner: str, engine: str, why: s
 def test_a_host_name_with_colons_is_split_at_the_last_one() -> None:
     verdict = ProcessLiveness(host="fe80::1")(running(f"fe80::1:{os.getpid()}"))
     assert verdict.liveness is Liveness.ALIVE
+
+
+def test_a_resume_action_can_hand_the_run_to_another_executor() -> None:
+    """The AWS reconciler's action: start an execution elsewhere instead of resuming here."""
+    h = Harness(three_step_model())
+    stranded(h, "handed", DEAD)
+    stranded(h, "taken", DEAD)
+    handed: list[tuple[str, int, RunStatus]] = []
+
+    async def start_elsewhere(run: RunRecord) -> Resumed:
+        if run.run_id == "taken":
+            raise LostRace("its execution was already started")
+        handed.append((run.run_id, run.attempt, run.status))
+        return Resumed(run.attempt + 1, None, detail="execution handed-a2")
+
+    summary = reconciler(h, resume=start_elsewhere).reconcile_sync()
+    outcomes = by_run(summary)
+    assert handed == [("handed", 1, RunStatus.RUNNING)]
+    assert outcomes["handed"].action is Action.RESUMED and outcomes["handed"].status is None
+    assert (outcomes["handed"].attempt, outcomes["handed"].detail) == (2, "execution handed-a2")
+    assert outcomes["taken"].action is Action.SKIPPED and outcomes["taken"].reason == "lost-race"
+    resumed = next(e for e in h.events.events if e.type == "reconcile.resumed")
+    assert "status" not in resumed.data and resumed.data["detail"] == "execution handed-a2"
+    record = h.store.load_run("handed")
+    assert record is not None and record.status is RunStatus.RUNNING and record.attempt == 1

@@ -12,7 +12,7 @@ import pytest
 from engine_harness import ECHO, Harness, manifest
 
 from agent_runtime import Budget, RunStatus, ToolContext, tool
-from agent_runtime.errors import ManifestMismatch
+from agent_runtime.errors import InvalidInput, ManifestMismatch
 from agent_runtime.manifest import manifest_hash, manifest_json
 from agent_runtime.testing import scripted
 from stores.base import LeaseHeld
@@ -227,3 +227,49 @@ def test_advance_stops_at_the_deadline_and_continues_later() -> None:
     # both executions belong to attempt 1: their events stay in one order
     sequences = [e.sequence for e in h.events.events if e.run_id == "adv"]
     assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+
+
+def test_create_run_stores_a_run_another_executor_starts() -> None:
+    h = Harness()
+    agent = manifest(*[{"id": s, "type": "prompt", "prompt": s} for s in "ab"],
+                     variables=[{"key": "topic", "type": "string", "value": "x"}])
+    # bad input is refused before a run exists
+    with pytest.raises(InvalidInput):
+        h.runtime.create_run(manifest=agent, variables={"nope": 1}, options=ECHO)
+    record = h.runtime.create_run(manifest=agent, run_id="queued", options=ECHO)
+    assert record.status is RunStatus.CREATED and record.attempt == 0
+    assert h.store.load_run("queued") == record
+    with pytest.raises(InvalidInput, match="already exists"):
+        h.runtime.create_run(manifest=agent, run_id="queued", options=ECHO)
+    # the executor's reservation, then its advance, as Reserve and Advance do
+    h.store.resume_run("queued", owner="sfn", now=h.clock.now(), lease_seconds=60)
+    done = asyncio.run(h.runtime.advance("queued", expected_attempt=1))
+    assert done.status is RunStatus.COMPLETED and done.output == "[echo] b"
+
+
+def test_a_checkpoint_saved_first_by_another_execution_of_the_attempt_stops_this_one() -> None:
+    # Two executions of one attempt (a retried Lambda invocation): whichever
+    # saves a seq second loses and stops without failing the run.
+    h = Harness()
+    rival: list[Any] = []
+
+    @tool
+    def slow(ctx: ToolContext) -> str:
+        """Meanwhile, another execution of this attempt saves the next checkpoint."""
+        latest = h.store.load_latest_checkpoint(ctx.run_id)
+        assert latest is not None
+        rival.append(latest.model_copy(update={"seq": latest.seq + 1,
+                                               "variables": {"rival": True}}))
+        h.store.save_checkpoint(rival[0], expected_attempt=ctx.attempt)
+        return "done"
+
+    h.tools.append(slow)
+    h.model = scripted(responses=[{"toolCalls": [{"name": "slow", "arguments": {}}]},
+                                  {"text": "ok"}])
+    h.runtime = h.make_runtime()
+    result = h.run(manifest({"id": "p", "type": "prompt", "prompt": "go", "tools": ["slow"]}))
+    assert result.status is RunStatus.RUNNING  # this execution stopped, the run is not failed
+    assert result.error["type"] == "lost_ownership"
+    record = h.store.load_run(result.run_id)
+    assert record.status is RunStatus.RUNNING
+    assert h.store.load_latest_checkpoint(result.run_id).variables == {"rival": True}

@@ -1,0 +1,168 @@
+"""What a function builds once per container: settings, clients, the store, the runtime.
+
+Settings come from environment variables, which template.yaml sets:
+
+    AGENT_RUNTIME_STORE                   the run store: TABLE?bucket=B&kms_key=K&retention_days=D
+                                          (stores/dynamodb_location.py)
+    AGENT_RUNTIME_STATE_MACHINE_ARN       the run state machine (start, reconciler)
+    AGENT_RUNTIME_EVENT_BUS               where resume-requested events go (default: default)
+    AGENT_RUNTIME_LEASE_SECONDS           an attempt's lease, renewed at every checkpoint (120)
+    AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS  Advance stops at a commit point this long before its
+                                          Lambda would time out (120)
+    AGENT_RUNTIME_MAX_TAKEOVERS           takeovers before a run is failed as crash_loop (3)
+    AGENT_RUNTIME_QUEUED_SECONDS          how long a created run may wait before the
+                                          reconciler starts it (60)
+    AGENT_RUNTIME_CONFIG_PARAMETER        an SSM parameter holding the runtime config (YAML
+                                          or JSON; a SecureString is decrypted), or
+    AGENT_RUNTIME_CONFIG                  a path to a runtime config file (e.g. in a layer)
+
+The runtime config is the CLI's `--config` (providers, model profiles, MCP
+connections, Python tools as `module:function`), read once per container.
+Without one a run can use only what needs no config, such as the scripted
+model its options name (`{"model": "scripted/echo"}`). A run's remembered
+`config` and `tools` options are paths on the machine that started it and are
+not used here: in Lambda the function's config decides.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import yaml
+
+from agent_runtime import AgentRuntime, Clock, SystemClock, Tool, tool
+from agent_runtime.config import RuntimeConfig, empty_config, import_tool_target, parse_config
+from agent_runtime.events import EventSink
+from stores.dynamodb import DynamoDbRunStore
+from stores.dynamodb_location import open_dynamodb_store
+from stores.s3 import S3ArtifactStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_events.client import EventBridgeClient
+    from mypy_boto3_stepfunctions.client import SFNClient
+
+STORE = "AGENT_RUNTIME_STORE"
+STATE_MACHINE_ARN = "AGENT_RUNTIME_STATE_MACHINE_ARN"
+EVENT_BUS = "AGENT_RUNTIME_EVENT_BUS"
+LEASE_SECONDS = "AGENT_RUNTIME_LEASE_SECONDS"
+ADVANCE_MARGIN_SECONDS = "AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS"
+MAX_TAKEOVERS = "AGENT_RUNTIME_MAX_TAKEOVERS"
+QUEUED_SECONDS = "AGENT_RUNTIME_QUEUED_SECONDS"
+CONFIG_PARAMETER = "AGENT_RUNTIME_CONFIG_PARAMETER"
+CONFIG_FILE = "AGENT_RUNTIME_CONFIG"
+
+
+def _number(name: str, default: float) -> float:
+    text = os.environ.get(name, "")
+    try:
+        return float(text) if text else default
+    except ValueError as error:
+        raise ValueError(f"environment variable {name} is not a number: {text!r}") from error
+
+
+@dataclass(frozen=True)
+class Settings:
+    store_location: str
+    state_machine_arn: str
+    event_bus: str
+    lease_seconds: float
+    advance_margin_seconds: float
+    max_takeovers: int
+    queued_seconds: float
+    config_parameter: str
+    config_file: str
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        location = os.environ.get(STORE, "")
+        if not location:
+            raise ValueError(f"environment variable {STORE} (the run store) is not set")
+        return cls(store_location=location,
+                   state_machine_arn=os.environ.get(STATE_MACHINE_ARN, ""),
+                   event_bus=os.environ.get(EVENT_BUS) or "default",
+                   lease_seconds=_number(LEASE_SECONDS, 120.0),
+                   advance_margin_seconds=_number(ADVANCE_MARGIN_SECONDS, 120.0),
+                   max_takeovers=int(_number(MAX_TAKEOVERS, 3)),
+                   queued_seconds=_number(QUEUED_SECONDS, 60.0),
+                   config_parameter=os.environ.get(CONFIG_PARAMETER, ""),
+                   config_file=os.environ.get(CONFIG_FILE, ""))
+
+    def require_state_machine(self) -> str:
+        if not self.state_machine_arn:
+            raise ValueError(f"environment variable {STATE_MACHINE_ARN} is not set")
+        return self.state_machine_arn
+
+
+@dataclass
+class Services:
+    """A container's long-lived pieces: built on first use, reused by later invocations."""
+
+    settings: Settings
+    store: DynamoDbRunStore
+    clock: Clock
+    stepfunctions: SFNClient
+    events: EventBridgeClient
+    _config: RuntimeConfig | None = None
+
+    @classmethod
+    def from_environment(cls, *, clock: Clock | None = None) -> Services:
+        settings = Settings.from_environment()
+        return cls(settings=settings, store=open_dynamodb_store(settings.store_location),
+                   clock=clock or SystemClock(), stepfunctions=boto3.client("stepfunctions"),
+                   events=boto3.client("events"))
+
+    @property
+    def config(self) -> RuntimeConfig:
+        if self._config is None:
+            self._config = load_runtime_config(self.settings)
+        return self._config
+
+    def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None) -> AgentRuntime:
+        """An AgentRuntime on this container's store and config. `owner` (the execution
+        ARN) holds the leases of the sub-runs it starts; a run's own attempt is leased
+        by Reserve."""
+        blobs = self.store.blobs
+        artifacts = None if blobs is None else S3ArtifactStore(
+            blobs.bucket, blobs.kms_key_id, client=blobs.client)
+        config = self.config
+        return AgentRuntime(store=self.store, config=config, tools=config_tools(config),
+                            artifacts=artifacts, event_sinks=sinks, clock=self.clock,
+                            owner=owner, lease_seconds=self.settings.lease_seconds)
+
+
+@functools.cache
+def services() -> Services:
+    """This container's services (tests replace this function to inject a clock)."""
+    return Services.from_environment()
+
+
+def load_runtime_config(settings: Settings) -> RuntimeConfig:
+    if settings.config_parameter:
+        ssm = boto3.client("ssm")
+        text = ssm.get_parameter(Name=settings.config_parameter,
+                                 WithDecryption=True)["Parameter"].get("Value", "")
+        return _parse_config_text(text, source=f"ssm:{settings.config_parameter}")
+    if settings.config_file:
+        with open(settings.config_file, encoding="utf-8") as source:
+            return _parse_config_text(source.read(), source=settings.config_file)
+    return empty_config()
+
+
+def _parse_config_text(text: str, *, source: str) -> RuntimeConfig:
+    data: Any = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    return parse_config(data, source=source)
+
+
+def config_tools(config: RuntimeConfig) -> list[Tool]:
+    """The Python tools the config names (`tools: {name: "module:function"}`)."""
+    found: list[Tool] = []
+    for name, target in config.tools.items():
+        item = import_tool_target(target, source="runtime config", name=name)
+        found.append(item if isinstance(item, Tool) else tool(name=name)(item))
+    return found

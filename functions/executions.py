@@ -1,0 +1,191 @@
+"""Step Functions executions of the run state machine: names, starts, liveness.
+
+One execution drives one attempt of a run. It is named `<run_id>-a<attempt>`
+(`execution_name`), where `attempt` is the attempt it will reserve, so every
+starter of the same attempt — a repeated resume-requested event, two
+reconcilers, a starter and a reconciler — names the same execution, and Step
+Functions runs it once: a start of a name in use either returns the running
+execution (same input) or is refused (`ExecutionAlreadyExists`). Both mean
+"already started" (`start_attempt`).
+
+One case needs more: an execution that ended before it reserved its attempt
+(its Reserve failed after all retries, or found the run held by another
+owner) keeps its name for 90 days, and the attempt still has to start. When
+the name is taken by a closed execution and the run has not reached that
+attempt, the next name is used: `<run_id>-a<attempt>-r2`, `-r3`, ... up to
+`MAX_NAMES_PER_ATTEMPT`. Every starter walks the same sequence, so they still
+agree on one execution.
+
+A run id that is not a valid execution name (over 80 characters with its
+suffix, or characters other than letters, digits, `.`, `_` and `-`) is
+replaced by its safe characters and a hash of the id, deterministically.
+
+The lease owner of an attempt is its execution's ARN (Reserve sets it), so the
+reconciler asks Step Functions whether that execution still runs
+(`ExecutionLiveness`). The store contract has no write for `RunRecord.engine`;
+the owner string is the engine reference on AWS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
+from stores.base import RunStore
+from stores.records import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions.client import SFNClient
+
+MAX_NAME_LENGTH = 80
+MAX_NAMES_PER_ATTEMPT = 5
+_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_ALIVE = frozenset({"RUNNING", "PENDING_REDRIVE"})
+_ENDED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+
+def execution_name(run_id: str, attempt: int, retry: int = 1) -> str:
+    """The name of the execution that runs `attempt` of `run_id` (`retry` > 1: a later
+    name of the same attempt, after an execution that ended without reserving it)."""
+    suffix = f"-a{attempt}" + ("" if retry == 1 else f"-r{retry}")
+    if _SAFE.fullmatch(run_id) and len(run_id) + len(suffix) <= MAX_NAME_LENGTH:
+        return run_id + suffix
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:16]
+    readable = _UNSAFE.sub("_", run_id)[:MAX_NAME_LENGTH - len(suffix) - len(digest) - 1]
+    return f"{readable}-{digest}{suffix}"
+
+
+def execution_input(run_id: str, attempt: int, *, takeover: bool) -> str:
+    """The state machine's input: the same for every start of this attempt, so a
+    repeated start of a running execution is answered with that execution."""
+    return json.dumps({"run_id": run_id, "attempt": attempt, "takeover": takeover},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    """`arn:...:stateMachine:M` -> `arn:...:execution:M:name`."""
+    prefix, marker, machine = state_machine_arn.partition(":stateMachine:")
+    if not marker or not machine:
+        raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
+    return f"{prefix}:execution:{machine}:{name}"
+
+
+def is_execution_arn(owner: str) -> bool:
+    return owner.startswith("arn:") and ":states:" in owner and ":execution:" in owner
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def describe(stepfunctions: SFNClient, arn: str) -> dict[str, Any] | None:
+    """DescribeExecution's answer, or None when there is no such execution."""
+    try:
+        return dict(stepfunctions.describe_execution(executionArn=arn))
+    except ClientError as error:
+        if _code(error) == "ExecutionDoesNotExist":
+            return None
+        raise
+
+
+@dataclass(frozen=True)
+class Started:
+    """The execution of an attempt: started now (`new`), or found already started."""
+
+    execution_arn: str
+    name: str
+    new: bool
+
+
+class NoExecutionName(Exception):
+    """Every name of the attempt is held by an execution that ended without reserving it."""
+
+
+def start_attempt(stepfunctions: SFNClient, state_machine_arn: str, store: RunStore,
+                  run_id: str, attempt: int, *, takeover: bool) -> Started:
+    """Start the execution that reserves `attempt` of `run_id`, unless it was started.
+
+    `takeover` tells Reserve the reconciler confirmed the previous owner dead
+    (`allow_running_takeover`). Raises `NoExecutionName` when the attempt's
+    names are used up (the run keeps failing before it reserves).
+    """
+    body = execution_input(run_id, attempt, takeover=takeover)
+    for retry in range(1, MAX_NAMES_PER_ATTEMPT + 1):
+        name = execution_name(run_id, attempt, retry)
+        arn = execution_arn(state_machine_arn, name)
+        found = describe(stepfunctions, arn)
+        if found is None:
+            try:
+                started = stepfunctions.start_execution(stateMachineArn=state_machine_arn,
+                                                        name=name, input=body)
+                return Started(started["executionArn"], name, new=True)
+            except ClientError as error:
+                if _code(error) != "ExecutionAlreadyExists":
+                    raise
+            found = describe(stepfunctions, arn)  # another starter won the race
+        if found is None or found["status"] in _ALIVE:
+            return Started(arn, name, new=False)
+        run = store.load_run(run_id)
+        if run is None or run.attempt >= attempt:
+            return Started(arn, name, new=False)  # it reserved its attempt (or the run moved on)
+        # It ended before it reserved: the attempt still needs an execution.
+    raise NoExecutionName(f"run {run_id!r}: the {MAX_NAMES_PER_ATTEMPT} execution names of "
+                          f"attempt {attempt} are used by executions that ended without "
+                          "reserving it")
+
+
+class ExecutionLiveness:
+    """The reconciler's LivenessCheck: is the execution holding the lease still running?
+
+    RUNNING (or waiting to be redriven) is alive; SUCCEEDED, FAILED,
+    TIMED_OUT and ABORTED, or no such execution, is gone. An owner that is not
+    an execution ARN (a local process on this store), or an execution Step
+    Functions will not describe to us, is unknown: the run is left alone.
+    """
+
+    def __init__(self, stepfunctions: SFNClient) -> None:
+        self.stepfunctions = stepfunctions
+
+    def __call__(self, run: RunRecord) -> OwnerStatus:
+        owner = run.lease_owner or ""
+        if not is_execution_arn(owner):
+            return OwnerStatus(Liveness.UNKNOWN, "the owner is not a Step Functions execution")
+        try:
+            found = describe(self.stepfunctions, owner)
+        except ClientError as error:
+            return OwnerStatus(Liveness.UNKNOWN, f"DescribeExecution failed: {_code(error)}")
+        if found is None:
+            return OwnerStatus(Liveness.GONE, "the owner execution does not exist")
+        status = str(found["status"])
+        if status in _ALIVE:
+            return OwnerStatus(Liveness.ALIVE, f"the owner execution is {status}")
+        if status in _ENDED:
+            # The error name only: a cause may quote a handler's exception message.
+            name = f" ({found['error']})" if found.get("error") else ""
+            return OwnerStatus(Liveness.GONE, f"the owner execution ended {status}{name}")
+        return OwnerStatus(Liveness.UNKNOWN, f"the owner execution is {status}")
+
+
+class StartExecution:
+    """The reconciler's ResumeAction on AWS: start the execution of the next attempt."""
+
+    def __init__(self, stepfunctions: SFNClient, state_machine_arn: str,
+                 store: RunStore) -> None:
+        self.stepfunctions = stepfunctions
+        self.state_machine_arn = state_machine_arn
+        self.store = store
+
+    async def __call__(self, run: RunRecord) -> Resumed:
+        attempt = run.attempt + 1
+        started = start_attempt(self.stepfunctions, self.state_machine_arn, self.store,
+                                run.run_id, attempt, takeover=run.status is RunStatus.RUNNING)
+        if not started.new:
+            raise LostRace(f"execution {started.name} of attempt {attempt} was already started")
+        return Resumed(attempt, None, detail=started.execution_arn)

@@ -1,0 +1,1 @@
+"""The run state machine's tasks (Reserve, Advance) and the start function."""

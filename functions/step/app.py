@@ -1,0 +1,192 @@
+"""The run state machine's tasks, and the function that starts its executions.
+
+    reserve  Reserve task: a new attempt of the run, leased to this execution
+    advance  Advance task: run the attempt until the Lambda's time runs low
+    start    target of the resume-requested rule: start the next attempt's execution
+
+Between states travel only `{run_id, attempt, status}` (statemachine/run.asl.json).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_runtime import RunResult
+from functions import environment
+from functions.executions import start_attempt
+from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
+from functions.telemetry import LogEventSink, count, logger
+from stores.base import InvalidTransition, LeaseHeld, RunNotFound, RunTerminal
+from stores.records import RunRecord, RunStatus
+
+CONTINUE = "continue"
+SUPERSEDED = "superseded"
+RESERVED = "reserved"
+SKIPPED = "skipped"
+
+_ADVANCE_METRICS = {CONTINUE: "AdvanceContinued", "suspended": "RunSuspended",
+                    "completed": "RunCompleted", "failed": "RunFailed",
+                    "cancelled": "RunCancelled", SUPERSEDED: "AdvanceSuperseded"}
+
+
+class AdvanceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(min_length=1)
+    attempt: int = Field(ge=1)
+    # The execution driving the attempt: the owner of the sub-runs it starts.
+    execution_arn: str = Field(min_length=1)
+
+
+class ReserveRequest(AdvanceRequest):
+    takeover: bool = False
+
+
+def _result(run_id: str, attempt: int, status: str) -> dict[str, Any]:
+    return {"run_id": run_id, "attempt": attempt, "status": status}
+
+
+@logger.inject_lambda_context(clear_state=True)
+def reserve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Reserve the attempt for this execution: `resume_run(owner=<execution ARN>)`.
+
+    `takeover` (set only by the reconciler, after Step Functions confirmed the
+    previous owner's execution ended) allows taking over a running run whose
+    lease expired. A Reserve retried after it succeeded finds the run leased
+    to its own execution and reports it reserved again.
+    """
+    request = ReserveRequest.model_validate(event)
+    logger.append_keys(run_id=request.run_id, attempt=request.attempt)
+    services = environment.services()
+    store = services.store
+    try:
+        record = store.resume_run(request.run_id, owner=request.execution_arn,
+                                  now=services.clock.now(),
+                                  lease_seconds=services.settings.lease_seconds,
+                                  allow_running_takeover=request.takeover)
+    except LeaseHeld as held:
+        current = store.load_run(request.run_id)
+        if current is None or current.status is not RunStatus.RUNNING \
+                or current.lease_owner != request.execution_arn:
+            return _skipped(request, current, type(held).__name__)
+        record = current
+    except (RunNotFound, RunTerminal, InvalidTransition) as refusal:
+        return _skipped(request, store.load_run(request.run_id), type(refusal).__name__)
+    if record.attempt != request.attempt:
+        # Another executor (a local `resume`) took attempts in between: the
+        # store's attempt is the fence, the name only deduplicated the start.
+        logger.warning("reserved another attempt than the execution's name says",
+                       extra={"reserved_attempt": record.attempt})
+    count("RunReserved")
+    logger.info("run reserved", extra={"reserved_attempt": record.attempt,
+                                       "takeover": request.takeover,
+                                       "takeovers": record.takeovers})
+    return _result(record.run_id, record.attempt, RESERVED)
+
+
+def _skipped(request: ReserveRequest, current: RunRecord | None, why: str) -> dict[str, Any]:
+    count("ReserveSkipped")
+    logger.info("run not reserved", extra={
+        "reason": why, "run_status": None if current is None else current.status.value,
+        "run_attempt": None if current is None else current.attempt})
+    return _result(request.run_id, request.attempt if current is None else current.attempt,
+                   SKIPPED)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Run the reserved attempt until a suspension, the end, or a commit point past the
+    deadline — the Lambda's remaining time less the margin — and report which.
+
+    `continue` loops the state machine back here; `suspended`, `completed`,
+    `failed`, `cancelled` end the execution, and so does `superseded` (a newer
+    attempt owns the run). Sub-runs it starts are leased to this execution, so
+    the reconciler judges them by it too.
+    """
+    request = AdvanceRequest.model_validate(event)
+    logger.append_keys(run_id=request.run_id, attempt=request.attempt)
+    services = environment.services()
+    remaining = timedelta(milliseconds=context.get_remaining_time_in_millis())
+    deadline = (services.clock.now() + remaining
+                - timedelta(seconds=services.settings.advance_margin_seconds))
+    runtime = services.runtime([LogEventSink()], owner=request.execution_arn)
+    result = asyncio.run(runtime.advance(request.run_id, deadline=deadline,
+                                         expected_attempt=request.attempt))
+    status = _step_status(result, request.attempt)
+    count(_ADVANCE_METRICS[status])
+    logger.info("advance ended", extra={"status": status, "usage": result.usage,
+                                        "error_type": (result.error or {}).get("type")})
+    if result.status.terminal:
+        _resume_parent(services, request.run_id)
+    return _result(request.run_id, request.attempt, status)
+
+
+def _step_status(result: RunResult, attempt: int) -> str:
+    if result.attempt != attempt:
+        return SUPERSEDED
+    if result.status is RunStatus.RUNNING:
+        # The deadline stopped it at a commit point; with an error, it lost the run.
+        return CONTINUE if result.error is None else SUPERSEDED
+    if result.status is RunStatus.CREATED:
+        return SUPERSEDED
+    return result.status.value
+
+
+def _resume_parent(services: environment.Services, run_id: str) -> None:
+    """A finished sub-run resumes the parent suspended on it (a resume-requested event)."""
+    record = services.store.load_run(run_id)
+    if record is None or record.parent is None:
+        return
+    parent = services.store.load_run(record.parent.run_id)
+    if parent is None or parent.status is not RunStatus.SUSPENDED or parent.suspension is None \
+            or parent.suspension.reason != "sub-run" \
+            or parent.suspension.details.get("child_run_id") != run_id:
+        return
+    request_resume(services.events, ResumeRequested(
+        run_id=parent.run_id, attempt=parent.attempt, reason=SUB_RUN_FINISHED,
+        child_run_id=run_id), bus=services.settings.event_bus)
+    count("ParentResumeRequested")
+
+
+@logger.inject_lambda_context(clear_state=True)
+def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Start the execution of the attempt a resume-requested event asks for.
+
+    The event names the attempt the run is at; the execution reserves the
+    next one and is named after it, so a repeated event starts nothing new.
+    A request for a run that has moved on (another attempt, running, or
+    finished) is skipped.
+    """
+    request = ResumeRequested.model_validate(event.get("detail"))
+    logger.append_keys(run_id=request.run_id, attempt=request.attempt)
+    services = environment.services()
+    attempt = request.attempt + 1
+    run = services.store.load_run(request.run_id)
+    stale = _why_not_startable(run, request)
+    if stale is not None:
+        count("StartSkipped")
+        logger.info("resume request skipped", extra={"reason": request.reason, "why": stale})
+        return {"run_id": request.run_id, "attempt": attempt, "status": SKIPPED}
+    started = start_attempt(services.stepfunctions, services.settings.require_state_machine(),
+                            services.store, request.run_id, attempt, takeover=False)
+    count("ExecutionStarted" if started.new else "StartDuplicate")
+    logger.info("execution started" if started.new else "execution already started",
+                extra={"reason": request.reason, "execution": started.name})
+    return {"run_id": request.run_id, "attempt": attempt,
+            "status": "started" if started.new else "duplicate",
+            "execution_arn": started.execution_arn}
+
+
+def _why_not_startable(run: RunRecord | None, request: ResumeRequested) -> str | None:
+    if run is None:
+        return "no such run"
+    if run.attempt != request.attempt:
+        return f"the run is at attempt {run.attempt}"
+    if run.status not in (RunStatus.CREATED, RunStatus.SUSPENDED):
+        return f"the run is {run.status.value}"
+    return None

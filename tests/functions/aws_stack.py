@@ -1,0 +1,340 @@
+"""template.yaml deployed in moto, with our real handlers behind its Lambda functions.
+
+    stack = deploy(session, lambdas)                 # inside mock_aws(config=MOTO_CONFIG)
+    stack.put_resume_request(run_id, attempt=0, reason="run-created")
+    stack.deliver_resume_requests()                  # the rule's target: the start function
+    stack.wait_for(execution_name(run_id, 1))
+
+What is built from the template's own properties, so the tests and the
+deployment cannot drift apart:
+
+* the table, bucket and key (tests/stores/aws/aws_template.py);
+* every `AWS::Serverless::Function`, named after its logical id, with its
+  handler, runtime, architecture, timeout and memory (Globals applied); the
+  handler string is what the fake Lambda imports and calls;
+* the state machine: statemachine/run.asl.json with the template's
+  `DefinitionSubstitutions` resolved to the moto functions' ARNs;
+* the functions' environment (Globals and each function's variables,
+  resolved), which the handlers read from os.environ;
+* the resume-requested rule's event pattern. moto's EventBridge cannot invoke
+  a Lambda target, so the rule targets an SQS queue here and
+  `deliver_resume_requests` hands what it received to the start function, as
+  the rule's Lambda target would.
+
+moto's Step Functions (`execute_state_machine`) runs executions in worker
+threads and calls Lambda through boto3; `Lambdas.moto_invoke` replaces moto's
+docker-less Lambda so an invoke runs the handler in-process with a fake
+context (`get_remaining_time_in_millis` as the test sets it). A handler that
+raises answers as Lambda does (`FunctionError: Unhandled`, `errorType`); a
+`LambdaCrash` (BaseException: the function's process died) answers
+`Runtime.ExitError`, which the state machine does not retry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import io
+import json
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from agent_runtime.testing import FakeClock
+from functions import environment
+from functions.executions import execution_arn
+from functions.resume_requests import ResumeRequested, request_resume
+from tests.stores.aws.aws_template import (
+    ACCOUNT,
+    REGION,
+    AwsResources,
+    Names,
+    clients,
+    create_resources,
+    load_template,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = REPO / "events"
+DEFINITION = REPO / "statemachine" / "run.asl.json"
+MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True},
+                    "lambda": {"use_docker": False}}
+FUNCTION = "AWS::Serverless::Function"
+
+
+class LambdaCrash(BaseException):
+    """The function's process died mid-invocation (killed, out of memory)."""
+
+
+def sample_event(name: str, **detail: Any) -> dict[str, Any]:
+    """An event of events/, its detail (EventBridge events) or its fields updated."""
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    if "detail" in event:
+        event["detail"].update(detail)
+    else:
+        event.update(detail)
+    return event
+
+
+@dataclass
+class FakeContext:
+    function_name: str
+    remaining_ms: int
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class Invocation:
+    function: str
+    event: Any
+    result: Any = None
+    error: str | None = None
+
+
+class Lambdas:
+    """The deployed functions' handlers, and what the tests control about them."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        self.remaining_ms: dict[str, int] = {}
+        self.invocations: list[Invocation] = []
+        # A function whose gate is set waits at it before its handler runs.
+        self.gates: dict[str, threading.Event] = {}
+        # Errors to answer after a function's handler ran (its response lost),
+        # as Lambda's service errors (`Lambda.ServiceException`) answer.
+        self.faults: dict[str, list[str]] = {}
+        self.waiting = threading.Semaphore(0)
+        self._lock = threading.Lock()
+
+    def register(self, name: str, handler: str, timeout_s: int) -> None:
+        module, _, function = handler.rpartition(".")
+        self.handlers[name] = getattr(importlib.import_module(module), function)
+        self.remaining_ms[name] = timeout_s * 1000
+
+    def calls(self, function: str) -> list[Invocation]:
+        with self._lock:
+            return [call for call in self.invocations if call.function == function]
+
+    def invoke(self, function: str, event: Any) -> tuple[Any, str | None]:
+        """Run a handler as Lambda would: its result, or its error payload and kind."""
+        gate = self.gates.get(function)
+        if gate is not None:
+            self.waiting.release()
+            gate.wait(timeout=60)
+        call = Invocation(function, event)
+        with self._lock:
+            self.invocations.append(call)
+        context = FakeContext(function, self.remaining_ms[function])
+        try:
+            call.result = self.handlers[function](event, context)
+        except LambdaCrash as crash:
+            call.error = "Runtime.ExitError"
+            return {"errorType": call.error, "errorMessage": str(crash)}, "Unhandled"
+        except Exception as error:
+            call.error = type(error).__name__
+            return {"errorType": call.error, "errorMessage": str(error)}, "Unhandled"
+        faults = self.faults.get(function)
+        if faults:
+            call.error = faults.pop(0)
+            return {"errorType": call.error, "errorMessage": "the response was lost"}, "Unhandled"
+        return call.result, None
+
+    def moto_invoke(self, name: str, body: Any, response_headers: dict[str, str]) -> bytes:
+        """What moto's LambdaSimpleBackend.invoke answers: our handler's result."""
+        event = json.loads(body) if body else {}
+        payload, error = self.invoke(name, event)
+        if error is not None:
+            response_headers["x-amz-function-error"] = error
+        return json.dumps(payload).encode()
+
+
+@dataclass
+class Stack:
+    """The deployed stack: resource names, clients, and how to drive it."""
+
+    resources: AwsResources
+    names: Names
+    state_machine_arn: str
+    environment: dict[str, str]
+    stepfunctions: Any
+    lambda_client: Any
+    events: Any
+    sqs: Any
+    queue_url: str
+    lambdas: Lambdas
+
+    def invoke(self, function: str, event: Any) -> Any:
+        """Invoke a deployed function through Lambda's API; its decoded answer."""
+        answer = self.lambda_client.invoke(FunctionName=function,
+                                           Payload=json.dumps(event).encode())
+        body = json.loads(answer["Payload"].read())
+        if answer.get("FunctionError"):
+            raise AssertionError(f"{function} failed: {body}")
+        return body
+
+    def put_resume_request(self, run_id: str, *, attempt: int, reason: str) -> None:
+        request_resume(self.events, ResumeRequested(run_id=run_id, attempt=attempt,
+                                                    reason=reason),
+                       bus=self.environment["AGENT_RUNTIME_EVENT_BUS"])
+
+    def deliver_resume_requests(self) -> list[Any]:
+        """What the rule matched, handed to the start function: its answers."""
+        answers = []
+        while True:
+            received = self.sqs.receive_message(QueueUrl=self.queue_url,
+                                                MaxNumberOfMessages=10, WaitTimeSeconds=0)
+            messages = received.get("Messages", [])
+            if not messages:
+                return answers
+            for message in messages:
+                answers.append(self.invoke("StartFunction", json.loads(message["Body"])))
+                self.sqs.delete_message(QueueUrl=self.queue_url,
+                                        ReceiptHandle=message["ReceiptHandle"])
+
+    def execution_arn(self, name: str) -> str:
+        return execution_arn(self.state_machine_arn, name)
+
+    def wait_for(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The execution `name` once it has ended."""
+        arn = self.execution_arn(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            described: dict[str, Any] = self.stepfunctions.describe_execution(executionArn=arn)
+            if described["status"] != "RUNNING":
+                return described
+            if time.monotonic() > deadline:
+                raise AssertionError(f"execution {name} still running after {timeout} s")
+            time.sleep(0.05)
+
+    def executions(self) -> dict[str, str]:
+        """Every execution of the state machine: name -> status."""
+        listed = self.stepfunctions.list_executions(stateMachineArn=self.state_machine_arn)
+        return {item["name"]: item["status"] for item in listed["executions"]}
+
+    def wait_until_idle(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while "RUNNING" in self.executions().values():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"executions still running: {self.executions()}")
+            time.sleep(0.05)
+
+
+def _functions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each function's properties with the template's Globals applied."""
+    defaults = template.get("Globals", {}).get("Function", {})
+    found = {}
+    for name, resource in template["Resources"].items():
+        if resource["Type"] != FUNCTION:
+            continue
+        props = {**defaults, **resource["Properties"]}
+        variables = {**defaults.get("Environment", {}).get("Variables", {}),
+                     **resource["Properties"].get("Environment", {}).get("Variables", {})}
+        props["Environment"] = {"Variables": variables}
+        found[name] = props
+    return found
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("functions/__init__.py", "")
+    return buffer.getvalue()
+
+
+def deploy(session: boto3.session.Session, lambdas: Lambdas, *,
+           parameters: dict[str, Any] | None = None) -> Stack:
+    """template.yaml's run store, functions, state machine and rule, in moto."""
+    template = load_template()
+    suffix = uuid.uuid4().hex[:10]
+    resources = create_resources(clients(session), table=f"runs-{suffix}",
+                                 bucket=f"blobs-{suffix}")
+    defaults = {name: spec.get("Default") for name, spec in template["Parameters"].items()}
+    names = Names(refs={"RunsTable": resources.table, "BlobBucket": resources.bucket,
+                        "DataKey": resources.key_id},
+                  attributes={("DataKey", "Arn"): resources.key_arn,
+                              ("BlobBucket", "Arn"): f"arn:aws:s3:::{resources.bucket}",
+                              ("RunsTable", "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:"
+                                                    f"table/{resources.table}"},
+                  parameters={**defaults, **(parameters or {})})
+
+    iam = session.client("iam", region_name=REGION)
+    role = iam.create_role(RoleName=f"agent-runtime-{suffix}", AssumeRolePolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"},
+            "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+    lambda_client = session.client("lambda", region_name=REGION)
+    functions = _functions(template)
+    for name, props in functions.items():
+        created = lambda_client.create_function(
+            FunctionName=name, Runtime=props["Runtime"], Handler=props["Handler"], Role=role,
+            Code={"ZipFile": _zip()}, Timeout=props["Timeout"], MemorySize=props["MemorySize"],
+            Architectures=props["Architectures"])
+        names.refs[name] = name
+        names.attributes[(name, "Arn")] = created["FunctionArn"]
+        lambdas.register(name, props["Handler"], props["Timeout"])
+
+    machine = template["Resources"]["RunStateMachine"]["Properties"]
+    definition = DEFINITION.read_text()
+    for key, value in names.resolve(machine["DefinitionSubstitutions"], template).items():
+        definition = definition.replace("${" + key + "}", value)
+    stepfunctions = session.client("stepfunctions", region_name=REGION)
+    machine_name = f"run-{suffix}"
+    state_machine_arn = stepfunctions.create_state_machine(
+        name=machine_name, definition=definition, type=machine["Type"],
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/states-{suffix}")["stateMachineArn"]
+    names.refs["RunStateMachine"] = state_machine_arn
+    names.attributes[("RunStateMachine", "Name")] = machine_name
+
+    variables: dict[str, str] = {}
+    for props in functions.values():
+        for key, value in names.resolve(props["Environment"]["Variables"], template).items():
+            variables[key] = str(value)
+
+    events = session.client("events", region_name=REGION)
+    sqs = session.client("sqs", region_name=REGION)
+    queue_url = sqs.create_queue(QueueName=f"resume-requested-{suffix}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    rule = functions["StartFunction"]["Events"]["ResumeRequested"]["Properties"]
+    bus = names.resolve(rule["EventBusName"], template)
+    events.put_rule(Name=f"resume-requested-{suffix}", EventBusName=bus,
+                    EventPattern=json.dumps(rule["Pattern"]))
+    events.put_targets(Rule=f"resume-requested-{suffix}", EventBusName=bus,
+                       Targets=[{"Id": "start", "Arn": queue_arn}])
+    return Stack(resources=resources, names=names, state_machine_arn=state_machine_arn,
+                 environment=variables, stepfunctions=stepfunctions,
+                 lambda_client=lambda_client, events=events, sqs=sqs, queue_url=queue_url,
+                 lambdas=lambdas)
+
+
+@dataclass
+class Deployment:
+    """What a test drives: the stack, the functions' handlers, the clock they read
+    (conftest's `deployment` fixture), and the services the handlers use."""
+
+    stack: Stack
+    lambdas: Lambdas
+    clock: FakeClock
+    services: environment.Services
+
+    def configure(self, config_file: Path | None = None, **settings: Any) -> None:
+        """Change the functions' settings (e.g. the runtime config, AGENT_RUNTIME_CONFIG)."""
+        if config_file is not None:
+            settings["config_file"] = str(config_file)
+        self.services.settings = dataclasses.replace(self.services.settings, **settings)
+        self.services._config = None
