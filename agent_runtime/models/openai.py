@@ -54,8 +54,8 @@ from agent_runtime.models.provider_settings import ProviderSettings, provider_se
 from agent_runtime.models.retry import (
     RetryPolicy,
     TextRelay,
-    call_with_retries,
     error_body_details,
+    generate_with_client,
     http_error,
 )
 
@@ -94,15 +94,10 @@ class OpenAIChatModel:
     async def generate(self, request: ModelRequest, *,
                        on_text: TextListener | None = None) -> ModelResponse:
         params, wrapped = self._params(request)
-        relay = TextRelay(on_text)
-        async with self._client() as client:
-            response = await call_with_retries(
-                lambda: self._call(client, params, request, relay, wrapped=wrapped),
-                policy=self.retry, timeout_seconds=request.timeout_seconds, relay=relay,
-                translate=self._translate)
-        if not request.stream and response.text and not response.tool_calls:
-            relay(response.text)
-        return response
+        return await generate_with_client(
+            self._client,
+            lambda client, relay: self._call(client, params, request, relay, wrapped=wrapped),
+            request, on_text, policy=self.retry, translate=self._translate)
 
     # -- request ---------------------------------------------------------------
 

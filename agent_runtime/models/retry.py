@@ -23,10 +23,11 @@ import email.utils
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agent_runtime.models.base import ModelError, TextListener
+from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse, TextListener
 
 T = TypeVar("T")
 
@@ -174,3 +175,21 @@ def http_error(status: int, *, headers: Mapping[str, str] | None, code: str | No
     text = f"HTTP {status} {code}: {message}" if message else f"HTTP {status} {code}"
     return ModelError(code, text, retryable=status_retryable(status),
                       retry_after=retry_after_seconds(headers))
+
+
+async def generate_with_client(
+        open_client: Callable[[], AbstractAsyncContextManager[Any]],
+        call: Callable[[Any, TextRelay], Awaitable[ModelResponse]], request: ModelRequest,
+        on_text: TextListener | None, *, policy: RetryPolicy,
+        translate: Callable[[Exception], ModelError | None]) -> ModelResponse:
+    """One model call through an SDK client, the way every SDK driver makes it:
+    a client for the call, our retries around it, and a non-streamed answer
+    handed to the text listener whole."""
+    relay = TextRelay(on_text)
+    async with open_client() as client:
+        response = await call_with_retries(lambda: call(client, relay), policy=policy,
+                                           timeout_seconds=request.timeout_seconds,
+                                           relay=relay, translate=translate)
+    if not request.stream and response.text and not response.tool_calls:
+        relay(response.text)
+    return response
