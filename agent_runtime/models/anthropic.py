@@ -56,10 +56,10 @@ from agent_runtime.models.conversation import (
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import (
     RetryPolicy,
+    SdkErrors,
     TextRelay,
-    error_body_details,
     generate_with_client,
-    http_error,
+    translate_sdk_error,
 )
 
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -73,6 +73,9 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
     return AnthropicModel(provider_settings(provider, config, key_env=DEFAULT_KEY_ENV),
                           retry=retry)
 
+
+_ERRORS = SdkErrors(timeout=anthropic.APITimeoutError, connection=anthropic.APIConnectionError,
+                    status=anthropic.APIStatusError, base=anthropic.AnthropicError)
 
 class AnthropicModel:
     def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None = None) -> None:
@@ -151,20 +154,8 @@ class AnthropicModel:
         return _response(request, final, wrapped=wrapped)
 
     def _translate(self, error: Exception) -> ModelError | None:
-        if isinstance(error, anthropic.APITimeoutError):
-            return ModelError("timeout", "the provider did not answer in time "
-                              "(limits.providerTimeoutMs)")
-        if isinstance(error, anthropic.APIConnectionError):
-            where = self.settings.base_url or "the Anthropic API"
-            return ModelError("connection_error", f"cannot reach {where}: {error}",
-                              retryable=True)
-        if isinstance(error, anthropic.APIStatusError):
-            code, message = error_body_details(error.body)
-            return http_error(error.status_code, headers=error.response.headers,
-                              code=code, message=message or error.message)
-        if isinstance(error, anthropic.AnthropicError):
-            return ModelError("invalid_response", f"{type(error).__name__}: {error}")
-        return None
+        where = self.settings.base_url or "the Anthropic API"
+        return translate_sdk_error(error, _ERRORS, where=where)
 
 
 def _response(request: ModelRequest, message: Any, *, wrapped: bool) -> ModelResponse:

@@ -53,10 +53,10 @@ from agent_runtime.models.conversation import (
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import (
     RetryPolicy,
+    SdkErrors,
     TextRelay,
-    error_body_details,
     generate_with_client,
-    http_error,
+    translate_sdk_error,
 )
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -75,6 +75,9 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
                                  key_env=None if compatible else DEFAULT_KEY_ENV)
     return OpenAIChatModel(settings, compatible=compatible, retry=retry)
 
+
+_ERRORS = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
+                    status=openai.APIStatusError, base=openai.OpenAIError)
 
 class OpenAIChatModel:
     def __init__(self, settings: ProviderSettings, *, compatible: bool,
@@ -190,20 +193,7 @@ class OpenAIChatModel:
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
 
     def _translate(self, error: Exception) -> ModelError | None:
-        if isinstance(error, openai.APITimeoutError):
-            return ModelError("timeout", "the provider did not answer in time "
-                              "(limits.providerTimeoutMs)")
-        if isinstance(error, openai.APIConnectionError):
-            where = self.settings.base_url or "the OpenAI API"
-            return ModelError("connection_error", f"cannot reach {where}: {error}",
-                              retryable=True)
-        if isinstance(error, openai.APIStatusError):
-            code, message = error_body_details(error.body)
-            return http_error(error.status_code, headers=error.response.headers,
-                              code=code, message=message or error.message)
-        if isinstance(error, openai.OpenAIError):
-            return ModelError("invalid_response", f"{type(error).__name__}: {error}")
-        return None
+        return translate_sdk_error(error, _ERRORS, where=self.settings.base_url or "the OpenAI API")
 
 
 def _response(request: ModelRequest, *, text: str | None,

@@ -193,3 +193,30 @@ async def generate_with_client(
     if not request.stream and response.text and not response.tool_calls:
         relay(response.text)
     return response
+
+
+@dataclass(frozen=True)
+class SdkErrors:
+    """The exception classes of an SDK generated in the OpenAI style (openai, anthropic)."""
+
+    timeout: type[Exception]
+    connection: type[Exception]
+    status: type[Exception]
+    base: type[Exception]
+
+
+def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> ModelError | None:
+    """An SDK exception as a `ModelError` (None: not the provider's failure)."""
+    if isinstance(error, errors.timeout):
+        return ModelError("timeout", "the provider did not answer in time "
+                          "(limits.providerTimeoutMs)")
+    if isinstance(error, errors.connection):
+        return ModelError("connection_error", f"cannot reach {where}: {error}", retryable=True)
+    if isinstance(error, errors.status):
+        status: Any = error
+        code, message = error_body_details(status.body)
+        return http_error(status.status_code, headers=status.response.headers,
+                          code=code, message=message or status.message)
+    if isinstance(error, errors.base):
+        return ModelError("invalid_response", f"{type(error).__name__}: {error}")
+    return None
