@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
+SERVE  := $(VENV)/.installed-serve
 
 # The AWS deployment's tools, each out of the project's venv: aws-sam-cli in
 # its own venv (its pins clash with the project's), asl-validator from npm.
@@ -15,7 +16,7 @@ ASL_VALIDATOR := $(TOOLS)/node_modules/.bin/asl-validator
 ASL           := statemachine/run.asl.json
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: install dev run test lint bench clean template-check build
+.PHONY: install dev run serve test lint bench clean template-check build openapi
 
 install: $(STAMP)
 
@@ -33,7 +34,7 @@ dev: $(DEV)
 
 $(DEV): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev]'
-	@touch $(STAMP) $@
+	@touch $(STAMP) $(SERVE) $@
 
 # A real agent run, end to end, on the default SQLite store
 # (.agent-runtime/runs.sqlite): a loop over tickets, a prompt with Python
@@ -43,6 +44,17 @@ run: install
 	$(BIN)/agent-runtime run examples/triage.agent.yaml \
 		--model scripted/examples/triage.script.yaml \
 		--tools examples/tools.py --stream
+
+# The HTTP API on http://127.0.0.1:8000 over the default SQLite store, with
+# the serve extra (uvicorn, Powertools). Requests need the bearer token the
+# server writes to .agent-runtime/serve.token; stop with Ctrl-C. More flags:
+# make serve SERVE_ARGS='--port 8080 --workers 8 --config my.config.yaml'
+serve: $(SERVE)
+	$(BIN)/agent-runtime serve $(SERVE_ARGS)
+
+$(SERVE): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet -e '.[serve]'
+	@touch $(STAMP) $@
 
 test: dev lint template-check
 	$(BIN)/pytest
@@ -60,6 +72,11 @@ $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# docs/openapi.json: the HTTP API's OpenAPI document, generated from the routes
+# (tests/api/test_openapi.py fails when the committed copy differs).
+openapi: $(SERVE)
+	$(BIN)/python -m agent_runtime.api.openapi --write
 
 # template.yaml and the state machine: SAM's validator with its linter,
 # cfn-lint, statelint (the PyPI port; no Ruby) and asl-validator (which also

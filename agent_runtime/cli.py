@@ -41,6 +41,7 @@ from agent_runtime.cli_options import (
     parse_variables,
     run_options,
 )
+from agent_runtime.cli_serve import add_serve_parser, cmd_serve
 from agent_runtime.config import load_config
 from agent_runtime.engine import AgentRuntime, RunResult
 from agent_runtime.errors import InvalidInput
@@ -178,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"JSONL event log (default: {DEFAULT_EVENTS})")
     reconcile.add_argument("--format", choices=("pretty", "json"), default="pretty")
     _store_flags(reconcile)
+
+    add_serve_parser(commands, _store_flags)
     return parser
 
 
@@ -428,7 +431,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 COMMANDS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume,
             "approve": cmd_approve, "cancel": cmd_cancel, "effects": cmd_effects,
             "fork": cmd_fork, "inspect": cmd_inspect,
-            "list": cmd_list, "events": cmd_events, "reconcile": cmd_reconcile}
+            "list": cmd_list, "events": cmd_events, "reconcile": cmd_reconcile,
+            "serve": cmd_serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
-import uuid
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,11 +27,11 @@ from typing import Any, Protocol
 
 from stores.base import ArtifactStore, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
-from stores.records import Budget, ParentRef, RunRecord, RunStatus
+from stores.records import Budget, Checkpoint, ParentRef, RunError, RunRecord, RunStatus
 
 from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
-from agent_runtime.events import EventSink, TextSink
+from agent_runtime.events import EventEmitter, EventSink, TextSink
 from agent_runtime.execution import Execution
 from agent_runtime.manifest import (
     AgentManifest,
@@ -97,8 +99,41 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+# Run options that say where a run came from rather than how to run it: a new
+# run (a sub-run's child, a fork) never inherits them from the run it copies.
+FORKED_FROM = "forked_from"
+REQUEST_SHA256 = "request_sha256"
+ORIGIN_OPTIONS = (FORKED_FROM, REQUEST_SHA256)
+
+_id_lock = threading.Lock()
+_id_clock = [0, 0]  # the last id's millisecond and counter
+
+
 def generate_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:20]}"
+    """`run_` + 32 hex digits laid out as a UUIDv7 (RFC 9562): a 48-bit Unix
+    millisecond timestamp, the version, a 12-bit counter, the variant and 62
+    random bits. Ids sort by creation time, and within one process strictly
+    (the counter orders ids of the same millisecond, method 1 of the RFC)."""
+    with _id_lock:
+        millis = max(time.time_ns() // 1_000_000, _id_clock[0])
+        if millis == _id_clock[0]:
+            counter = _id_clock[1] + 1
+            if counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
+                millis, counter = millis + 1, secrets.randbits(10)
+        else:
+            counter = secrets.randbits(10)  # leaves room to count up within the millisecond
+        _id_clock[:] = [millis, counter]
+    value = ((millis & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | counter << 64
+             | 0b10 << 62 | secrets.randbits(62))
+    return f"run_{value:032x}"
+
+
+def _without_origin(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {key: value for key, value in (options or {}).items() if key not in ORIGIN_OPTIONS}
+
+
+class ForkSourceMissing(Exception):
+    """A forked run's first attempt found no checkpoint to start from."""
 
 
 class AgentRuntime:
@@ -232,8 +267,12 @@ class AgentRuntime:
                   budget: Budget | None = None, run_id: str | None = None, resume: bool = False,
                   allow_running_takeover: bool = False, options: Mapping[str, Any] | None = None,
                   parent: ParentRef | None = None,
-                  effect_resolutions: Mapping[str, dict[str, Any]] | None = None) -> RunResult:
-        """Start a run, or with `resume=True` continue `run_id` from its latest checkpoint."""
+                  effect_resolutions: Mapping[str, dict[str, Any]] | None = None,
+                  tenant: str | None = None) -> RunResult:
+        """Start a run, or with `resume=True` continue `run_id` from its latest checkpoint.
+
+        A sub-run's child (`parent=`) belongs to its parent's tenant unless told.
+        """
         if resume:
             if run_id is None:
                 raise InvalidInput("resume needs a run_id", field="run_id")
@@ -242,8 +281,11 @@ class AgentRuntime:
                                       effect_resolutions=effect_resolutions)
         if manifest is None:
             raise InvalidInput("a run needs a manifest", field="manifest")
+        if tenant is None and parent is not None:
+            parent_record = self.store.load_run(parent.run_id)
+            tenant = None if parent_record is None else parent_record.tenant
         record, agent = self.new_run(manifest=manifest, variables=variables, budget=budget,
-                                     run_id=run_id, options=options, parent=parent)
+                                     run_id=run_id, options=options, parent=parent, tenant=tenant)
         reserved = self._create_and_reserve(record, record.created_at)
         state = RunState.initial(record.variables, record.budget.max_total_tokens)
         return await self._execute(Execution(self, reserved, agent, state, []))
@@ -252,12 +294,15 @@ class AgentRuntime:
                 | Path, variables: Mapping[str, Any] | None = None,
                 budget: Budget | None = None, run_id: str | None = None,
                 options: Mapping[str, Any] | None = None,
-                parent: ParentRef | None = None) -> tuple[RunRecord, AgentManifest]:
+                parent: ParentRef | None = None, tenant: str | None = None,
+                variables_source: str = "--variables") -> tuple[RunRecord, AgentManifest]:
         """The record of a new run, its input checked against this host (not yet stored).
 
         Variables are resolved and the manifest's models, tools, connections
         and webhook destinations checked, so bad input is refused before a run
-        exists (`InvalidInput`, `ConfigError`).
+        exists (`InvalidInput`, `ConfigError`). `variables_source` names where
+        `variables` came from in error messages (a flag, a request field).
+        Options saying where a run came from (`ORIGIN_OPTIONS`) are not copied.
         """
         agent, loaded, source = self._load(manifest)
         run_overrides: dict[str, Any] = {}
@@ -267,23 +312,24 @@ class AgentRuntime:
                 budget = Budget(max_total_tokens=loaded.run.budget.max_total_tokens)
             run_id = run_id or loaded.run.run_id
         overrides = {**run_overrides, **dict(variables or {})}
-        label = source if not variables else ("--variables" if not run_overrides
-                                              else f"{source} with --variables")
+        label = source if not variables else (
+            variables_source if not run_overrides else f"{source} with {variables_source}")
         resolved = resolve_variables(agent, overrides, source=label)
-        run_options = dict(options or {})
+        run_options = _without_origin(options)
         self.check_runnable(agent, run_options, source=source)
         now = self.clock.now()
         record = RunRecord(run_id=run_id or generate_run_id(),
                            manifest_hash=manifest_hash(agent),
                            manifest=manifest_json(agent), variables=resolved,
-                           budget=budget or Budget(), parent=parent, options=run_options,
-                           created_at=now, updated_at=now)
+                           budget=budget or Budget(), parent=parent, tenant=tenant,
+                           options=run_options, created_at=now, updated_at=now)
         return record, agent
 
     def create_run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
                    | Path, variables: Mapping[str, Any] | None = None,
                    budget: Budget | None = None, run_id: str | None = None,
-                   options: Mapping[str, Any] | None = None) -> RunRecord:
+                   options: Mapping[str, Any] | None = None,
+                   tenant: str | None = None) -> RunRecord:
         """Store a new run without executing it: status `created`, attempt 0.
 
         Another executor starts it — on AWS the state machine, on a
@@ -291,7 +337,7 @@ class AgentRuntime:
         long — with a resume reservation like any other attempt.
         """
         record, _ = self.new_run(manifest=manifest, variables=variables, budget=budget,
-                                 run_id=run_id, options=options)
+                                 run_id=run_id, options=options, tenant=tenant)
         try:
             self.store.create_run(record)
         except RunAlreadyExists as error:
@@ -345,7 +391,10 @@ class AgentRuntime:
         reserved = self.store.resume_run(run_id, owner=self.owner, now=self.clock.now(),
                                          lease_seconds=self.lease_seconds,
                                          allow_running_takeover=allow_running_takeover)
-        execution = self._execution(reserved, agent, budget=budget)
+        try:
+            execution = self._execution(reserved, agent, budget=budget)
+        except ForkSourceMissing as missing:
+            return self._fail_unstarted(reserved, str(missing))
         execution.resolutions = dict(effect_resolutions or {})
         return await self._execute(execution)
 
@@ -359,6 +408,8 @@ class AgentRuntime:
     def _execution(self, record: RunRecord, agent: AgentManifest, *, budget: Budget | None = None,
                    deadline: datetime | None = None) -> Execution:
         checkpoint = self.store.load_latest_checkpoint(record.run_id)
+        if checkpoint is None and isinstance(record.options.get(FORKED_FROM), dict):
+            checkpoint = self._start_fork(record)
         if checkpoint is None:
             state = RunState.initial(record.variables, record.budget.max_total_tokens)
             cursor = []
@@ -371,11 +422,14 @@ class AgentRuntime:
         return Execution(self, record, agent, state, cursor, deadline=deadline)
 
     async def advance(self, run_id: str, *, deadline: datetime | None = None,
-                      expected_attempt: int | None = None) -> RunResult:
+                      expected_attempt: int | None = None,
+                      budget: Budget | None = None) -> RunResult:
         """Execute a reserved (running) attempt until the deadline, a suspension or the end.
 
         The caller holds the attempt (the state machine's Reserve step); at the
         deadline the result's status is `running` and a later call continues.
+        `budget` replaces the token limit, as a resume's does; every slice of
+        the attempt may pass the same one.
         """
         record = self.store.load_run(run_id)
         if record is None:
@@ -388,18 +442,23 @@ class AgentRuntime:
                              else record.suspension.model_dump(mode="json"),
                              error=None if record.error is None
                              else record.error.model_dump(mode="json"))
-        execution = self._execution(record, self.stored_manifest(record), deadline=deadline)
+        try:
+            execution = self._execution(record, self.stored_manifest(record), budget=budget,
+                                        deadline=deadline)
+        except ForkSourceMissing as missing:
+            return self._fail_unstarted(record, str(missing))
         return await self._execute(execution)
 
-    async def fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
-                   budget: Budget | None = None) -> RunResult:
-        """Start a new run from a saved checkpoint of `run_id` (the latest, or `seq`).
+    def create_fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
+                    budget: Budget | None = None, tenant: str | None = None) -> RunRecord:
+        """Store a new run that starts from a saved checkpoint of `run_id`; do not execute it.
 
-        How a user retries a failed run or explores from an earlier point: the
-        new run has the same definition and runtime options, starts from a
-        copy of that checkpoint, and runs; the original is left unchanged. Tool
-        calls pending at the checkpoint keep their idempotency keys, so a
-        system that deduplicates by key sees a repeat, never a new side effect.
+        The new run is `created` with the source's definition, variables and
+        runtime options, and `options["forked_from"] = {"run_id", "seq"}`. Its
+        first attempt, wherever it executes (`run(resume=True)`, `advance`),
+        copies that checkpoint as its own seq 1 and continues from it. Its
+        token limit is `budget`, else the one in force at the checkpoint.
+        `tenant` defaults to the source's.
         """
         source = self.store.load_run(run_id)
         if source is None:
@@ -409,22 +468,60 @@ class AgentRuntime:
         if checkpoint is None:
             which = "checkpoint" if seq is None else f"checkpoint {seq}"
             raise InvalidInput(f"run {run_id!r} has no {which} to fork from", field="seq")
-        agent = self.stored_manifest(source)
         now = self.clock.now()
-        options = {**source.options, "forked_from": {"run_id": run_id, "seq": checkpoint.seq}}
+        options = {**_without_origin(source.options),
+                   FORKED_FROM: {"run_id": run_id, "seq": checkpoint.seq}}
+        limit = budget or Budget(max_total_tokens=checkpoint.budget.max_total_tokens)
         record = RunRecord(run_id=new_run_id or generate_run_id(),
                            manifest_hash=source.manifest_hash, manifest=source.manifest,
-                           variables=source.variables, budget=budget or source.budget,
-                           tenant=source.tenant, options=options, created_at=now, updated_at=now)
-        reserved = self._create_and_reserve(record, now)
-        start = checkpoint.model_copy(update={"run_id": record.run_id, "seq": 1,
-                                              "attempt": reserved.attempt, "created_at": now})
-        self.store.save_checkpoint(start, expected_attempt=reserved.attempt,
+                           variables=source.variables, budget=limit,
+                           tenant=source.tenant if tenant is None else tenant, options=options,
+                           created_at=now, updated_at=now)
+        try:
+            self.store.create_run(record)
+        except RunAlreadyExists as error:
+            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
+                               field="run_id") from error
+        return record
+
+    async def fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
+                   budget: Budget | None = None) -> RunResult:
+        """Start a new run from a saved checkpoint of `run_id` (the latest, or `seq`), and run it.
+
+        How a user retries a failed run or explores from an earlier point: the
+        new run has the same definition and runtime options, starts from a
+        copy of that checkpoint, and runs; the original is left unchanged. Tool
+        calls pending at the checkpoint keep their idempotency keys, so a
+        system that deduplicates by key sees a repeat, never a new side effect.
+        """
+        record = self.create_fork(run_id, seq=seq, new_run_id=new_run_id, budget=budget)
+        return await self.run(run_id=record.run_id, resume=True)
+
+    def _start_fork(self, record: RunRecord) -> Checkpoint:
+        """A forked run's first checkpoint: its source checkpoint, saved as this run's seq 1."""
+        origin = record.options[FORKED_FROM]
+        source_id, seq = str(origin.get("run_id")), origin.get("seq")
+        source = self.store.load_checkpoint(source_id, seq) if isinstance(seq, int) else None
+        if source is None:
+            raise ForkSourceMissing(f"run {record.run_id} was forked from checkpoint {seq} of run "
+                                    f"{source_id}, which no longer exists (deleted?)")
+        now = self.clock.now()
+        start = source.model_copy(deep=True, update={
+            "run_id": record.run_id, "seq": 1, "attempt": record.attempt, "created_at": now})
+        start.budget.max_total_tokens = record.budget.max_total_tokens
+        self.store.save_checkpoint(start, expected_attempt=record.attempt,
                                    lease_expires_at=now + timedelta(seconds=self.lease_seconds))
-        state = RunState.from_checkpoint(start)
-        if budget is not None:
-            state.budget.max_total_tokens = budget.max_total_tokens
-        return await self._execute(Execution(self, reserved, agent, state, list(start.cursor)))
+        return start
+
+    def _fail_unstarted(self, record: RunRecord, message: str) -> RunResult:
+        """Fail a reserved attempt that cannot begin (a fork whose source is gone)."""
+        error = RunError(type="fork_source_missing", message=message)
+        now = self.clock.now()
+        self.store.fail_run(record.run_id, expected_attempt=record.attempt, error=error, at=now)
+        EventEmitter(self.event_sinks, run_id=record.run_id, attempt=record.attempt,
+                     now=self.clock.now).emit("run.failed", error_type=error.type)
+        return RunResult(run_id=record.run_id, status=RunStatus.FAILED, attempt=record.attempt,
+                         error=error.model_dump(mode="json"))
 
     def approve(self, run_id: str, *, approved: bool = True, response: Any = None,
                 responded_by: str | None = None, approval_id: str | None = None) -> str:

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# How an operator may settle an effect whose outcome is unknown.
+SETTLE_ACTIONS = ("retry", "result", "skip")
+
 # Room for the events between two checkpoints of one attempt.
 SEQUENCES_PER_CHECKPOINT = 1_000_000
 
@@ -120,7 +123,25 @@ class Execution:
         return save
 
     def effect_resolution(self, key: str) -> dict[str, Any] | None:
-        return self.resolutions.get(key)
+        """How an operator settled the effect `key` whose outcome was unknown, or None.
+
+        Given to this execution (the CLI's `effects resolve`), else recorded in
+        the store: `resolve_approval(run, key, approved=True, response={"action":
+        ...})` on the `effect-unknown` suspension, which the reserved record
+        keeps with its decision, so an executor in another process finds it.
+        """
+        given = self.resolutions.get(key)
+        if given is not None:
+            return given
+        suspension = self.run.suspension
+        if (suspension is None or suspension.reason != "effect-unknown"
+                or suspension.details.get("key") != key or not suspension.decision
+                or not suspension.decision.get("approved")):
+            return None
+        response = suspension.decision.get("response")
+        if isinstance(response, dict) and response.get("action") in SETTLE_ACTIONS:
+            return response
+        return None
 
     def condition(self, expression: str, *, step_path: str, field: str) -> bool:
         try:
@@ -364,4 +385,4 @@ class Execution:
                          error=None if error is None else error.model_dump(mode="json"))
 
 
-__all__ = ["Execution", "LostOwnership", "join_path", "utc_now"]
+__all__ = ["SETTLE_ACTIONS", "Execution", "LostOwnership", "join_path", "utc_now"]

@@ -62,10 +62,16 @@ def execution_name(run_id: str, attempt: int, retry: int = 1) -> str:
     return f"{readable}-{digest}{suffix}"
 
 
-def execution_input(run_id: str, attempt: int, *, takeover: bool) -> str:
+def execution_input(run_id: str, attempt: int, *, takeover: bool,
+                    max_total_tokens: int | None = None) -> str:
     """The state machine's input: the same for every start of this attempt, so a
-    repeated start of a running execution is answered with that execution."""
-    return json.dumps({"run_id": run_id, "attempt": attempt, "takeover": takeover},
+    repeated start of a running execution is answered with that execution.
+
+    `max_total_tokens` is a new token limit for the attempt (None keeps the
+    run's); the key is always there because the state machine reads it
+    (`$$.Execution.Input.max_total_tokens`) and a missing path fails a state."""
+    return json.dumps({"run_id": run_id, "attempt": attempt, "takeover": takeover,
+                       "max_total_tokens": max_total_tokens},
                       sort_keys=True, separators=(",", ":"))
 
 
@@ -109,14 +115,17 @@ class NoExecutionName(Exception):
 
 
 def start_attempt(stepfunctions: SFNClient, state_machine_arn: str, store: RunStore,
-                  run_id: str, attempt: int, *, takeover: bool) -> Started:
+                  run_id: str, attempt: int, *, takeover: bool,
+                  max_total_tokens: int | None = None) -> Started:
     """Start the execution that reserves `attempt` of `run_id`, unless it was started.
 
     `takeover` tells Reserve the reconciler confirmed the previous owner dead
-    (`allow_running_takeover`). Raises `NoExecutionName` when the attempt's
-    names are used up (the run keeps failing before it reserves).
+    (`allow_running_takeover`); `max_total_tokens` is a new token limit for
+    the attempt (None keeps the run's). Raises `NoExecutionName` when the
+    attempt's names are used up (the run keeps failing before it reserves).
     """
-    body = execution_input(run_id, attempt, takeover=takeover)
+    body = execution_input(run_id, attempt, takeover=takeover,
+                           max_total_tokens=max_total_tokens)
     for retry in range(1, MAX_NAMES_PER_ATTEMPT + 1):
         name = execution_name(run_id, attempt, retry)
         arn = execution_arn(state_machine_arn, name)

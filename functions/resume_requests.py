@@ -11,6 +11,12 @@ the same execution and starts nothing new. Sent when an approval is recorded
 finishes (the Advance function, for the parent waiting on it), or to start a
 run created in the store (`reason: "run-created"`). template.yaml's rule
 matches on `source` and `detail-type` and targets the start function.
+
+`max_total_tokens`, when present, is a new token limit for the attempt it
+starts (`POST /runs/{runId}/resume {"maxTotalTokens": N}`): the start function
+puts it in the execution's input and the state machine hands it to every
+Advance of that attempt, which replaces the run's persisted limit with it.
+Absent, the run keeps its limit.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class ResumeRequested(BaseModel):
     attempt: int = Field(ge=0)
     reason: str = "requested"
     child_run_id: str | None = None
+    max_total_tokens: int | None = Field(default=None, ge=0)
 
 
 def request_resume(events: EventBridgeClient, request: ResumeRequested, *,

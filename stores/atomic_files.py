@@ -131,6 +131,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def hashed_name(key: str) -> str:
+    """A file name for any key: fixed length, no separators, nothing to escape."""
+    return hashlib.sha256(key.encode()).hexdigest() + ".json"
+
+
 def is_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(_TEMP_SUFFIX)
 

@@ -27,6 +27,12 @@ Rules every store keeps:
   (`records.APPEND_ONLY_FIELDS`); a store may store only the new entries, but
   stores in full a checkpoint whose lists do not extend the previous ones.
   `CheckpointInfo.size_bytes` is what that checkpoint added to storage.
+* The resume outbox: `request_resume` and `resolve_approval` file a request
+  (`resume_requested_at`, `resume_reason`) on a suspended run; the earliest
+  pending request stands; `resume_run` clears it, and so does the run's end
+  (a finished run has nothing to resume). The reconciler finds requests no
+  one served with `list_runs(resume_requested_before=T)`, so a lost resume
+  event delays a run but never strands it.
 
 Times are timezone-aware UTC datetimes. Stores are synchronous and are context
 managers (`close()` on exit).
@@ -128,9 +134,10 @@ class RunStore(Protocol):
         Allowed from `created` and `suspended`. From `running` only with
         `allow_running_takeover=True` and a lease that expires at or before `now`;
         otherwise `LeaseHeld`. Terminal runs raise `RunTerminal`. The returned
-        record keeps the last `suspension` (with its `decision`); a takeover of a
-        running run counts one more in `takeovers`. Of concurrent
-        reservations of one run exactly one succeeds.
+        record keeps the last `suspension` (with its `decision`) and has no
+        pending resume request (`resume_requested_at`, `resume_reason` cleared);
+        a takeover of a running run counts one more in `takeovers`. Of
+        concurrent reservations of one run exactly one succeeds.
         """
         ...
 
@@ -180,23 +187,53 @@ class RunStore(Protocol):
 
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
-                  parent_run_id: str | None = None, limit: int = 100,
-                  cursor: str | None = None) -> RunPage:
-        """Runs ordered by run_id, a page at a time (`RunPage.cursor` None on the last).
+                  parent_run_id: str | None = None, tenant: str | None = None,
+                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  limit: int = 100, cursor: str | None = None) -> RunPage:
+        """The runs that match every filter given, a page of at most `limit` at a time.
 
-        `lease_expired_before=T` matches `running` runs whose lease expires
-        before T and `created` runs created before T, nothing else.
+        Ordered by run_id, ascending, or descending with `newest_first=True`
+        (the runtime's ids are time-ordered). `RunPage.cursor` is None on the
+        last page; passed back, it continues after the last run returned (ids
+        above it, or below it with `newest_first`), with the same filters.
+
+        * `statuses`: runs in one of them.
+        * `lease_expired_before=T`: `running` runs whose lease expires before
+          T and `created` runs created before T, nothing else.
+        * `parent_run_id`: the sub-runs started from that run.
+        * `tenant`: runs whose `tenant` equals it.
+        * `resume_requested_before=T`: `suspended` runs with a resume request
+          filed before T (`resume_requested_at < T`).
         """
         ...
 
+    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
+        """File a request to resume a suspended run: `resume_requested_at`, `resume_reason`.
+
+        The outbox the reconciler reads (`list_runs(resume_requested_before=)`).
+        When a request is pending, the earlier of the two stands (its time and
+        reason), so asking again never pushes the run's grace period further
+        out; a later request is a no-op. Status and attempt do not change.
+        Raises `RunNotFound`, then `RunTerminal` on a finished run or
+        `InvalidTransition` on a run that is not suspended.
+        """
+
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
-        """Record the answer to an approval the run is suspended on.
+        """Record the answer to the question a suspended run waits on.
+
+        `approval_id` names the question: the `details.approval_id` of a
+        suspension with reason `approval`, or the `details.key` of one with
+        reason `effect-unknown` (how to settle an effect whose outcome is
+        unknown: `approved=True`, `response={"action": "retry" | "result" |
+        "skip", "result": ...}`).
 
         The answer is (`approved`, `response`). The same answer again is a
         no-op; a different one raises `ApprovalConflict`. A finished run
-        raises `RunTerminal`; a run not suspended for `approval_id` raises
-        `InvalidTransition`. The decision is kept in `suspension.decision`.
+        raises `RunTerminal`; a run not suspended on `approval_id` raises
+        `InvalidTransition`. The decision is kept in `suspension.decision`,
+        and a new one files a resume request (as `request_resume` with
+        `at` and reason `"approval-recorded"`) in the same write.
         """
 
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,

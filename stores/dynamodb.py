@@ -2,7 +2,8 @@
 
 The item layout is in `dynamodb_items`; the requests, and how a refused one is
 read, in `dynamodb_requests`; reading and remembering runs in `dynamodb_runs`;
-`list_runs` over the GSIs in `dynamodb_listing`. The lifecycle rules come from
+`list_runs` over the GSIs in `dynamodb_listing`; the effect ledger in
+`dynamodb_effects`; removing a run in `dynamodb_deletion`. The lifecycle rules come from
 `stores.transitions`, exactly as in every other store: this module only reads,
 writes and translates.
 
@@ -47,7 +48,6 @@ stream-triggered cleanup) or by the next `create_run` of that id.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import threading
 import uuid
@@ -61,13 +61,11 @@ import boto3
 from stores import transitions
 from stores.base import CorruptRecord, RunAlreadyExists, StoreError
 from stores.deltas import SavedLists, encode_body
+from stores.dynamodb_deletion import clear_leftovers, delete_run
+from stores.dynamodb_effects import EffectLedger
 from stores.dynamodb_items import (
     APPROVAL_PREFIX,
-    CHECKPOINT_PREFIX,
-    DEFINITION_SK,
-    EFFECT_PREFIX,
     META,
-    Item,
     Texts,
     checkpoint_item,
     checkpoint_sk,
@@ -80,10 +78,10 @@ from stores.dynamodb_items import (
     n,
     names,
     number_of,
+    owned_record,
     partition,
     record_item,
     s,
-    text_of,
 )
 from stores.dynamodb_listing import list_runs
 from stores.dynamodb_requests import (
@@ -91,8 +89,6 @@ from stores.dynamodb_requests import (
     Condition,
     Refused,
     Table,
-    check_op,
-    delete_op,
     put_op,
     update_op,
 )
@@ -102,13 +98,10 @@ from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
-    EffectStatus,
-    RecordDecodeError,
     RunError,
     RunPage,
     RunRecord,
     RunStatus,
-    decode_record,
     encode_record,
 )
 
@@ -151,6 +144,7 @@ class DynamoDbRunStore:
         self._table = Table(self.client, table_name)
         self._texts = Texts(blobs, inline_limit)
         self._reader = RunReader(self._table, self._texts)
+        self._effects = EffectLedger(self._table, self._texts)
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
 
     def _lock(self, run_id: str) -> threading.Lock:
@@ -207,29 +201,19 @@ class DynamoDbRunStore:
 
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
-                  parent_run_id: str | None = None, limit: int = 100,
-                  cursor: str | None = None) -> RunPage:
+                  parent_run_id: str | None = None, tenant: str | None = None,
+                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  limit: int = 100, cursor: str | None = None) -> RunPage:
         return list_runs(self._reader, statuses=statuses, limit=limit, cursor=cursor,
-                         lease_expired_before=lease_expired_before, parent_run_id=parent_run_id)
+                         lease_expired_before=lease_expired_before, parent_run_id=parent_run_id,
+                         tenant=tenant, resume_requested_before=resume_requested_before,
+                         newest_first=newest_first)
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._lock(run_id):
             stored = self._reader.load(run_id)
             transitions.require_run(None if stored is None else stored.run, run_id)
-            effects: list[EffectRecord] = [
-                self._owned(EffectRecord, item, f"effect {text_of(item, 'sk')!r} of run {run_id!r}")
-                for item in self._table.query(partition(run_id), prefix=EFFECT_PREFIX)]
-        return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
-
-    def _owned(self, model: type[ApprovalDecision] | type[EffectRecord], item: Item | None,
-               what: str) -> Any:
-        """The effect or approval decision in `item`, or None."""
-        if item is None:
-            return None
-        try:
-            return decode_record(model, self._texts.decode(item.get("record"), what))
-        except RecordDecodeError as error:
-            raise CorruptRecord(f"{what} did not decode: {error}") from error
+            return self._effects.effects(run_id)
 
     # -- writing the run -----------------------------------------------------
 
@@ -270,7 +254,7 @@ class DynamoDbRunStore:
                     if refused.reasons[1].failed:
                         # A definition without its META: what a TTL left of a
                         # run with this id. Clear it, then create.
-                        self._clear_leftovers(run.run_id)
+                        clear_leftovers(self._reader, run.run_id)
             raise StoreError(f"run {run.run_id!r} could not be created")
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
@@ -436,6 +420,11 @@ class DynamoDbRunStore:
             self._change(run_id, None, lambda run, _: transitions.cancel(
                 run, run_id, at=at, expected_attempt=expected_attempt))
 
+    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
+        with self._lock(run_id):
+            self._change(run_id, None, lambda run, _: transitions.request_resume(
+                run, run_id, at=at, reason=reason))
+
     # -- approvals and effects -----------------------------------------------
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
@@ -445,8 +434,9 @@ class DynamoDbRunStore:
         with self._lock(run_id):
             rounds = self._rounds(run_id)
             for stored in rounds:
-                existing = None if stored is None else self._owned(
-                    ApprovalDecision, self._table.get(key(run_id, sk)), what)
+                found = None if stored is None else self._table.get(key(run_id, sk))
+                existing = None if found is None else owned_record(
+                    ApprovalDecision, found, self._texts, what)
                 change = transitions.record_approval(
                     None if stored is None else stored.run, run_id, approval_id,
                     approved=approved, response=response, responded_by=responded_by, at=at,
@@ -463,95 +453,22 @@ class DynamoDbRunStore:
 
     def begin_effect(self, key_: str, *, run_id: str, expected_attempt: int,
                      at: datetime) -> EffectRecord:
-        what = f"effect {key_!r} of run {run_id!r}"
         with self._lock(run_id):
-            rounds = self._predicted(run_id, expected_attempt)
-            for stored in rounds:
-                effect = transitions.reserve_effect(None if stored is None else stored.run,
-                                                    run_id, key_,
-                                                    expected_attempt=expected_attempt, at=at)
-                if stored is None:  # reserve_effect raised RunNotFound: never reached
-                    break
-                record = encode_record(effect)
-                item = record_item(run_id, EFFECT_PREFIX + key_, record, self._texts,
-                                   status=effect.status.value)
-                try:
-                    self._table.transact([
-                        check_op(self.table_name, key(run_id, META),
-                                 running_at(stored, expected_attempt)),
-                        put_op(self.table_name, item, ABSENT)])
-                    return decode_record(EffectRecord, record)
-                except Refused as refused:
-                    run_check, effect_put = refused.reasons
-                    if not run_check.failed and effect_put.failed and effect_put.item:
-                        # The run passed its fence and the key exists: return it unchanged.
-                        existing: EffectRecord = self._owned(EffectRecord, effect_put.item, what)
-                        return existing
-                    rounds.refused(refused)
-        raise AssertionError("unreachable: Rounds raises when it runs out")
+            return self._effects.begin(self._predicted(run_id, expected_attempt), key_,
+                                       run_id=run_id, expected_attempt=expected_attempt, at=at)
 
     def complete_effect(self, key_: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
-        sk = EFFECT_PREFIX + key_
-        what = f"effect {key_!r} of run {run_id!r}"
-        reserved = Condition("#status = :reserved", names("status"),
-                             {":reserved": s(EffectStatus.RESERVED.value)})
         with self._lock(run_id):
-            rounds = self._predicted(run_id, expected_attempt)
-            for stored in rounds:
-                existing = None if stored is None else self._owned(
-                    EffectRecord, self._table.get(key(run_id, sk)), what)
-                try:
-                    updated = transitions.settle_effect(
-                        None if stored is None else stored.run, run_id, key_,
-                        expected_attempt=expected_attempt, result=result, at=at,
-                        existing=existing)
-                except StoreError:
-                    if rounds.confirm():
-                        continue
-                    raise
-                if updated is None or stored is None:
-                    if rounds.confirm():
-                        continue
-                    return
-                item = record_item(run_id, sk, encode_record(updated), self._texts,
-                                   status=updated.status.value)
-                try:
-                    self._table.transact([
-                        check_op(self.table_name, key(run_id, META),
-                                 running_at(stored, expected_attempt)),
-                        put_op(self.table_name, item, reserved)])
-                    return
-                except Refused as refused:
-                    rounds.refused(refused)
+            self._effects.complete(self._predicted(run_id, expected_attempt), key_,
+                                   run_id=run_id, expected_attempt=expected_attempt,
+                                   result=result, at=at)
 
     # -- deletion ------------------------------------------------------------
 
     def delete_run(self, run_id: str) -> None:
         with self._lock(run_id):
-            stored = self._reader.load(run_id)
-            if stored is None:
-                self._clear_leftovers(run_id)
-                return
-            transitions.check_deletable(stored.run)
-            owned = [item for item in self._table.query(partition(run_id), projection=("sk",))
-                     if text_of(item, "sk") not in (META, DEFINITION_SK)]
-            self._table.batch_delete(_deletion_order(owned))
-            # The run goes last, with its definition: until then it is a
-            # terminal run whose deletion can simply be repeated.
-            ours = Condition("#incarnation = :incarnation", names("incarnation"),
-                             {":incarnation": s(stored.incarnation)})
-            # Refused: deleted, or deleted and created again, meanwhile; ours is gone.
-            with contextlib.suppress(Refused):
-                self._table.transact([delete_op(self.table_name, key(run_id, META), ours),
-                                      delete_op(self.table_name, key(run_id, DEFINITION_SK))])
-            self._reader.forget(run_id)
-
-    def _clear_leftovers(self, run_id: str) -> None:
-        """Delete what remains of a run whose META is gone (a TTL removes only META)."""
-        leftovers = list(self._table.query(partition(run_id), projection=("sk",)))
-        if leftovers and all(text_of(item, "sk") != META for item in leftovers):
-            self._table.batch_delete(_deletion_order(leftovers))
+            delete_run(self._reader, run_id)
 
     def close(self) -> None:
         """Nothing to release: boto3 clients close their connections when collected."""
@@ -573,15 +490,3 @@ def _landed(refused: Refused, attribute: str, written: str) -> bool:
     """
     image = refused.reasons[0].item
     return image is not None and image.get(attribute, {}).get("S") == written
-
-
-def _deletion_order(items: list[Item]) -> list[Item]:
-    """The keys to delete: checkpoints newest first, so a deletion cut short leaves
-    a loadable prefix; then effects and approvals; the definition last."""
-    def rank(item: Item) -> tuple[int, int, str]:
-        sk = text_of(item, "sk")
-        if sk.startswith(CHECKPOINT_PREFIX):
-            return 0, -int(sk.removeprefix(CHECKPOINT_PREFIX)), ""
-        return (2 if sk == DEFINITION_SK else 1), 0, sk
-
-    return [{"pk": item["pk"], "sk": item["sk"]} for item in sorted(items, key=rank)]

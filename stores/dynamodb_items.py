@@ -21,9 +21,11 @@ created again under the same id is never mistaken for the old one), `rev` (a
 random token replaced by every write: a read-modify-write is conditioned on
 it, so nothing changed since the read), `status`, `attempt`, `checkpoint_seq`,
 `consumed_tokens`, `updated_at` and `lease_expires_at` (integer microseconds
-since the epoch), `due_at` (the sort key of the `by-status` GSI: the lease
-expiry of a running run, the creation time of a created one, else the last
-update) and, on terminal runs only, `expires_at` (the TTL, epoch seconds).
+since the epoch), `due_at` (the sort key of the `by-status` GSI: see
+`due_at`) and, on terminal runs only, `expires_at` (the TTL, epoch seconds).
+A run with a tenant also has `tenant` and `run_id` on `META`, the keys of the
+sparse `by-tenant` GSI: unchanged by later writes, so they cost that index
+no write after the first, and gone with `META` when a TTL removes it.
 `META#DEF` carries `run_id` and `parent_run_id`, the keys of the sparse
 `by-parent` GSI; the definition never changes, so neither does that index.
 
@@ -39,10 +41,12 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
 
 from stores.base import CorruptRecord, StoreError
-from stores.records import Checkpoint, RunRecord, RunStatus
+from stores.records import Checkpoint, RecordDecodeError, RunRecord, RunStatus, decode_record
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
     from stores.s3 import S3BlobStore
 
 Item = dict[str, "AttributeValueTypeDef"]
+R = TypeVar("R", bound=BaseModel)
 
 META = "META"
 DEFINITION_SK = "META#DEF"
@@ -58,9 +63,12 @@ EFFECT_PREFIX = "EFFECT#"
 APPROVAL_PREFIX = "APPROVAL#"
 STATUS_INDEX = "by-status"
 PARENT_INDEX = "by-parent"
+TENANT_INDEX = "by-tenant"
 TTL_ATTRIBUTE = "expires_at"
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The due_at of a run the reconciler never has to look at: after any time.
+NEVER_DUE = 2**63 - 1
 
 # The fields of a run that never change after create_run: its definition.
 DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
@@ -156,11 +164,20 @@ class Texts:
 # -- runs ------------------------------------------------------------------------
 
 def due_at(run: RunRecord) -> int:
-    """The by-status sort key: when the reconciler should look at the run."""
+    """The by-status sort key: when the reconciler should look at the run.
+
+    A running run's lease expiry; a created run's creation time; a suspended
+    run's resume request, or never while it has none (so the reconciler's
+    `due_at < T` reads only the requests, not every run waiting on a human);
+    else the last update.
+    """
     if run.status is RunStatus.RUNNING:
         return 0 if run.lease_expires_at is None else micros(run.lease_expires_at)
     if run.status is RunStatus.CREATED:
         return micros(run.created_at)
+    if run.status is RunStatus.SUSPENDED:
+        requested = run.resume_requested_at
+        return NEVER_DUE if requested is None else micros(requested)
     return micros(run.updated_at)
 
 
@@ -175,6 +192,8 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
     }
     if run.lease_expires_at is not None:
         item["lease_expires_at"] = n(micros(run.lease_expires_at))
+    if run.tenant is not None:  # sparse: runs without a tenant stay out of the index
+        item |= {"tenant": s(run.tenant), "run_id": s(run.run_id)}
     if run.status.terminal and retention is not None:
         item[TTL_ATTRIBUTE] = n(int((run.updated_at + retention).timestamp()))
     return item
@@ -257,6 +276,14 @@ def checkpoint_body(item: Item, texts: Texts, run_id: str) -> str:
 def record_item(run_id: str, sk: str, record: str, texts: Texts, **attributes: str) -> Item:
     return {**key(run_id, sk), "record": texts.encode(record),
             **{name: s(value) for name, value in attributes.items()}}
+
+
+def owned_record(model: type[R], item: Item, texts: Texts, what: str) -> R:
+    """The effect or approval decision an item of `record_item` holds."""
+    try:
+        return decode_record(model, texts.decode(item.get("record"), what))
+    except RecordDecodeError as error:
+        raise CorruptRecord(f"{what} did not decode: {error}") from error
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:

@@ -180,12 +180,14 @@ class Table:
 
     def query_index(self, index: str, condition: str, names: dict[str, str],
                     values: dict[str, AttributeValueTypeDef],
-                    *, start: Item | None = None) -> Iterator[Item]:
-        """Entries of a GSI, in its sort order (GSIs are read eventually consistent)."""
+                    *, start: Item | None = None, forward: bool = True) -> Iterator[Item]:
+        """Entries of a GSI, in its sort order, or reversed when not `forward`
+        (GSIs are read eventually consistent)."""
         request: dict[str, Any] = {"TableName": self.name, "IndexName": index,
                                    "KeyConditionExpression": condition,
                                    "ExpressionAttributeNames": names,
-                                   "ExpressionAttributeValues": values}
+                                   "ExpressionAttributeValues": values,
+                                   "ScanIndexForward": forward}
         if start is not None:
             request["ExclusiveStartKey"] = start
         yield from self._pages(request)

@@ -20,7 +20,7 @@ by the next save of that seq, and removed by `resume_run` (where a crashed
 attempt is picked up) along with dead writers' temp files. A checkpoint and its
 state change thus commit together. An approval decision commits in `run.json`
 (`suspension.decision`) first; the approval file is its lasting copy, written
-after and restored from `run.json` if a crash lost it.
+after and restored from `run.json` if a crash lost it (`file_approvals`).
 
 Writes hold the run's `flock` exclusively; reads of more than `run.json` hold
 it shared (`run.json` alone is always replaced whole). A per-store thread lock
@@ -29,7 +29,6 @@ guards the cache of saved checkpoint lists.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -49,6 +48,7 @@ from stores.atomic_files import (
     Sealed,
     decode_body,
     fsync_dir,
+    hashed_name,
     is_temp,
     locked,
     make_dir,
@@ -60,8 +60,8 @@ from stores.atomic_files import (
 )
 from stores.base import CorruptRecord, RunAlreadyExists
 from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.file_approvals import recorded_decision, restore_decision, write_decision
 from stores.records import (
-    ApprovalDecision,
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
@@ -93,10 +93,6 @@ def check_run_id(run_id: str) -> None:
         problem = f"is longer than {_MAX_RUN_ID_BYTES} bytes"
     if problem is not None:
         raise ValueError(f"run id {run_id!r} {problem}; FileRunStore cannot store it")
-
-
-def _hashed_name(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest() + ".json"
 
 
 class _State(NamedTuple):
@@ -276,11 +272,12 @@ class FileRunStore:
 
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
-                  parent_run_id: str | None = None, limit: int = 100,
-                  cursor: str | None = None) -> RunPage:
+                  parent_run_id: str | None = None, tenant: str | None = None,
+                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  limit: int = 100, cursor: str | None = None) -> RunPage:
         found: list[RunRecord] = []
-        for run_id in sorted(os.listdir(self._runs)):
-            if cursor is not None and run_id <= cursor:
+        for run_id in sorted(os.listdir(self._runs), reverse=newest_first):
+            if not transitions.beyond(run_id, cursor, newest_first=newest_first):
                 continue
             try:
                 check_run_id(run_id)
@@ -290,16 +287,15 @@ class FileRunStore:
             state = self._state(run_id)
             if state is not None and transitions.matches(
                     state.run, statuses=statuses, lease_expired_before=lease_expired_before,
-                    parent_run_id=parent_run_id):
+                    parent_run_id=parent_run_id, tenant=tenant,
+                    resume_requested_before=resume_requested_before):
                 found.append(state.run)
                 if len(found) > limit:
                     break
-        more = len(found) > limit
-        page = found[:limit]
-        return RunPage(runs=page, cursor=page[-1].run_id if more and page else None)
+        return transitions.page_of(found, limit)
 
     def _effect(self, run_id: str, key: str) -> EffectRecord | None:
-        path = self._dir(run_id) / "effects" / _hashed_name(key)
+        path = self._dir(run_id) / "effects" / hashed_name(key)
         found = read_sealed(path)
         return None if found is None else decode_body(EffectRecord, path, found[1])
 
@@ -337,7 +333,7 @@ class FileRunStore:
                 state.run, run_id, owner=owner, now=now, lease_seconds=lease_seconds,
                 allow_running_takeover=allow_running_takeover)
             self._sweep(state)
-            self._restore_decision(state)
+            restore_decision(self._dir(run_id), state.run)
             self._commit(state, run)
             return run
 
@@ -416,52 +412,29 @@ class FileRunStore:
             if updated is not None:
                 self._commit(state, updated)
 
-    def _approval_path(self, run_id: str, approval_id: str) -> Path:
-        return self._dir(run_id) / "approvals" / _hashed_name(approval_id)
-
-    def _committed_decision(self, state: _State) -> ApprovalDecision | None:
-        """The approval decision run.json holds in the run's suspension, if any."""
-        suspension = state.run.suspension
-        if suspension is None or suspension.decision is None:
-            return None
-        try:
-            return ApprovalDecision.model_validate(
-                {**suspension.decision, "run_id": state.run.run_id})
-        except ValidationError as error:
-            path = self._dir(state.run.run_id) / "run.json"
-            raise CorruptRecord(f"{path}: suspension.decision is not an approval decision "
-                                f"({error.errors()[0]['msg']})") from error
-
-    def _restore_decision(self, state: _State) -> None:
-        """Write the approval file of a decision a crash left only in run.json."""
-        decision = self._committed_decision(state)
-        if decision is not None:
-            path = self._approval_path(state.run.run_id, decision.approval_id)
-            if not path.exists():
-                write_atomic(path, seal(encode_record(decision), {}))
+    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
+        with self._locked(run_id) as found:
+            state = _existing(found, run_id)
+            updated = transitions.request_resume(state.run, run_id, at=at, reason=reason)
+            if updated is not None:
+                self._commit(state, updated)
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
         with self._locked(run_id) as found:
             state = _existing(found, run_id)
-            path = self._approval_path(run_id, approval_id)
-            stored = read_sealed(path)
-            existing = None if stored is None else decode_body(ApprovalDecision, path, stored[1])
-            committed = self._committed_decision(state)
-            if existing is None and committed is not None and committed.approval_id == approval_id:
-                existing = committed
+            run_dir = self._dir(run_id)
             change = transitions.record_approval(
                 state.run, run_id, approval_id, approved=approved, response=response,
-                responded_by=responded_by, at=at, existing=existing)
+                responded_by=responded_by, at=at,
+                existing=recorded_decision(run_dir, state.run, approval_id))
             if change is None:
-                self._restore_decision(state)
+                restore_decision(run_dir, state.run)
                 return
             updated, decision = change
-            # run.json first: it is what the engine reads on resume; the file
-            # follows, and _restore_decision rewrites it if a crash intervened.
+            # run.json first: it is what the engine reads on resume (see file_approvals).
             self._commit(state, updated)
-            write_atomic(self._approval_path(run_id, approval_id),
-                         seal(encode_record(decision), {}))
+            write_decision(run_dir, decision)
 
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
                      at: datetime) -> EffectRecord:
@@ -473,7 +446,7 @@ class FileRunStore:
             if stored is not None:
                 return stored
             text = encode_record(effect)
-            write_atomic(self._dir(run_id) / "effects" / _hashed_name(key), seal(text, {}))
+            write_atomic(self._dir(run_id) / "effects" / hashed_name(key), seal(text, {}))
             return decode_record(EffectRecord, text)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
@@ -484,7 +457,7 @@ class FileRunStore:
                                                 expected_attempt=expected_attempt, result=result,
                                                 at=at, existing=self._effect(run_id, key))
             if updated is not None:
-                write_atomic(self._dir(run_id) / "effects" / _hashed_name(key),
+                write_atomic(self._dir(run_id) / "effects" / hashed_name(key),
                              seal(encode_record(updated), {}))
 
     def delete_run(self, run_id: str) -> None:

@@ -92,23 +92,23 @@ class MemoryRunStore:
 
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
-                  parent_run_id: str | None = None, limit: int = 100,
-                  cursor: str | None = None) -> RunPage:
+                  parent_run_id: str | None = None, tenant: str | None = None,
+                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  limit: int = 100, cursor: str | None = None) -> RunPage:
         with self._lock:
             found: list[RunRecord] = []
-            for run_id in sorted(self._runs):
-                if cursor is not None and run_id <= cursor:
+            for run_id in sorted(self._runs, reverse=newest_first):
+                if not transitions.beyond(run_id, cursor, newest_first=newest_first):
                     continue
                 run = decode_record(RunRecord, self._runs[run_id])
                 if transitions.matches(run, statuses=statuses,
                                        lease_expired_before=lease_expired_before,
-                                       parent_run_id=parent_run_id):
+                                       parent_run_id=parent_run_id, tenant=tenant,
+                                       resume_requested_before=resume_requested_before):
                     found.append(run)
                     if len(found) > limit:
                         break
-            more = len(found) > limit
-            page = found[:limit]
-            return RunPage(runs=page, cursor=page[-1].run_id if more and page else None)
+            return transitions.page_of(found, limit)
 
     # -- writes --------------------------------------------------------------
 
@@ -219,6 +219,12 @@ class MemoryRunStore:
         with self._lock:
             updated = transitions.cancel(self._run(run_id), run_id, at=at,
                                          expected_attempt=expected_attempt)
+            if updated is not None:
+                self._put_run(updated)
+
+    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
+        with self._lock:
+            updated = transitions.request_resume(self._run(run_id), run_id, at=at, reason=reason)
             if updated is not None:
                 self._put_run(updated)
 

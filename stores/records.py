@@ -81,7 +81,8 @@ class ParentRef(_Record):
 
 
 class Suspension(_Record):
-    """Why a run is suspended. `decision` holds a recorded approval answer."""
+    """Why a run is suspended. `decision` holds the recorded answer to what it waits on
+    (an approval, or how to settle an unknown effect)."""
 
     reason: str
     details: JsonObject = Field(default_factory=dict)
@@ -114,6 +115,11 @@ class RunRecord(_Record):
     lease_owner: str | None = None
     lease_expires_at: UtcDatetime | None = None
     suspension: Suspension | None = None
+    # The resume outbox: a suspended run someone asked to continue (an approval
+    # recorded, a child finished). `resume_run` clears it; until then the
+    # reconciler finds the run by it, so a lost resume event is not a lost run.
+    resume_requested_at: UtcDatetime | None = None
+    resume_reason: str | None = None
     output: Any = None
     error: RunError | None = None
     engine: EngineRef = Field(default_factory=EngineRef)

@@ -12,7 +12,7 @@ mismatch or a decode failure raises `CorruptRecord` naming the damaged row.
 Checkpoints are stored as deltas (`stores.deltas`). An owner's checkpoint is
 one fenced INSERT whose trigger moves the run's checkpoint columns (see
 `sqlite_schema`), so checkpointing every step costs little more than the raw
-write itself.
+write itself. `list_runs` is indexed SQL (`sqlite_listing`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from stores import transitions
 from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt
-from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.deltas import SavedLists, SavedListsCache, encode_body
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
@@ -46,6 +46,7 @@ from stores.records import (
     decode_record,
     encode_record,
 )
+from stores.sqlite_listing import list_runs
 from stores.sqlite_rows import (
     ALWAYS_SET,
     CHECKPOINT_COLUMNS,
@@ -56,10 +57,10 @@ from stores.sqlite_rows import (
     RUN_FIELDS,
     RUN_VALUES,
     StoredRun,
+    assemble_rows,
     checkpoint_row,
     decode_run,
     digest,
-    micros,
     moment,
     run_values,
     verified,
@@ -124,11 +125,6 @@ class SqliteRunStore:
     def _verified(self, text: object, checksum: object, what: str) -> str:
         return verified(self.path, text, checksum, what)
 
-    def _decode_run_row(self, run_id: str, text: object, checksum: object, definition: object,
-                        definition_checksum: object) -> RunRecord:
-        return decode_run(self.path, run_id, text=text, checksum=checksum, definition=definition,
-                          definition_checksum=definition_checksum)
-
     def _decode(self, model: type[R], text: object, checksum: object, what: str) -> R:
         stored = self._verified(text, checksum, what)
         try:
@@ -157,7 +153,8 @@ class SqliteRunStore:
             # the checksum still matches the text): skip decoding it again.
             base = cached.run
         else:
-            base = self._decode_run_row(run_id, record, checksum, definition, definition_checksum)
+            base = decode_run(self.path, run_id, text=record, checksum=checksum,
+                              definition=definition, definition_checksum=definition_checksum)
         run = with_columns(self.path, base, stored)
         self._decoded[run_id] = StoredRun(str(checksum), run, stored, str(incarnation))
         return run, str(incarnation), run.checkpoint_seq or 0
@@ -215,26 +212,7 @@ class SqliteRunStore:
                             " AND seq <= ? ORDER BY seq", (run_id, last)).fetchall()
         if not rows or (seq is not None and rows[-1][0] != seq):
             return None
-        current = rows[0][0]
-
-        def bodies() -> Iterator[str]:
-            nonlocal current
-            for row_seq, body, checksum in rows:
-                current = row_seq
-                yield self._verified(body, checksum, f"checkpoint {row_seq} of run {run_id!r}")
-
-        try:
-            checkpoint, saved = assemble(bodies())
-        # deltas raises DeltaFormatError for what it checks, but JSON of the
-        # wrong shape surfaces as a lookup, type or attribute error, and a bad
-        # head as a pydantic ValidationError (a ValueError): all are damage.
-        except (ValueError, LookupError, TypeError, AttributeError) as error:
-            raise CorruptRecord(f"checkpoint {current} of run {run_id!r} in {self.path} "
-                                f"did not decode: {error}") from error
-        if checkpoint.run_id != run_id or checkpoint.seq != rows[-1][0]:
-            raise CorruptRecord(f"checkpoint {rows[-1][0]} of run {run_id!r} in {self.path} "
-                                f"holds checkpoint {checkpoint.seq} of run {checkpoint.run_id!r}")
-        return checkpoint, saved
+        return assemble_rows(self.path, run_id, rows)
 
     def _latest_seq(self, conn: sqlite3.Connection, run_id: str) -> int:
         latest: int = conn.execute("SELECT coalesce(max(seq), 0) FROM checkpoints"
@@ -310,42 +288,14 @@ class SqliteRunStore:
 
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
-                  parent_run_id: str | None = None, limit: int = 100,
-                  cursor: str | None = None) -> RunPage:
-        where = ["1"]
-        params: list[Any] = []
-        if statuses is not None:
-            wanted = sorted({RunStatus(status).value for status in statuses})
-            where.append(f"status IN ({', '.join('?' * len(wanted))})")
-            params.extend(wanted)
-        if parent_run_id is not None:
-            where.append("parent_run_id = ?")
-            params.append(parent_run_id)
-        if lease_expired_before is not None:
-            where.append("((status = 'running' AND lease_expires_at < ?)"
-                         " OR (status = 'created' AND created_at < ?))")
-            params.extend([micros(lease_expired_before)] * 2)
-        if cursor is not None:
-            where.append("run_id > ?")
-            params.append(cursor)
-        # One more than a page tells whether another page follows.
-        params.append(max(limit + 1, 0))
+                  parent_run_id: str | None = None, tenant: str | None = None,
+                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  limit: int = 100, cursor: str | None = None) -> RunPage:
         with self._read() as conn:
-            rows = conn.execute(f"SELECT run_id, definition, definition_checksum, {RUN_COLUMNS}"
-                                f" FROM runs WHERE {' AND '.join(where)} ORDER BY run_id"
-                                " LIMIT ?", params).fetchall()
-            found = [with_columns(self.path,
-                self._decode_run_row(row[0], row[-2], row[-1], row[1], row[2]), tuple(row[3:]))
-                for row in rows]
-        for run in found:
-            # The filter columns are written with the record, so a disagreement
-            # means the row was altered outside this store.
-            if not transitions.matches(run, statuses=statuses, parent_run_id=parent_run_id,
-                                       lease_expired_before=lease_expired_before):
-                raise CorruptRecord(f"run {run.run_id!r} in {self.path}: its indexed "
-                                    "columns disagree with its record")
-        page = found[:limit]
-        return RunPage(runs=page, cursor=page[-1].run_id if len(found) > limit and page else None)
+            return list_runs(conn, self.path, statuses=statuses, parent_run_id=parent_run_id,
+                             lease_expired_before=lease_expired_before, tenant=tenant,
+                             resume_requested_before=resume_requested_before,
+                             newest_first=newest_first, limit=limit, cursor=cursor)
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._read() as conn:
@@ -476,6 +426,13 @@ class SqliteRunStore:
         with self._write() as conn:
             updated = transitions.cancel(self._run(conn, run_id), run_id, at=at,
                                          expected_attempt=expected_attempt)
+            if updated is not None:
+                self._put_run(conn, updated, fence=updated.attempt)
+
+    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
+        with self._write() as conn:
+            updated = transitions.request_resume(self._run(conn, run_id), run_id, at=at,
+                                                 reason=reason)
             if updated is not None:
                 self._put_run(conn, updated, fence=updated.attempt)
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from stores.base import CorruptRecord
+from stores.deltas import SavedLists, assemble
 from stores.records import Checkpoint, RunRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -25,8 +27,9 @@ MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still use
 # What a run write sets: the record, its checksum, and beside them the fields
 # list_runs filters on (so the filters are indexed SQL) and the fields a
 # checkpoint moves (so a checkpoint is one INSERT; see sqlite_schema).
-RUN_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at",
-              "checkpoint_seq", "consumed_tokens", "updated_at", "record", "checksum")
+RUN_FIELDS = ("status", "attempt", "parent_run_id", "tenant", "resume_requested_at",
+              "lease_expires_at", "created_at", "checkpoint_seq", "consumed_tokens",
+              "updated_at", "record", "checksum")
 RUN_COLUMNS = ", ".join(RUN_FIELDS)
 RUN_VALUES = ", ".join("?" * len(RUN_FIELDS))
 CREATED = RUN_FIELDS.index("created_at")
@@ -65,9 +68,10 @@ def run_values(run: RunRecord, before: tuple[Any, ...] | None = None) -> tuple[A
     record = run.model_dump_json(exclude=NOT_IN_RECORD)
     lease = None if run.lease_expires_at is None else micros(run.lease_expires_at)
     created = before[CREATED] if before is not None else micros(run.created_at)
-    return (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
-            created, run.checkpoint_seq or 0, run.consumed_tokens, micros(run.updated_at),
-            record, digest(record))
+    requested = None if run.resume_requested_at is None else micros(run.resume_requested_at)
+    return (run.status.value, run.attempt, run.parent.run_id if run.parent else None,
+            run.tenant, requested, lease, created, run.checkpoint_seq or 0, run.consumed_tokens,
+            micros(run.updated_at), record, digest(record))
 
 
 @dataclass(frozen=True)
@@ -127,3 +131,28 @@ def checkpoint_row(checkpoint: Checkpoint, body: str,
             None if lease_expires_at is None else micros(lease_expires_at),
             checkpoint.budget.consumed_tokens, body, len(data),
             hashlib.sha256(data).hexdigest())
+
+
+def assemble_rows(path: Path, run_id: str,
+                  rows: list[tuple[int, object, object]]) -> tuple[Checkpoint, SavedLists]:
+    """The checkpoint of the last of `rows` ((seq, body, checksum), by seq, from seq 1)."""
+    current = rows[0][0]
+
+    def bodies() -> Iterator[str]:
+        nonlocal current
+        for row_seq, body, checksum in rows:
+            current = row_seq
+            yield verified(path, body, checksum, f"checkpoint {row_seq} of run {run_id!r}")
+
+    try:
+        checkpoint, saved = assemble(bodies())
+    # deltas raises DeltaFormatError for what it checks, but JSON of the
+    # wrong shape surfaces as a lookup, type or attribute error, and a bad
+    # head as a pydantic ValidationError (a ValueError): all are damage.
+    except (ValueError, LookupError, TypeError, AttributeError) as error:
+        raise CorruptRecord(f"checkpoint {current} of run {run_id!r} in {path} "
+                            f"did not decode: {error}") from error
+    if checkpoint.run_id != run_id or checkpoint.seq != rows[-1][0]:
+        raise CorruptRecord(f"checkpoint {rows[-1][0]} of run {run_id!r} in {path} "
+                            f"holds checkpoint {checkpoint.seq} of run {checkpoint.run_id!r}")
+    return checkpoint, saved

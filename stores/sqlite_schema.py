@@ -72,6 +72,27 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             approval_id TEXT NOT NULL, record TEXT NOT NULL, checksum TEXT NOT NULL,
             PRIMARY KEY (run_id, approval_id))""",
     ),
+    (
+        # list_runs(tenant=) and list_runs(resume_requested_before=) as indexed
+        # SQL. Like the other filter columns, each copies a field of a
+        # checksummed text: `tenant` of the definition, `resume_requested_at`
+        # of the record (microseconds); list_runs checks every row it returns
+        # against its texts. Rows of version 1 have no resume request (the
+        # field did not exist); their tenant is copied from the definition,
+        # unless the definition is damaged, which reading it reports anyway.
+        "ALTER TABLE runs ADD COLUMN tenant TEXT",
+        "ALTER TABLE runs ADD COLUMN resume_requested_at INTEGER",
+        """UPDATE runs SET tenant = CASE WHEN json_valid(definition)
+            THEN json_extract(definition, '$.tenant') END""",
+        # Partial: runs without a tenant, and the many runs with no pending
+        # request, cost these indexes nothing. A request is filed and cleared
+        # once per suspension, so its index entry moves rarely.
+        "CREATE INDEX runs_by_tenant ON runs (tenant, run_id) WHERE tenant IS NOT NULL",
+        # Led by status, so the planner prefers it to runs_by_created for the
+        # reconciler's `status = 'suspended' AND resume_requested_at < ?`.
+        """CREATE INDEX runs_by_resume_request ON runs (status, resume_requested_at)
+            WHERE resume_requested_at IS NOT NULL""",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -92,7 +113,8 @@ def transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[sqlite3.Co
         raise
 
 
-def migrate(conn: sqlite3.Connection) -> None:
+def migrate(conn: sqlite3.Connection, *, version: int = SCHEMA_VERSION) -> None:
+    """Apply the migrations up to `version` (the latest unless a test builds an old file)."""
     # The version is read under the write lock, so when two processes open a
     # fresh file at once the second sees the first's work and skips it.
     with transaction(conn, write=True):
@@ -103,11 +125,11 @@ def migrate(conn: sqlite3.Connection) -> None:
         if current > SCHEMA_VERSION:
             raise StoreError(f"database schema version {current} is newer than this "
                              f"runtime supports ({SCHEMA_VERSION}); upgrade agent-runtime")
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[version - 1]:
+        for applied in range(current + 1, version + 1):
+            for statement in _MIGRATIONS[applied - 1]:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                         (version, utc_now().isoformat()))
+                         (applied, utc_now().isoformat()))
 
 
 def _enable_wal(conn: sqlite3.Connection, busy_timeout_seconds: float) -> str:

@@ -27,6 +27,7 @@ from stores.records import (
     EffectRecord,
     EffectStatus,
     RunError,
+    RunPage,
     RunRecord,
     RunStatus,
     Suspension,
@@ -82,6 +83,9 @@ def reserve_attempt(run: RunRecord | None, run_id: str, *, owner: str, now: date
     return run.model_copy(update={
         "status": RunStatus.RUNNING,
         "attempt": run.attempt + 1,
+        # The request this reservation answers is served: out of the outbox.
+        "resume_requested_at": None,
+        "resume_reason": None,
         "lease_owner": owner,
         "lease_expires_at": now + timedelta(seconds=lease_seconds),
         "takeovers": run.takeovers + (run.status is RunStatus.RUNNING),
@@ -169,9 +173,11 @@ def finish(run: RunRecord | None, run_id: str, *, status: RunStatus, expected_at
 
 def _ended(run: RunRecord, status: RunStatus, at: datetime, *, output: Any = None,
            error: RunError | None = None, checkpoint: Checkpoint | None = None) -> RunRecord:
+    # A finished run has nothing left to resume: a pending request goes too.
     update: dict[str, Any] = {
         "status": status, "output": output, "error": error, "lease_owner": None,
-        "lease_expires_at": None, "updated_at": at,
+        "lease_expires_at": None, "resume_requested_at": None, "resume_reason": None,
+        "updated_at": at,
     }
     update.update(_checkpoint_fields(run, checkpoint))
     return run.model_copy(update=update)
@@ -223,32 +229,79 @@ def check_checkpoint_owner(run_id: str, checkpoint: Checkpoint | None) -> None:
         )
 
 
+# The suspension reasons whose question `resolve_approval` answers, and the
+# detail naming the question: an approval by its id, an unknown effect by its key.
+ANSWERABLE: dict[str, str] = {"approval": "approval_id", "effect-unknown": "key"}
+APPROVAL_RECORDED = "approval-recorded"
+
+
+def _requested(run: RunRecord, *, at: datetime, reason: str) -> dict[str, Any] | None:
+    """The update that files a resume request, or None when an earlier one is pending.
+
+    The earliest pending request stands (its time and reason): asking again
+    must never push the reconciler's grace period further out.
+    """
+    pending = run.resume_requested_at
+    if pending is not None and pending <= at:
+        return None
+    return {"resume_requested_at": at, "resume_reason": reason}
+
+
+def request_resume(run: RunRecord | None, run_id: str, *, at: datetime,
+                   reason: str) -> RunRecord | None:
+    """The run with a resume request filed, or None when an earlier one is pending."""
+    run = require_run(run, run_id)
+    if run.status.terminal:
+        raise RunTerminal(f"run {run_id!r} is {run.status.value}; it cannot be resumed")
+    if run.status is not RunStatus.SUSPENDED:
+        raise InvalidTransition(
+            f"run {run_id!r} is {run.status.value}; only a suspended run can be asked to resume")
+    update = _requested(run, at=at, reason=reason)
+    return None if update is None else run.model_copy(update={**update, "updated_at": at})
+
+
+def waiting_on(run: RunRecord, question: str) -> Suspension | None:
+    """The run's suspension when it waits on `question` (an approval's id, an
+    unknown effect's key), else None."""
+    suspension = run.suspension
+    if run.status is not RunStatus.SUSPENDED or suspension is None:
+        return None
+    detail = ANSWERABLE.get(suspension.reason)
+    if detail is None or suspension.details.get(detail) != question:
+        return None
+    return suspension
+
+
 def record_approval(run: RunRecord | None, run_id: str, approval_id: str, *, approved: bool,
                     response: Any, responded_by: str | None, at: datetime,
                     existing: ApprovalDecision | None) -> tuple[RunRecord, ApprovalDecision] | None:
-    """The run and decision to write, or None when the same answer was recorded before."""
+    """The run and decision to write, or None when the same answer was recorded before.
+
+    `approval_id` names the question the run is suspended on: an approval's id
+    (reason `approval`) or an unknown effect's key (reason `effect-unknown`).
+    A new decision also files a resume request (see `request_resume`).
+    """
     run = require_run(run, run_id)
     if run.status.terminal:
-        raise RunTerminal(f"run {run_id!r} is {run.status.value}; approvals are closed")
+        raise RunTerminal(f"run {run_id!r} is {run.status.value}; it takes no more answers")
     if existing is not None:
         if existing.approved == approved and dumps(existing.response) == dumps(response):
             return None
         raise ApprovalConflict(
-            f"approval {approval_id!r} of run {run_id!r} was already answered "
+            f"run {run_id!r}: {approval_id!r} was already answered "
             f"({'approved' if existing.approved else 'rejected'}); a different answer is refused"
         )
-    suspension = run.suspension
-    if (run.status is not RunStatus.SUSPENDED or suspension is None
-            or suspension.reason != "approval"
-            or suspension.details.get("approval_id") != approval_id):
+    suspension = waiting_on(run, approval_id)
+    if suspension is None:
         raise InvalidTransition(
-            f"run {run_id!r} is not waiting for approval {approval_id!r}"
+            f"run {run_id!r} is not waiting for an answer to {approval_id!r}"
         )
     decision = ApprovalDecision(run_id=run_id, approval_id=approval_id, approved=approved,
                                 response=response, responded_by=responded_by, responded_at=at)
     updated = run.model_copy(update={
         "suspension": suspension.model_copy(
             update={"decision": decision.model_dump(mode="json", exclude={"run_id"})}),
+        **(_requested(run, at=at, reason=APPROVAL_RECORDED) or {}),
         "updated_at": at,
     })
     return updated, decision
@@ -289,11 +342,18 @@ def check_deletable(run: RunRecord) -> None:
 
 
 def matches(run: RunRecord, *, statuses: Collection[RunStatus] | None,
-            lease_expired_before: datetime | None, parent_run_id: str | None) -> bool:
-    """The `list_runs` filters, for stores that filter in Python."""
+            lease_expired_before: datetime | None, parent_run_id: str | None,
+            tenant: str | None = None, resume_requested_before: datetime | None = None) -> bool:
+    """The `list_runs` filters, for stores that filter in Python. All of them hold (AND)."""
     if statuses is not None and run.status not in {RunStatus(s) for s in statuses}:
         return False
     if parent_run_id is not None and (run.parent is None or run.parent.run_id != parent_run_id):
+        return False
+    if tenant is not None and run.tenant != tenant:
+        return False
+    if resume_requested_before is not None and not (
+            run.status is RunStatus.SUSPENDED and run.resume_requested_at is not None
+            and run.resume_requested_at < resume_requested_before):
         return False
     if lease_expired_before is not None:
         if run.status is RunStatus.RUNNING:
@@ -302,3 +362,16 @@ def matches(run: RunRecord, *, statuses: Collection[RunStatus] | None,
             return run.created_at < lease_expired_before
         return False
     return True
+
+
+def beyond(run_id: str, cursor: str | None, *, newest_first: bool) -> bool:
+    """Whether `run_id` comes after `cursor` in a listing's order (every id does without one)."""
+    if cursor is None:
+        return True
+    return run_id < cursor if newest_first else run_id > cursor
+
+
+def page_of(found: list[RunRecord], limit: int) -> RunPage:
+    """The first `limit` of `found` (fetched one past a page, to tell whether more follow)."""
+    page = found[:max(limit, 0)]
+    return RunPage(runs=page, cursor=page[-1].run_id if len(found) > limit and page else None)

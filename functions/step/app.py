@@ -5,24 +5,29 @@
     start    target of the resume-requested rule: start the next attempt's execution
 
 Between states travel only `{run_id, attempt, status}` (statemachine/run.asl.json).
+A new token limit asked for with a resume (`max_total_tokens` in the
+resume-requested event) goes into the execution's input, and the state machine
+gives it to every Advance of that attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import inspect
+from collections.abc import Coroutine
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_runtime import RunResult
+from agent_runtime import AgentRuntime, RunResult
 from functions import environment
 from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
 from functions.telemetry import LogEventSink, count, logger
 from stores.base import InvalidTransition, LeaseHeld, RunNotFound, RunTerminal
-from stores.records import RunRecord, RunStatus
+from stores.records import Budget, RunRecord, RunStatus
 
 CONTINUE = "continue"
 SUPERSEDED = "superseded"
@@ -45,6 +50,12 @@ class AdvanceRequest(BaseModel):
 
 class ReserveRequest(AdvanceRequest):
     takeover: bool = False
+
+
+class AdvanceSlice(AdvanceRequest):
+    # A new token limit for this attempt (from the resume that started it);
+    # None keeps the run's. The same on every slice, so applying it again is a no-op.
+    max_total_tokens: int | None = Field(default=None, ge=0)
 
 
 def _result(run_id: str, attempt: int, status: str) -> dict[str, Any]:
@@ -108,15 +119,14 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     attempt owns the run). Sub-runs it starts are leased to this execution, so
     the reconciler judges them by it too.
     """
-    request = AdvanceRequest.model_validate(event)
+    request = AdvanceSlice.model_validate(event)
     logger.append_keys(run_id=request.run_id, attempt=request.attempt)
     services = environment.services()
     remaining = timedelta(milliseconds=context.get_remaining_time_in_millis())
     deadline = (services.clock.now() + remaining
                 - timedelta(seconds=services.settings.advance_margin_seconds))
     runtime = services.runtime([LogEventSink()], owner=request.execution_arn)
-    result = asyncio.run(runtime.advance(request.run_id, deadline=deadline,
-                                         expected_attempt=request.attempt))
+    result = asyncio.run(_advance(runtime, request, deadline))
     status = _step_status(result, request.attempt)
     count(_ADVANCE_METRICS[status])
     logger.info("advance ended", extra={"status": status, "usage": result.usage,
@@ -124,6 +134,24 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if result.status.terminal:
         _resume_parent(services, request.run_id)
     return _result(request.run_id, request.attempt, status)
+
+
+def _advance(runtime: AgentRuntime, request: AdvanceSlice,
+             deadline: datetime) -> Coroutine[Any, Any, RunResult]:
+    if request.max_total_tokens is None:
+        return runtime.advance(request.run_id, deadline=deadline,
+                               expected_attempt=request.attempt)
+    budget = Budget(max_total_tokens=request.max_total_tokens)
+    advance_with: Any = runtime.advance
+    if "budget" not in inspect.signature(advance_with).parameters:
+        # An engine whose advance takes no budget yet: run on the persisted limit.
+        logger.warning("the engine's advance takes no budget: the new limit is not applied",
+                       extra={"max_total_tokens": request.max_total_tokens})
+        return runtime.advance(request.run_id, deadline=deadline,
+                               expected_attempt=request.attempt)
+    result: Coroutine[Any, Any, RunResult] = advance_with(
+        request.run_id, deadline=deadline, expected_attempt=request.attempt, budget=budget)
+    return result
 
 
 def _step_status(result: RunResult, attempt: int) -> str:
@@ -173,7 +201,8 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.info("resume request skipped", extra={"reason": request.reason, "why": stale})
         return {"run_id": request.run_id, "attempt": attempt, "status": SKIPPED}
     started = start_attempt(services.stepfunctions, services.settings.require_state_machine(),
-                            services.store, request.run_id, attempt, takeover=False)
+                            services.store, request.run_id, attempt, takeover=False,
+                            max_total_tokens=request.max_total_tokens)
     count("ExecutionStarted" if started.new else "StartDuplicate")
     logger.info("execution started" if started.new else "execution already started",
                 extra={"reason": request.reason, "execution": started.name})

@@ -24,13 +24,16 @@ that needs it skips, with the reason, on a store without it, and the "changes
 nothing" checks then cover the run and its checkpoints only.
 
 The rules live in one mixin per concept: `lifecycle` (ids, leases, fencing,
-terminal states), `checkpoints` (sequence, round trips, storage), `queries`
-(`list_runs`, approvals, effects, deletion, the store object); `builders` holds
-the clock, the record builders and the scenarios they share.
+terminal states), `checkpoints` (sequence, round trips, storage), `listing`
+(`list_runs` order, filters, pages), `answers` (`resolve_approval` for
+approvals and unknown effects, the resume outbox of `request_resume`),
+`queries` (effects, deletion, the store object); `builders` holds the clock,
+the record builders and the scenarios they share.
 """
 
 from __future__ import annotations
 
+from stores.conformance.answers import AnswerConformance
 from stores.conformance.builders import (
     EFFECT_KEY,
     ERROR,
@@ -40,6 +43,7 @@ from stores.conformance.builders import (
     NOW,
     OUTPUT,
     RUN,
+    UNKNOWN_EFFECT,
     WRITES,
     WRITES_OF_A_RUNNING_RUN,
     Write,
@@ -54,9 +58,11 @@ from stores.conformance.builders import (
     start_busy_run,
     start_run,
     suspend_for_approval,
+    suspend_for_effect,
 )
 from stores.conformance.checkpoints import CheckpointConformance
 from stores.conformance.lifecycle import LifecycleConformance
+from stores.conformance.listing import ListingConformance
 from stores.conformance.queries import QueryConformance
 
 __all__ = [
@@ -68,10 +74,13 @@ __all__ = [
     "NOW",
     "OUTPUT",
     "RUN",
+    "UNKNOWN_EFFECT",
     "WRITES",
     "WRITES_OF_A_RUNNING_RUN",
+    "AnswerConformance",
     "CheckpointConformance",
     "LifecycleConformance",
+    "ListingConformance",
     "QueryConformance",
     "RunStoreConformance",
     "Write",
@@ -86,11 +95,13 @@ __all__ = [
     "start_busy_run",
     "start_run",
     "suspend_for_approval",
+    "suspend_for_effect",
 ]
 
 
 # pytest collects a class's tests base by base in reverse MRO order, so the bases
 # are listed last concept first: the suite then runs, and reports, lifecycle,
-# checkpoints, queries, in the order the rules build on each other.
-class RunStoreConformance(QueryConformance, CheckpointConformance, LifecycleConformance):
+# checkpoints, listing, answers, the rest, in the order the rules build on each other.
+class RunStoreConformance(QueryConformance, AnswerConformance, ListingConformance,
+                          CheckpointConformance, LifecycleConformance):
     """The RunStore contract. Subclass it and provide a `store` fixture (see the package)."""

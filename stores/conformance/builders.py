@@ -27,6 +27,7 @@ LEASE_SECONDS = 60.0
 MANIFEST_HASH = "sha256:" + "ab" * 32
 RUN = "run-1"
 EFFECT_KEY = "effect-1"
+UNKNOWN_EFFECT = "run-1:act:call-7"  # the key of an effect whose outcome is unknown
 OUTPUT: Any = {"answer": 42, "items": [1, "two", None]}
 ERROR = RunError(type="tool_error", message="the tool broke", details={"code": 7})
 
@@ -111,10 +112,19 @@ def run_in(store: RunStore, status: str) -> int:
     return 1
 
 
-def suspend_for_approval(store: RunStore, approval_id: str = "approval-1") -> None:
+def suspend_for_approval(store: RunStore, approval_id: str = "approval-1",
+                         **details: Any) -> None:
+    """Run `RUN` at attempt 1, suspended on an approval; `details` are added."""
     start_run(store)
     store.suspend_run(RUN, expected_attempt=1, reason="approval", at=at(100), details={
-        "approval_id": approval_id, "prompt": "Ship it?", "step_path": "review"})
+        "approval_id": approval_id, "prompt": "Ship it?", "step_path": "review", **details})
+
+
+def suspend_for_effect(store: RunStore, key: str = UNKNOWN_EFFECT, **details: Any) -> None:
+    """Run `RUN` at attempt 1, suspended on an effect whose outcome is unknown."""
+    start_run(store)
+    store.suspend_run(RUN, expected_attempt=1, reason="effect-unknown", at=at(100), details={
+        "key": key, "tool": "delete_file", "step_path": "act", **details})
 
 
 def list_effects(store: RunStore, run_id: str) -> list[EffectRecord] | None:
@@ -179,6 +189,7 @@ NAMING_A_RUN: dict[str, Write] = WRITES | {
     "cancel_run+unfenced": lambda s, r, a: s.cancel_run(r, at=NOW),
     "resolve_approval": lambda s, r, a: s.resolve_approval(
         r, "approval-1", approved=True, response=None, responded_by=None, at=NOW),
+    "request_resume": lambda s, r, a: s.request_resume(r, at=NOW, reason="sub-run-finished"),
 }
 
 

@@ -4,6 +4,7 @@
     stack.put_resume_request(run_id, attempt=0, reason="run-created")
     stack.deliver_resume_requests()                  # the rule's target: the start function
     stack.wait_for(execution_name(run_id, 1))
+    answer = stack.call_api(http_event("api-get-run.json", runId=run_id))  # the HTTP API
 
 What is built from the template's own properties, so the tests and the
 deployment cannot drift apart:
@@ -16,6 +17,8 @@ deployment cannot drift apart:
   `DefinitionSubstitutions` resolved to the moto functions' ARNs;
 * the functions' environment (Globals and each function's variables,
   resolved), which the handlers read from os.environ;
+* the HTTP API's function, called with API Gateway's events (events/api-*.json,
+  `http_event`) through Lambda's API, as API Gateway calls it;
 * the resume-requested rule's event pattern. moto's EventBridge cannot invoke
   a Lambda target, so the rule targets an SQS queue here and
   `deliver_resume_requests` hands what it received to the start function, as
@@ -40,10 +43,11 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import boto3
 
@@ -81,6 +85,58 @@ def sample_event(name: str, **detail: Any) -> dict[str, Any]:
     else:
         event.update(detail)
     return event
+
+
+_UNCHANGED: Any = object()
+
+
+def iam_caller(user_arn: str) -> dict[str, Any]:
+    """An HTTP API authorizer context of a SigV4-signed request by `user_arn`."""
+    account = user_arn.split(":")[4]
+    return {"iam": {"accessKey": "ASIAIOSFODNN7EXAMPLE", "accountId": account,
+                    "callerId": "AROAEXAMPLEROLEID1234:session", "cognitoIdentity": None,
+                    "principalOrgId": None, "userArn": user_arn,
+                    "userId": "AROAEXAMPLEROLEID1234:session"}}
+
+
+def jwt_caller(**claims: str) -> dict[str, Any]:
+    """An HTTP API authorizer context of a request whose JWT the authorizer verified."""
+    return {"jwt": {"claims": claims, "scopes": None}}
+
+
+def http_event(name: str, *, body: Any = _UNCHANGED, query: Mapping[str, str] | None = None,
+               caller: dict[str, Any] | None = _UNCHANGED, **path: str) -> dict[str, Any]:
+    """An HTTP API event of events/ (api-*.json) for other path parameters (`runId=`),
+    body (JSON; None for none), query parameters or caller (None: no authorizer)."""
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    parameters = {**event.get("pathParameters", {}), **path}
+    route = event["routeKey"].split(" ", 1)[1]
+    raw_path = route.format_map(parameters)
+    event["rawPath"] = event["requestContext"]["http"]["path"] = raw_path
+    if parameters:
+        event["pathParameters"] = parameters
+    if body is not _UNCHANGED:
+        event.pop("body", None)
+        event["headers"].pop("content-length", None)
+        if body is not None:
+            event["body"] = json.dumps(body)
+            event["headers"]["content-length"] = str(len(event["body"].encode()))
+    if query is not None:
+        event["rawQueryString"] = urlencode(query)
+        event["queryStringParameters"] = dict(query)
+    if caller is not _UNCHANGED:
+        if caller is None:
+            event["requestContext"].pop("authorizer", None)
+        else:
+            event["requestContext"]["authorizer"] = caller
+    return event
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int
+    headers: dict[str, str]
+    body: Any
 
 
 @dataclass
@@ -186,6 +242,13 @@ class Stack:
         if answer.get("FunctionError"):
             raise AssertionError(f"{function} failed: {body}")
         return body
+
+    def call_api(self, event: dict[str, Any]) -> HttpAnswer:
+        """An HTTP API request handed to the API function as API Gateway does; its answer."""
+        answer = self.invoke("ApiFunction", event)
+        text = answer.get("body") or ""
+        return HttpAnswer(answer["statusCode"], answer.get("headers") or {},
+                          json.loads(text) if text else None)
 
     def put_resume_request(self, run_id: str, *, attempt: int, reason: str) -> None:
         request_resume(self.events, ResumeRequested(run_id=run_id, attempt=attempt,

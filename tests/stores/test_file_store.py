@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from stores import atomic_files, file
+from stores import atomic_files, file, file_approvals
 from stores.atomic_files import seal
 from stores.base import (
     ApprovalConflict,
@@ -305,18 +305,18 @@ def test_an_approval_lost_between_its_two_writes_is_restored(
     attempt = started(store)
     store.suspend_run("r1", expected_attempt=attempt, reason="approval",
                       details={"approval_id": "a1"}, at=at(1))
-    real = file.write_atomic
+    real = file_approvals.write_atomic
 
     def dying(path: Path, data: bytes) -> None:
         if path.parent.name == "approvals":
             raise SystemExit("killed")
         real(path, data)
 
-    monkeypatch.setattr(file, "write_atomic", dying)
+    monkeypatch.setattr(file_approvals, "write_atomic", dying)
     with pytest.raises(SystemExit):
         store.resolve_approval("r1", "a1", approved=True, response=1, responded_by=None,
                                at=at(2))
-    monkeypatch.setattr(file, "write_atomic", real)
+    monkeypatch.setattr(file_approvals, "write_atomic", real)
     assert not os.listdir(run_dir(store) / "approvals")
     # run.json committed the answer: a different one is refused, the same is a no-op.
     with pytest.raises(ApprovalConflict):

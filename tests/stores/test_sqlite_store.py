@@ -28,9 +28,10 @@ from stores.base import (
     StaleAttempt,
     StoreError,
 )
-from stores.records import Checkpoint, RunRecord, RunStatus
+from stores.records import Checkpoint, ParentRef, RunRecord, RunStatus, Suspension
 from stores.sqlite import SqliteRunStore
-from stores.sqlite_schema import SCHEMA_VERSION
+from stores.sqlite_rows import DEFINITION, NOT_IN_RECORD, digest, micros
+from stores.sqlite_schema import SCHEMA_VERSION, migrate
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -127,6 +128,83 @@ def test_a_newer_schema_is_refused(path: Path) -> None:
         raw.execute("INSERT INTO schema_version VALUES (?, 'later')", (SCHEMA_VERSION + 1,))
     with pytest.raises(StoreError, match="newer"):
         SqliteRunStore(path)
+
+
+# The run columns of schema version 1, in the order its store wrote them.
+_VERSION_1_FIELDS = ("status", "attempt", "parent_run_id", "lease_expires_at", "created_at",
+                     "checkpoint_seq", "consumed_tokens", "updated_at", "record", "checksum")
+
+
+def _write_version_1_row(raw: sqlite3.Connection, run: RunRecord, *,
+                         definition: str | None = None) -> None:
+    """A run row as the version-1 store wrote it (its records had no resume request)."""
+    if definition is None:
+        definition = run.model_dump_json(include=DEFINITION)
+    record = run.model_dump_json(exclude=NOT_IN_RECORD | {"resume_requested_at", "resume_reason"})
+    lease = None if run.lease_expires_at is None else micros(run.lease_expires_at)
+    values = (run.status.value, run.attempt, run.parent.run_id if run.parent else None, lease,
+              micros(run.created_at), run.checkpoint_seq or 0, run.consumed_tokens,
+              micros(run.updated_at), record, digest(record))
+    raw.execute(f"INSERT INTO runs (run_id, incarnation, definition, definition_checksum,"
+                f" {', '.join(_VERSION_1_FIELDS)}) VALUES (?, ?, ?, ?,"
+                f" {', '.join('?' * len(values))})",
+                (run.run_id, f"incarnation-{run.run_id}", definition, digest(definition),
+                 *values))
+
+
+def test_a_version_1_file_opens_migrated_with_its_runs(path: Path) -> None:
+    waiting = _run("r1", status=RunStatus.SUSPENDED, attempt=1, tenant="acme", updated_at=T0,
+                   suspension=Suspension(reason="approval", details={"approval_id": "a1"}))
+    queued = _run("r2", updated_at=T0)
+    child = _run("r3", tenant="acme", parent=ParentRef(run_id="r1", step_path="loop/0"),
+                 updated_at=T0)
+    path.parent.mkdir(parents=True)
+    with _raw(path) as raw:
+        migrate(raw, version=1)
+        for run in (waiting, queued, child):
+            _write_version_1_row(raw, run)
+        # A damaged definition must not stop the migration; reading it reports it.
+        _write_version_1_row(raw, _run("r4", tenant="acme"), definition="{not json")
+    with SqliteRunStore(path) as store:
+        for run in (waiting, queued, child):
+            assert store.load_run(run.run_id) == run
+        with pytest.raises(CorruptRecord, match="run 'r4'"):
+            store.load_run("r4")
+        assert [r.run_id for r in store.list_runs(tenant="acme", statuses={
+            RunStatus.SUSPENDED, RunStatus.CREATED}, parent_run_id="r1").runs] == ["r3"]
+        assert [r.run_id for r in store.list_runs(
+            tenant="acme", newest_first=True, cursor="r4").runs] == ["r3", "r1"]
+        assert store.list_runs(resume_requested_before=T0 + timedelta(days=1)).runs == []
+        store.resolve_approval("r1", "a1", approved=True, response=None, responded_by=None,
+                               at=T0 + timedelta(seconds=5))
+        assert [r.run_id for r in store.list_runs(
+            resume_requested_before=T0 + timedelta(seconds=6)).runs] == ["r1"]
+        resumed = store.resume_run("r1", owner="w", now=T0 + timedelta(seconds=7),
+                                   lease_seconds=60)
+        store.save_checkpoint(_checkpoint(1, attempt=2), expected_attempt=2)
+        assert resumed.resume_requested_at is None
+        assert store.list_runs(resume_requested_before=T0 + timedelta(days=1)).runs == []
+    with _raw(path) as raw:
+        versions = [row[0] for row in raw.execute("SELECT version FROM schema_version")]
+        indexes = {row[0] for row in raw.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")}
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+    assert {"runs_by_tenant", "runs_by_resume_request"} <= indexes
+
+
+@pytest.mark.parametrize(("column", "value", "filters"), [
+    ("tenant", "acme", {"tenant": "acme"}),
+    ("resume_requested_at", 0, {"resume_requested_before": T0}),
+])
+def test_a_filter_column_that_disagrees_with_the_texts_is_corrupt(
+        store: SqliteRunStore, path: Path, column: str, value: object,
+        filters: dict[str, Any]) -> None:
+    _started(store)
+    store.suspend_run("r1", expected_attempt=1, reason="sub-run", details={}, at=T0)
+    with _raw(path) as raw:
+        raw.execute(f"UPDATE runs SET {column} = ? WHERE run_id = 'r1'", (value,))
+    with pytest.raises(CorruptRecord, match="indexed columns disagree"):
+        store.list_runs(**filters)
 
 
 def test_everything_survives_close_and_reopen(path: Path) -> None:

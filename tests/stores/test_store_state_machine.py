@@ -56,6 +56,9 @@ LEASE_SECONDS = 30.5
 RUN_IDS = ("run-a", "run-b", "run-c")  # run-c starts missing and is drawn less often
 APPROVAL_IDS = ("approval-1", "approval-2")
 EFFECT_KEYS = ("effect-1", "effect-2")
+UNKNOWN_EFFECTS = ("call-1",)  # keys of effects a run suspends on, its outcome unknown
+# What a suspended run waits on: the detail that names the question, by reason.
+QUESTION = {"approval": "approval_id", "effect-unknown": "key"}
 OUTPUTS: tuple[Any, ...] = ("done", {"answer": 2}, None)
 ERRORS = (RunError(type="boom", message="it broke"), RunError(type="timeout", message="slow"))
 ENDINGS: list[tuple[str, Any]] = [
@@ -88,6 +91,7 @@ class ModelRun:
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
     suspension: dict[str, Any] | None = None  # reason, details, answer
+    requested: tuple[datetime, str] | None = None  # the pending resume request
     output: Any = None
     error: RunError | None = None
     checkpoints: list[Content] = field(default_factory=list)  # seq n at index n - 1
@@ -149,6 +153,7 @@ class Model:
             raise LeaseHeld("the model")
         run.status, run.attempt, run.lease_owner = "running", run.attempt + 1, owner
         run.lease_expires_at = now + timedelta(seconds=LEASE_SECONDS)
+        run.requested = None
 
     def renew(self, run_id: str, *, expected_attempt: int, now: datetime) -> None:
         run = self._run(run_id)
@@ -192,6 +197,7 @@ class Model:
         if checkpoint is not None and self._is_new(run, checkpoint):
             run.checkpoints.append(checkpoint)
         run.status, run.output, run.error = status, output, error
+        run.requested = None
         self._release(run)
 
     def cancel(self, run_id: str, *, expected_attempt: int | None) -> None:
@@ -203,9 +209,11 @@ class Model:
         if run.status in TERMINAL:
             raise RunTerminal("the model")
         run.status = "cancelled"
+        run.requested = None
         self._release(run)
 
-    def resolve(self, run_id: str, approval_id: str, *, approved: bool, response: Any) -> None:
+    def resolve(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
+                at: datetime) -> None:
         run = self._run(run_id)
         if run.status in TERMINAL:
             raise RunTerminal("the model")
@@ -215,10 +223,25 @@ class Model:
                 return
             raise ApprovalConflict("the model")
         waiting = run.suspension
-        if (run.status != "suspended" or waiting is None or waiting["reason"] != "approval"
-                or waiting["details"].get("approval_id") != approval_id):
+        if (run.status != "suspended" or waiting is None or waiting["reason"] not in QUESTION
+                or waiting["details"].get(QUESTION[waiting["reason"]]) != approval_id):
             raise InvalidTransition("the model")
         run.answers[approval_id] = waiting["answer"] = (approved, response)
+        self._ask(run, at, "approval-recorded")
+
+    @staticmethod
+    def _ask(run: ModelRun, at: datetime, reason: str) -> None:
+        """The earliest pending request stands."""
+        if run.requested is None or at < run.requested[0]:
+            run.requested = (at, reason)
+
+    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
+        run = self._run(run_id)
+        if run.status in TERMINAL:
+            raise RunTerminal("the model")
+        if run.status != "suspended":
+            raise InvalidTransition("the model")
+        self._ask(run, at, reason)
 
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int) -> dict[str, Any]:
         run = self._run(run_id)
@@ -393,13 +416,17 @@ class StoreMachine(RuleBasedStateMachine):
                                            lease_expires_at=lease))
 
     @rule(run_id=run_ids, offset=offsets, plan=maybe_plans,
-          reason=st.sampled_from([*APPROVAL_IDS, "sub-run"]))
+          reason=st.sampled_from([*APPROVAL_IDS, *UNKNOWN_EFFECTS, "sub-run"]))
     def suspend_run(self, run_id: str, offset: int, plan: tuple[str, int, str] | None,
                     reason: str) -> None:
         attempt = self.attempt(run_id, offset)
         checkpoint = self.checkpoint(run_id, attempt, plan)
-        details = {"approval_id": reason} if reason in APPROVAL_IDS else {"child_run_id": "c"}
-        kind = "approval" if reason in APPROVAL_IDS else reason
+        details: dict[str, Any] = {"child_run_id": "c"}
+        kind = reason
+        if reason in APPROVAL_IDS:
+            kind, details = "approval", {"approval_id": reason}
+        elif reason in UNKNOWN_EFFECTS:
+            kind, details = "effect-unknown", {"key": reason, "tool": "delete"}
         self.agree(
             "suspend_run",
             lambda: self.store.suspend_run(run_id, expected_attempt=attempt, reason=kind,
@@ -437,20 +464,30 @@ class StoreMachine(RuleBasedStateMachine):
                 lambda: self.model.finish(run_id, status="completed", expected_attempt=attempt,
                                           output=value, checkpoint=content))
 
-    @rule(run_id=run_ids, approval_id=st.sampled_from([None, *APPROVAL_IDS]),
-          approved=st.booleans(), response=st.sampled_from([None, "ok", {"note": 1}]))
+    @rule(run_id=run_ids, approval_id=st.sampled_from([None, *APPROVAL_IDS, *UNKNOWN_EFFECTS]),
+          approved=st.booleans(), response=st.sampled_from([None, "ok", {"action": "retry"}]))
     def resolve_approval(self, run_id: str, approval_id: str | None, approved: bool,
                          response: Any) -> None:
-        if approval_id is None:  # the approval the run waits for, when it waits for one
+        if approval_id is None:  # the question the run waits on, when it waits on one
             waiting = self.model.runs[run_id].suspension if run_id in self.model.runs else None
-            approval_id = (waiting or {}).get("details", {}).get("approval_id", APPROVAL_IDS[0])
+            details = (waiting or {}).get("details", {})
+            approval_id = details.get("approval_id", details.get("key", APPROVAL_IDS[0]))
         self.agree(
             "resolve_approval",
             lambda: self.store.resolve_approval(run_id, approval_id, approved=approved,
                                                 response=response, responded_by="tester",
                                                 at=self.now),
             lambda: self.model.resolve(run_id, approval_id, approved=approved,
-                                       response=response))
+                                       response=response, at=self.now))
+
+    @rule(run_id=run_ids, seconds=st.integers(-5, 5),
+          reason=st.sampled_from(["sub-run-finished", "asked"]))
+    def request_resume(self, run_id: str, seconds: int, reason: str) -> None:
+        """Requests at times around now: a later one must never move the pending one."""
+        at = self.now + timedelta(seconds=seconds)
+        self.agree("request_resume",
+                   lambda: self.store.request_resume(run_id, at=at, reason=reason),
+                   lambda: self.model.request_resume(run_id, at=at, reason=reason))
 
     @rule(run_id=run_ids, key=st.sampled_from(EFFECT_KEYS), offset=offsets)
     def begin_effect(self, run_id: str, key: str, offset: int) -> None:
@@ -507,10 +544,21 @@ class StoreMachine(RuleBasedStateMachine):
                 answer = None if decision is None else (decision["approved"],
                                                         decision["response"])
                 assert answer == waiting["answer"]
+        assert (record.resume_requested_at, record.resume_reason) == (
+            expected.requested or (None, None))
         if expected.status == "completed":
             assert same_json(record.output, expected.output)
         if expected.status == "failed":
             assert record.error == expected.error
+
+    @invariant()
+    def the_outbox_lists_the_pending_requests(self) -> None:
+        before = self.now + timedelta(seconds=1)
+        listed = [run.run_id for run in
+                  self.store.list_runs(resume_requested_before=before).runs]
+        assert listed == sorted(
+            run_id for run_id, run in self.model.runs.items()
+            if run.status == "suspended" and run.requested and run.requested[0] < before)
 
     @invariant()
     def store_and_model_agree(self) -> None:

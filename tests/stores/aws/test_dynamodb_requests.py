@@ -2,8 +2,8 @@
 
 An owner's save_checkpoint of a small checkpoint is one DynamoDB request (a
 TransactWriteItems) and a large one adds exactly one S3 PutObject; the
-reconciler's list_runs(lease_expired_before=...) Queries the status GSI and
-never Scans.
+reconciler's list_runs(lease_expired_before=..., resume_requested_before=...)
+Queries the status GSI, list_runs(tenant=...) the tenant GSI, and none Scans.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from conftest import open_store, unique
 
 from stores.conformance import NOW, RUN, at, make_checkpoint, make_run, start_run
 from stores.dynamodb import DynamoDbRunStore
+from stores.dynamodb_items import STATUS_INDEX, TENANT_INDEX
+from stores.records import RunStatus
 
 
 @contextmanager
@@ -36,6 +38,21 @@ def requests(*clients: Any) -> Iterator[Counter[str]]:
     finally:
         for client in clients:
             client.meta.events.unregister("before-call", count)
+
+
+@contextmanager
+def queries(client: Any) -> Iterator[list[dict[str, Any]]]:
+    """The parameters of every Query `client` makes."""
+    made: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        made.append(dict(params))
+
+    client.meta.events.register("before-parameter-build.dynamodb.Query", record)
+    try:
+        yield made
+    finally:
+        client.meta.events.unregister("before-parameter-build.dynamodb.Query", record)
 
 
 @pytest.fixture
@@ -104,6 +121,60 @@ def test_the_reconcilers_list_runs_queries_the_index_and_never_scans(
         assert len(store.list_runs(limit=100).runs) == 30
     assert "dynamodb:Scan" not in everything
     print(f"\nlist_runs(lease_expired_before): {dict(counted)}; all runs: {dict(everything)}")
+
+
+def test_list_runs_of_a_tenant_queries_the_tenant_index_and_never_scans(
+        aws: AwsResources, store: DynamoDbRunStore) -> None:
+    for n in range(30):
+        store.create_run(make_run(f"run-{n:02d}", tenant="other" if n % 3 == 0 else "t"))
+    expected = sorted((f"run-{n:02d}" for n in range(30) if n % 3), reverse=True)
+    seen: list[str] = []
+    cursor = None
+    with requests(aws.dynamodb) as counted, queries(aws.dynamodb) as made:
+        for _ in range(len(expected)):
+            page = store.list_runs(tenant="t", newest_first=True, limit=7, cursor=cursor)
+            seen += [run.run_id for run in page.runs]
+            cursor = page.cursor
+            if cursor is None:
+                break
+    assert seen == expected
+    pages = -(-len(expected) // 7)
+    assert counted == {"dynamodb:Query": pages, "dynamodb:BatchGetItem": pages}, counted
+    assert {(query["IndexName"], query["ScanIndexForward"]) for query in made} == {
+        (TENANT_INDEX, False)}
+    with requests(aws.dynamodb) as oldest_first:
+        page = store.list_runs(tenant="t", statuses={RunStatus.CREATED}, limit=100)
+    assert [run.run_id for run in page.runs] == sorted(expected)
+    assert "dynamodb:Scan" not in oldest_first
+
+
+def test_the_reconcilers_resume_requests_come_from_the_status_index_and_only_those_are_read(
+        aws: AwsResources, store: DynamoDbRunStore) -> None:
+    for n in range(20):
+        run_id = f"run-{n:02d}"
+        store.create_run(make_run(run_id))
+        store.resume_run(run_id, owner="o", now=NOW, lease_seconds=60)
+        store.suspend_run(run_id, expected_attempt=1, reason="sub-run", details={}, at=at(1))
+        if n % 4 == 0:
+            store.request_resume(run_id, at=at(10 + n), reason="sub-run-finished")
+    read: list[int] = []
+
+    def count_keys(params: dict[str, Any], **_: Any) -> None:
+        read.extend(len(table["Keys"]) for table in params["RequestItems"].values())
+
+    aws.dynamodb.meta.events.register("before-parameter-build.dynamodb.BatchGetItem", count_keys)
+    try:
+        with requests(aws.dynamodb) as counted, queries(aws.dynamodb) as made:
+            page = store.list_runs(resume_requested_before=at(100), limit=100)
+    finally:
+        aws.dynamodb.meta.events.unregister("before-parameter-build.dynamodb.BatchGetItem",
+                                            count_keys)
+    assert [run.run_id for run in page.runs] == [f"run-{n:02d}" for n in range(0, 20, 4)]
+    assert counted == {"dynamodb:Query": 1, "dynamodb:BatchGetItem": 1}, counted
+    assert [query["IndexName"] for query in made] == [STATUS_INDEX]
+    # Suspended runs nobody asked to resume are not in the key range: only the
+    # five requested runs are read (META and definition each).
+    assert read == [2 * 5]
 
 
 def test_effects_cost_one_request_to_begin(aws: AwsResources, store: DynamoDbRunStore) -> None:

@@ -1,0 +1,135 @@
+"""The reconciler loop of `agent-runtime serve`: a pass at start, then every interval.
+
+Each pass runs the `Reconciler` (DESIGN section 7) with the local liveness
+check, so runs stranded by a crash of an earlier server (or of any local
+process) are taken over once their lease expired and their owner's pid is
+gone, and `created` runs nobody started are started. Then it looks for
+`suspended` runs whose resume was requested (an approval answered, a resume
+asked for) a little while ago but which no worker picked up: a request that
+found the pool full, or a server that stopped before getting to it.
+
+Runs are not executed on the loop's thread: they are handed to the
+`LocalLauncher`'s workers, so a long run never delays the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import timedelta
+
+from stores.base import RunStore
+from stores.records import RunRecord, RunStatus
+
+from agent_runtime.api.local_launcher import LocalLauncher
+from agent_runtime.engine import Clock, SystemClock
+from agent_runtime.events import EventSink
+from agent_runtime.reconcile import (
+    DEFAULT_MAX_TAKEOVERS,
+    LivenessCheck,
+    LostRace,
+    Reconciler,
+    ReconcileSummary,
+    Resumed,
+)
+
+DEFAULT_INTERVAL_SECONDS = 30.0
+# A resume request younger than this is left to the request that made it.
+REQUESTED_GRACE_SECONDS = 5.0
+
+logger = logging.getLogger("agent_runtime.serve")
+
+
+class WorkersBusy(Exception):
+    """Every worker is busy and the queue is full: the next pass tries again."""
+
+
+class ReconcileLoop:
+    """Runs `pass_once` on a background thread every `interval` seconds until `stop`."""
+
+    def __init__(self, store: RunStore, launcher: LocalLauncher, *,
+                 interval: float = DEFAULT_INTERVAL_SECONDS,
+                 requested_grace: float = REQUESTED_GRACE_SECONDS,
+                 liveness: LivenessCheck | None = None,
+                 max_takeovers: int = DEFAULT_MAX_TAKEOVERS,
+                 event_sinks: Iterable[EventSink] = (), clock: Clock | None = None) -> None:
+        if interval <= 0:
+            raise ValueError("the reconcile interval must be a positive number of seconds")
+        self.store = store
+        self.launcher = launcher
+        self.interval = interval
+        self.requested_grace = requested_grace
+        self.clock: Clock = clock or SystemClock()
+        # Takeovers go to the workers, not to this thread.
+        self.reconciler = Reconciler(store, resume=self._hand_over, liveness=liveness,
+                                     max_takeovers=max_takeovers, event_sinks=event_sinks,
+                                     clock=self.clock)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    async def _hand_over(self, run: RunRecord) -> Resumed:
+        if self.launcher.is_pending(run.run_id):
+            raise LostRace("already queued or executing on this server")
+        if not self.launcher.take_over(run):
+            raise WorkersBusy(f"all {self.launcher.workers} workers are busy; the next pass "
+                              "tries again")
+        return Resumed(run.attempt + 1, None, "handed to a worker")
+
+    def pass_once(self) -> ReconcileSummary:
+        """One reconciler pass, then the requested resumes nobody picked up."""
+        summary = self.reconciler.reconcile_sync()
+        counts = summary.counts()
+        if counts["candidates"]:
+            logger.info("reconcile: %d candidates, %d resumed, %d skipped, %d failed, "
+                        "%d errors", counts["candidates"], counts["resumed"], counts["skipped"],
+                        counts["failed_runs"], counts["errors"])
+        for outcome in summary.outcomes:
+            if outcome.detail and outcome.action.value in ("error", "failed-run"):
+                logger.warning("reconcile: run %s: %s: %s", outcome.run_id,
+                               outcome.action.value, outcome.detail)
+        self.resume_requested()
+        return summary
+
+    def resume_requested(self) -> list[str]:
+        """Hand over suspended runs whose resume request is older than the grace period."""
+        before = self.clock.now() - timedelta(seconds=self.requested_grace)
+        handed: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = self.store.list_runs(statuses=[RunStatus.SUSPENDED],
+                                        resume_requested_before=before, cursor=cursor)
+            for run in page.runs:
+                if self.launcher.is_pending(run.run_id):
+                    continue
+                if not self.launcher.take_over(run):
+                    return handed  # busy: the next pass goes on
+                logger.info("reconcile: run %s: resume requested at %s, handed to a worker",
+                            run.run_id, run.resume_requested_at)
+                handed.append(run.run_id)
+            cursor = page.cursor
+            if cursor is None:
+                return handed
+
+    # -- the thread ------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="agent-runtime-reconciler",
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.pass_once()
+            except Exception:
+                # A store that is briefly unavailable must not end the loop.
+                logger.exception("reconcile: the pass failed; the next one is in %ss",
+                                 self.interval)
+            self._stopping.wait(self.interval)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """No further pass; wait up to `timeout` seconds for one in progress."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,281 @@
+"""The local HTTP server of `agent-runtime serve`: the API's routes under uvicorn.
+
+    app = build_app(services, HostCheck("127.0.0.1", 8000))
+    serve_until_stopped(app, bind_socket("127.0.0.1", 8000), launcher=..., reconcile=...)
+
+The routes are a Powertools `HttpResolverLocal` (an ASGI app) with
+`build_api`, the same routes API Gateway serves on AWS. In front of it,
+`ApiGuard` does what API Gateway does there and a bare ASGI app does not:
+
+* refuses a `Host` this server is not bound to (421; DNS rebinding), and
+  header or query bytes that are not UTF-8 (400);
+* enforces the body limit while reading: 413 as soon as `Content-Length`
+  or the bytes received pass `limits.max_body_bytes`, never buffering more;
+* refuses a body that is not UTF-8 (400) instead of letting the resolver
+  fail decoding it;
+* answers an exception nothing else handled with a 500 problem that carries
+  no traceback, and logs it (a client's input should never get there).
+
+Every error it writes is `application/problem+json` (RFC 9457).
+
+Stopping (SIGINT or SIGTERM): the server stops accepting connections and
+finishes the requests in flight, the reconciler loop stops, queued runs are
+dropped (they stay in the store for the next server's reconciler) and
+executing ones get `grace_seconds` to finish. A run still executing after
+that, or after a second signal, is abandoned as in a crash: its checkpoint
+is kept and the reconciler takes it over once this process is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from types import FrameType
+from typing import Any
+
+from agent_runtime.api.local_auth import HostCheck
+from agent_runtime.api.local_launcher import LocalLauncher
+from agent_runtime.api.local_reconcile import ReconcileLoop
+from agent_runtime.api.problems import PROBLEM_JSON, excerpt, problem_response
+from agent_runtime.api.services import ApiServices
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+logger = logging.getLogger("agent_runtime.serve")
+
+_SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
+_BEARER_CHALLENGE = (b"www-authenticate", b'Bearer realm="agent-runtime"')
+
+
+async def send_problem(send: Send, status: int, detail: str) -> None:
+    """A problem document, as the routes write them (`problems.problem_response`)."""
+    response = problem_response(status, detail)
+    body = str(response.body).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", PROBLEM_JSON.encode("ascii")),
+                            (b"content-length", str(len(body)).encode("ascii")),
+                            *_SECURITY_HEADERS]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class ApiGuard:
+    """ASGI middleware in front of the resolver: Host, encoding, body size, last-resort 500."""
+
+    def __init__(self, app: AsgiApp, *, max_body_bytes: int, hosts: HostCheck) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await send_problem(send, *refusal)
+            return
+        try:
+            body = await self._read_body(scope, receive)
+        except _TooLarge:
+            await send_problem(send, 413, f"the request body is larger than "
+                                          f"{self.max_body_bytes} bytes")
+            return
+        except _Disconnected:
+            return
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            await send_problem(send, 400, "the request body is not UTF-8 text")
+            return
+        await self._forward(scope, body, receive, send)
+
+    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+        headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+        try:
+            for name, value in headers:
+                name.decode("utf-8")
+                value.decode("utf-8")
+            scope.get("query_string", b"").decode("utf-8")
+        except UnicodeDecodeError:
+            return 400, "request headers and the query string must be UTF-8"
+        hosts = [value.decode("utf-8") for name, value in headers if name.lower() == b"host"]
+        if len(hosts) != 1:
+            return 400, "the request needs exactly one Host header"
+        if not self.hosts.allows(hosts[0]):
+            # Not an address this server answers to: a DNS rebinding page, or a
+            # proxy forwarding a name it should not.
+            return 421, (f"this server answers to {self.hosts.describe()}, not "
+                         f"{excerpt(hosts[0])!r}")
+        lengths = [value for name, value in headers if name.lower() == b"content-length"]
+        if lengths and lengths[0].strip().isdigit() \
+                and int(lengths[0].strip()) > self.max_body_bytes:
+            return 413, f"the request body is larger than {self.max_body_bytes} bytes"
+        return None
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _forward(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        started = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = list(message.get("headers", []))
+                names = {name.lower() for name, _ in headers}
+                headers.extend(header for header in _SECURITY_HEADERS if header[0] not in names)
+                if message["status"] == 401 and b"www-authenticate" not in names:
+                    headers.append(_BEARER_CHALLENGE)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, replay, guarded_send)
+        except Exception:
+            logger.exception("%s %s: unhandled error", scope.get("method"), scope.get("path"))
+            if not started:
+                await send_problem(send, 500, "the server failed to answer this request; "
+                                              "the error is in its log")
+
+
+def build_app(services: ApiServices, hosts: HostCheck) -> ApiGuard:
+    """The routes on an `HttpResolverLocal`, behind `ApiGuard`."""
+    from aws_lambda_powertools.event_handler.http_resolver import (  # noqa: PLC0415 - the serve extra
+        HttpResolverLocal,
+    )
+
+    from agent_runtime.api.routes import build_api  # noqa: PLC0415 - imports Powertools
+
+    resolver = HttpResolverLocal(enable_validation=True)
+    build_api(resolver, services)
+    return ApiGuard(resolver, max_body_bytes=services.limits.max_body_bytes, hosts=hosts)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port` (port 0: a free one, read it from the socket)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _Stop:
+    """The signals of one server: the first stops it gracefully, a second at once."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.forced = threading.Event()
+        self.server: Any = None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested.is_set():
+            self.forced.set()
+        self.requested.set()
+        if self.server is not None:
+            self.server.should_exit = True
+
+
+def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLauncher,
+                        reconcile: ReconcileLoop | None,
+                        grace_seconds: float,
+                        access_log: bool = True) -> int:
+    """Serve on `sock` until SIGINT or SIGTERM; then stop as the module says. Exit code."""
+    import uvicorn  # noqa: PLC0415 - the serve extra
+
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=access_log,
+                            server_header=False, timeout_graceful_shutdown=math.ceil(grace_seconds),
+                            log_config=None)
+    server = uvicorn.Server(config)
+    stop = _Stop()
+    stop.server = server
+    # Installed before uvicorn's: it restores them after serving and passes
+    # on the signals it caught, and a signal during the drain must count.
+    previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if reconcile is not None:
+            reconcile.start()
+        if not stop.requested.is_set():
+            server.run(sockets=[sock])
+        stop.requested.set()
+        return _drain(stop, launcher, reconcile, grace_seconds)
+    finally:
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _drain(stop: _Stop, launcher: LocalLauncher, reconcile: ReconcileLoop | None,
+           grace_seconds: float) -> int:
+    if reconcile is not None:
+        reconcile.stop(timeout=grace_seconds)
+    left = launcher.shutdown(wait=False)
+    if left:
+        logger.info("stopping: waiting up to %ss for %d executing run(s) to finish "
+                    "(a second signal stops at once)", grace_seconds, len(left))
+    deadline = time.monotonic() + grace_seconds
+    while left and not stop.forced.is_set() and (remaining := deadline - time.monotonic()) > 0:
+        # Short waits, so that a second signal is noticed at once.
+        left = launcher.wait(timeout=min(0.2, remaining))
+    if not left:
+        logger.info("stopped")
+        return 0
+    logger.warning("stopping with %d run(s) still executing: %s; each keeps its latest "
+                   "checkpoint and is taken over by the next `agent-runtime serve` (or "
+                   "`agent-runtime reconcile`) once its lease expires", len(left), ", ".join(left))
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    # The workers' threads cannot be interrupted and would hold the process
+    # open; leaving now is the crash every run is built to survive.
+    logging.shutdown()
+    os._exit(1)

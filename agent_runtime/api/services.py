@@ -1,0 +1,80 @@
+"""What the HTTP API's routes are given: the store, a runtime, a launcher, an authenticator.
+
+The routes (`agent_runtime.api.routes`) are written once and served two ways:
+on AWS by `functions/api/app.py` behind API Gateway, locally by
+`agent-runtime serve`. They never import boto3 and never execute a run
+themselves; what differs between the two places is injected here:
+
+* `Launcher` gets a stored run executed: locally a pool of worker threads
+  over the same store, on AWS a resume request recorded in the store plus an
+  EventBridge event that starts the state machine.
+* `Authenticator` turns a request into the caller's tenant: locally a bearer
+  token, on AWS the IAM principal or a JWT claim that API Gateway verified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from stores.base import RunStore
+from stores.records import Budget, RunRecord
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
+
+    from agent_runtime.engine import AgentRuntime
+
+
+class Unauthenticated(Exception):
+    """The request carries no acceptable credentials (HTTP 401)."""
+
+
+class Launcher(Protocol):
+    """Gets stored runs executed somewhere other than the request that asked."""
+
+    def start(self, run: RunRecord) -> None:
+        """A new run was stored (status `created`, attempt 0): execute its first attempt.
+
+        Returns once the start is durably requested, not when the run ends.
+        A run that cannot be started now stays `created`, where the
+        reconciler finds it (`list_runs(lease_expired_before=...)`).
+        """
+
+    def resume(self, run: RunRecord, *, reason: str, budget: Budget | None = None) -> None:
+        """A suspended run should continue: record the request, then execute the next attempt.
+
+        Records `store.request_resume(run_id, reason=...)` first, so a lost
+        start is picked up by the reconciler. `budget` replaces the run's
+        persisted token limit for the resumed attempt (None keeps it).
+        """
+
+
+class Authenticator(Protocol):
+    """Who is calling: the tenant whose runs the request may see and change."""
+
+    def tenant(self, event: BaseProxyEvent) -> str:
+        """The caller's tenant; raises `Unauthenticated` when the request has none."""
+        ...
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """Bounds on what one request may ask for."""
+
+    # A request body larger than this is refused with 413 before it is parsed.
+    max_body_bytes: int = 1_000_000
+    # `GET /runs?limit=` and the checkpoint timeline page at most this many rows.
+    max_page_size: int = 100
+
+
+@dataclass
+class ApiServices:
+    """Everything the routes use. Built once per process (or Lambda container)."""
+
+    store: RunStore
+    # Validates manifests and variables, creates runs and forks, records approvals.
+    runtime: AgentRuntime
+    launcher: Launcher
+    authenticator: Authenticator
+    limits: ApiLimits = field(default_factory=ApiLimits)

@@ -1,0 +1,105 @@
+"""A run submitted over HTTP: its manifest, what a client may not ask of the server, its id.
+
+A client sends the agent manifest itself. Nothing it sends may make the
+server read a file: a run manifest (its `agent.ref` is a path), a sub-run's
+`manifestRef`, a scripted model's script path and the CLI's `--config` and
+`--tools` are local options, refused here with the field that named them.
+Everything else is checked by the engine exactly as for the CLI.
+
+Idempotency: with an `Idempotency-Key` the run id is derived from
+(tenant, key) — `run_` + 32 hex digits of `sha256(tenant NUL key)`, laid out
+as a UUIDv8 — so a repeat finds the run its first request created. The
+request body's fingerprint (sha256 of its canonical JSON) is kept in the
+run's options (`request_sha256`): a repeat with another body is a conflict.
+Derived ids are not time-ordered: such runs list by id, not by creation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from agent_runtime.engine import AgentRuntime
+from agent_runtime.errors import ConfigError, ManifestError, StepFailed
+from agent_runtime.manifest import (
+    AgentManifest,
+    PromptStep,
+    SubRunStep,
+    iter_steps,
+    parse_agent_manifest,
+)
+from agent_runtime.manifest_input import describe, parse_document
+from agent_runtime.models.scripted import ECHO, ScriptedModel
+
+# How a manifest sent over HTTP is named in messages, as a file is by the CLI.
+SOURCE = "manifest"
+
+
+def agent_from_request(manifest: dict[str, Any] | str) -> AgentManifest:
+    """The agent manifest of a request: an object, or YAML/JSON text (parsed as
+    `agent-runtime validate` reads a file, so its errors read the same)."""
+    data: Any = manifest
+    if isinstance(manifest, str):
+        data = parse_document(manifest, source=SOURCE)
+        if not isinstance(data, dict):
+            got = "an empty document" if data is None else describe(data)
+            raise ManifestError(f"expected a mapping at the top level, got {got}",
+                                source=SOURCE)
+    if "agent" in data and "steps" not in data:
+        raise ManifestError("this is a run manifest, which names its agent by a file path; "
+                            "send the agent manifest itself (variables and budget go in the "
+                            "request)", source=SOURCE, field="agent.ref")
+    agent = parse_agent_manifest(data, source=SOURCE)
+    for path, step in iter_steps(agent.steps, into_sub_runs=True):
+        if isinstance(step, SubRunStep) and step.manifest_ref is not None:
+            raise ManifestError("a manifest sent over HTTP must be self-contained: give the "
+                                "sub-run's agent inline as `manifest`, not as a file path",
+                                source=SOURCE, field=f"{path}.manifestRef")
+    return agent
+
+
+def refuse_local_files(runtime: AgentRuntime, agent: AgentManifest,
+                       options: dict[str, Any]) -> None:
+    """Refuse a model that would read a script file on the server (`scripted/PATH`)."""
+    override = options.get("model")
+    if override:
+        provider, _, model = str(override).partition("/")
+        if _reads_script(runtime, provider, model):
+            raise ConfigError("a scripted model's script is a file on the server; over HTTP "
+                              "only scripted/echo is available", source="options",
+                              field="model")
+        return
+    for path, step in iter_steps(agent.steps, into_sub_runs=True):
+        if not isinstance(step, PromptStep):
+            continue
+        try:
+            resolved = runtime.resolve_model(step.model, agent, options)
+        except StepFailed:
+            continue  # the engine's own check names it
+        if _reads_script(runtime, resolved.provider, resolved.model):
+            raise ConfigError("a scripted model's script is a file on the server; over HTTP "
+                              "only scripted/echo is available", source=SOURCE,
+                              field=f"{path}.model")
+
+
+def _reads_script(runtime: AgentRuntime, provider: str, model: str) -> bool:
+    if model == ECHO:
+        return False
+    if provider in runtime.models:
+        return isinstance(runtime.models[provider], ScriptedModel)
+    return runtime.config.driver_of(provider) == "scripted"
+
+
+def idempotent_run_id(tenant: str, key: str) -> str:
+    """The run id of (tenant, key): sha256(tenant NUL key) as a UUIDv8."""
+    digest = bytearray(hashlib.sha256(f"{tenant}\0{key}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x80  # version 8: custom
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 9562 variant
+    return f"run_{digest.hex()}"
+
+
+def request_fingerprint(body: Any) -> str:
+    """sha256 of the body's canonical JSON (keys sorted, no whitespace)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()

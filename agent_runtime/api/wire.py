@@ -1,0 +1,352 @@
+"""What travels over HTTP: request and response bodies, camelCase on the wire.
+
+Requests are strict (JSON types as written: `"5"` is not a number) and
+refuse unknown fields, like the manifest format; snake_case spellings are
+accepted too (`populate_by_name`). Responses are built from the store's
+records here and nowhere else, so every route shows a run the same way.
+
+Keys the engine writes (suspension details, step results, errors) are
+camelCased; values that are the user's data (outputs, variables, approval
+responses, tool results) are passed through untouched.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+from stores.records import (
+    Checkpoint,
+    CheckpointInfo,
+    EffectRecord,
+    EffectStatus,
+    RunPage,
+    RunRecord,
+    RunStatus,
+)
+
+from agent_runtime.engine import FORKED_FROM
+
+# A run id in a URL: what the runtime generates (`run_<hex>`, a sub-run's
+# `<parent>.sub-<hex>`) and what a user may choose, minus anything that could
+# name a path (`/`, a leading dot; `..` is refused where ids are looked up).
+RUN_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$"
+# Approval ids (`apr_<hex>`) and effect keys (hex).
+KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}$"
+# An `Idempotency-Key`: printable ASCII, bounded.
+IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"
+# A page cursor: opaque, base64url.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,400}$"
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[^\s]+$"
+# Token limits: positive, and small enough to be a JSON number every client reads exactly.
+MAX_TOKENS = 2**53 - 1
+
+TokenLimit = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              strict=True)
+
+
+# -- requests ------------------------------------------------------------------
+
+
+class RunOptionsIn(WireModel):
+    """Runtime options a client may set. Only the model: a runtime config or a
+    tools file is a path on the server's disk, which a client never names."""
+
+    model: Annotated[str, StringConstraints(max_length=200, pattern=MODEL_PATTERN)] | None = \
+        Field(default=None, description="PROVIDER/MODEL for every step, e.g. scripted/echo")
+
+
+class BudgetIn(WireModel):
+    max_total_tokens: TokenLimit | None = None
+
+
+class CreateRunRequest(WireModel):
+    """`POST /runs`: an agent manifest (an object, or its YAML or JSON text) and its inputs."""
+
+    manifest: dict[str, Any] | str = Field(
+        description="An agent manifest (schema 1.0) as an object, or its YAML/JSON text. A run "
+                    "manifest (one naming its agent by a file path) is refused.")
+    variables: dict[str, Any] | None = Field(default=None,
+                                             description="Variable overrides by key")
+    options: RunOptionsIn | None = None
+    budget: BudgetIn | None = None
+
+
+class ApprovalRequest(WireModel):
+    approved: bool
+    response: Any = Field(default=None, description="Any JSON value, recorded with the answer")
+
+
+class ResumeRequest(WireModel):
+    max_total_tokens: TokenLimit | None = Field(
+        default=None, description="Replaces the run's token limit for the resumed attempt")
+
+
+class ForkRequest(WireModel):
+    seq: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = Field(
+        default=None, description="The checkpoint to start from (default: the latest)")
+
+
+class SettleEffectRequest(WireModel):
+    action: Literal["retry", "result", "skip"] = Field(
+        description="retry: call the tool again with the same key; result: record `result` as "
+                    "the call's output; skip: tell the model the call was skipped")
+    result: Any = Field(default=None, description="The call's output (action `result` only)")
+
+
+# -- responses -----------------------------------------------------------------
+
+
+class Agent(WireModel):
+    id: str | None = None
+    name: str | None = None
+
+
+class Parent(WireModel):
+    run_id: str
+    step_path: str
+
+
+class SuspensionView(WireModel):
+    reason: str = Field(description="approval, sub-run, token-budget, effect-unknown or "
+                                    "interrupted")
+    details: dict[str, Any]
+    decision: dict[str, Any] | None = None
+
+
+class ErrorView(WireModel):
+    type: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(WireModel):
+    consumed_tokens: int
+    max_total_tokens: int | None = None
+
+
+class ForkedFrom(WireModel):
+    run_id: str
+    seq: int
+
+
+class RunView(WireModel):
+    run_id: str
+    status: RunStatus
+    attempt: int
+    tenant: str | None = None
+    manifest_hash: str
+    agent: Agent | None = None
+    parent: Parent | None = None
+    suspension: SuspensionView | None = None
+    output: Any = None
+    error: ErrorView | None = None
+    usage: Usage
+    checkpoint_seq: int | None = None
+    created_at: datetime
+    updated_at: datetime
+    forked_from: ForkedFrom | None = None
+
+
+class RunEnvelope(WireModel):
+    run: RunView
+
+
+class RunList(WireModel):
+    runs: list[RunView]
+    cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page; "
+                                                          "null on the last page")
+
+
+class CheckpointSummary(WireModel):
+    seq: int
+    attempt: int
+    step_path: str | None = Field(default=None, description="The step this checkpoint was "
+                                                            "saved in (completed or in progress)")
+    step_kind: str | None = None
+    created_at: datetime
+    consumed_tokens: int
+    size_bytes: int
+
+
+class CheckpointList(WireModel):
+    checkpoints: list[CheckpointSummary]
+    cursor: str | None = None
+
+
+class FrameView(WireModel):
+    step_path: str
+    step_id: str
+    step_index: int
+    loop_iteration: int | None = None
+    child_index: int | None = None
+
+
+class CheckpointBudgetView(WireModel):
+    consumed_tokens: int
+    max_total_tokens: int | None = None
+
+
+class CheckpointState(WireModel):
+    seq: int
+    attempt: int
+    created_at: datetime
+    variables: dict[str, Any]
+    step_results: list[dict[str, Any]]
+    cursor: list[FrameView]
+    budget: CheckpointBudgetView
+
+
+class CheckpointEnvelope(WireModel):
+    checkpoint: CheckpointState
+
+
+class EffectView(WireModel):
+    key: str
+    status: EffectStatus
+    attempt: int
+    tool: str | None = Field(default=None, description="Known while the run waits on it")
+    created_at: datetime
+    completed_at: datetime | None = None
+    result: Any = None
+
+
+class EffectList(WireModel):
+    effects: list[EffectView]
+
+
+# -- records -> wire ---------------------------------------------------------------
+
+
+def camel_keys(value: Any) -> Any:
+    """Engine-written keys camelCased, recursively (`approval_id` -> `approvalId`)."""
+    if isinstance(value, dict):
+        return {to_camel(key) if isinstance(key, str) else key: camel_keys(item)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [camel_keys(item) for item in value]
+    return value
+
+
+def _top_level_camel(value: dict[str, Any]) -> dict[str, Any]:
+    return {to_camel(key): item for key, item in value.items()}
+
+
+def run_view(record: RunRecord) -> RunView:
+    manifest = record.manifest
+    agent_id, agent_name = manifest.get("id"), manifest.get("name")
+    origin = record.options.get(FORKED_FROM)
+    suspension = record.suspension
+    return RunView(
+        run_id=record.run_id, status=record.status, attempt=record.attempt,
+        tenant=record.tenant, manifest_hash=record.manifest_hash,
+        agent=None if agent_id is None and agent_name is None
+        else Agent(id=agent_id if isinstance(agent_id, str) else None,
+                   name=agent_name if isinstance(agent_name, str) else None),
+        parent=None if record.parent is None
+        else Parent(run_id=record.parent.run_id, step_path=record.parent.step_path),
+        suspension=None if suspension is None else SuspensionView(
+            reason=suspension.reason, details=camel_keys(suspension.details),
+            # The decision's `response` is the user's value: only its own keys change.
+            decision=None if suspension.decision is None
+            else _top_level_camel(suspension.decision)),
+        output=record.output,
+        error=None if record.error is None else ErrorView(
+            type=record.error.type, message=record.error.message,
+            details=camel_keys(record.error.details)),
+        usage=Usage(consumed_tokens=record.consumed_tokens,
+                    max_total_tokens=record.budget.max_total_tokens),
+        checkpoint_seq=record.checkpoint_seq, created_at=record.created_at,
+        updated_at=record.updated_at,
+        forked_from=ForkedFrom(run_id=str(origin["run_id"]), seq=int(origin["seq"]))
+        if isinstance(origin, dict) and "run_id" in origin and "seq" in origin else None)
+
+
+def run_envelope(record: RunRecord) -> RunEnvelope:
+    return RunEnvelope(run=run_view(record))
+
+
+def run_list(page: RunPage, cursor: str | None) -> RunList:
+    return RunList(runs=[run_view(record) for record in page.runs], cursor=cursor)
+
+
+def step_kind(manifest: dict[str, Any], step_path: str | None) -> str | None:
+    """The `type` of the step at `step_path` (`refine/2/evaluate`) in the stored manifest.
+
+    A loop's child path carries the iteration after the loop's id, so walking
+    the path skips one segment after every loop.
+    """
+    if not step_path:
+        return None
+    steps: Any = manifest.get("steps")
+    kind: str | None = None
+    segments = step_path.split("/")
+    index = 0
+    while index < len(segments):
+        if not isinstance(steps, list):
+            return kind
+        found = next((step for step in steps
+                      if isinstance(step, dict) and step.get("id") == segments[index]), None)
+        if found is None:
+            return kind
+        kind = str(found.get("type"))
+        steps = found.get("steps")
+        index += 2 if kind == "loop" else 1
+    return kind
+
+
+def checkpoint_position(checkpoint: Checkpoint, previous_results: int) -> str | None:
+    """The step a checkpoint was saved in: the one it records completing, else the
+    innermost step whose progress (a model response, a tool result) it saved."""
+    if len(checkpoint.step_results) > previous_results:
+        path = checkpoint.step_results[-1].get("step_path")
+        return path if isinstance(path, str) else None
+    for frame in reversed(checkpoint.cursor):
+        if frame.step_id and frame.continuation:
+            return frame.step_path
+    return None
+
+
+def checkpoint_summary(info: CheckpointInfo, checkpoint: Checkpoint | None,
+                       manifest: dict[str, Any], previous_results: int) -> CheckpointSummary:
+    path = None if checkpoint is None else checkpoint_position(checkpoint, previous_results)
+    return CheckpointSummary(
+        seq=info.seq, attempt=info.attempt, step_path=path, step_kind=step_kind(manifest, path),
+        created_at=info.created_at, size_bytes=info.size_bytes,
+        consumed_tokens=0 if checkpoint is None else checkpoint.budget.consumed_tokens)
+
+
+def checkpoint_state(checkpoint: Checkpoint) -> CheckpointEnvelope:
+    return CheckpointEnvelope(checkpoint=CheckpointState(
+        seq=checkpoint.seq, attempt=checkpoint.attempt, created_at=checkpoint.created_at,
+        variables=checkpoint.variables,
+        step_results=[_top_level_camel(entry) for entry in checkpoint.step_results],
+        cursor=[FrameView(step_path=frame.step_path, step_id=frame.step_id,
+                          step_index=frame.step_index, loop_iteration=frame.loop_iteration,
+                          child_index=frame.child_index) for frame in checkpoint.cursor],
+        budget=CheckpointBudgetView(consumed_tokens=checkpoint.budget.consumed_tokens,
+                                    max_total_tokens=checkpoint.budget.max_total_tokens)))
+
+
+def effect_list(effects: list[EffectRecord], record: RunRecord) -> EffectList:
+    suspension = record.suspension
+    waiting_on = None
+    if suspension is not None and suspension.reason == "effect-unknown":
+        waiting_on = suspension.details.get("key")
+    tool = None if suspension is None else suspension.details.get("tool")
+    return EffectList(effects=[EffectView(
+        key=effect.key, status=effect.status, attempt=effect.attempt,
+        tool=str(tool) if effect.key == waiting_on and tool is not None else None,
+        created_at=effect.created_at, completed_at=effect.completed_at, result=effect.result)
+        for effect in effects])
+
+
+def to_json(model: BaseModel) -> str:
+    """A response body: by alias, JSON mode (datetimes as ISO 8601 text)."""
+    return model.model_dump_json(by_alias=True)

@@ -1,0 +1,225 @@
+"""`agent-runtime serve`: the HTTP API on this machine (DESIGN section 12).
+
+    agent-runtime serve [--host 127.0.0.1] [--port 8000] [--workers 4]
+                        [--token T | --tokens FILE] [--reconcile-interval 30]
+                        [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
+
+Needs the `serve` extra (uvicorn, Powertools): `pip install 'agent-runtime[serve]'`,
+or `make serve` in the repository. Runs live in the same store as the CLI's,
+so `agent-runtime list`/`inspect` see what the API started and the reverse.
+
+Auth: every request carries `Authorization: Bearer <token>`. Without
+`--token` or `--tokens`, a random token is generated at each start and
+written to `.agent-runtime/serve.token` (mode 0600); the token itself is
+never printed or logged, only where to read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from stores.base import RunStore
+from stores.records import RunRecord
+
+from agent_runtime.cli_options import (
+    DEFAULT_ARTIFACTS,
+    DEFAULT_EVENTS,
+    DEFAULT_STORE,
+    build_runtime,
+    open_run_store,
+    run_options,
+)
+from agent_runtime.engine import AgentRuntime
+from agent_runtime.errors import InvalidInput
+from agent_runtime.events import EventSink, JsonlEventSink
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_WORKERS = 4
+DEFAULT_RECONCILE_INTERVAL = 30.0
+DEFAULT_GRACE_SECONDS = 10.0
+# HttpResolverLocal arrived in 3.25; before 3.35 it shared one request's
+# state with every concurrent request (aws-powertools/powertools-lambda-python#8451).
+MIN_POWERTOOLS = (3, 35)
+INSTALL_HINT = ("install the serve extra: pip install 'agent-runtime[serve]' "
+                "(in the repository: make serve)")
+
+EXIT_FAILED = 1
+
+
+def add_serve_parser(commands: Any,
+                     store_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    # Nothing from agent_runtime.api here: it needs the serve extra, and every
+    # command builds this parser.
+    serve = commands.add_parser(
+        "serve", help="serve the HTTP API on this machine (needs the serve extra)",
+        description="Serve the HTTP API: start, watch, approve, resume, cancel and fork runs "
+                    "over HTTP, executed by a pool of worker threads over the same store as "
+                    "the CLI. Every request needs `Authorization: Bearer TOKEN`.")
+    serve.add_argument("--host", default=DEFAULT_HOST,
+                       help=f"the address to listen on (default: {DEFAULT_HOST}, this machine "
+                            "only)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+                       help=f"the port (default: {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
+                       help=f"runs executed at once (default: {DEFAULT_WORKERS})")
+    auth = serve.add_mutually_exclusive_group()
+    auth.add_argument("--token", metavar="TOKEN",
+                      help="accept this bearer token, tenant `local` (visible to other local "
+                           "users in the process list: prefer --tokens or the generated one)")
+    auth.add_argument("--tokens", metavar="FILE",
+                      help="a YAML mapping of bearer token -> tenant (default: a new random "
+                           "token in .agent-runtime/serve.token, mode 0600)")
+    serve.add_argument("--reconcile-interval", type=float, default=DEFAULT_RECONCILE_INTERVAL,
+                       metavar="S", help="resume stranded runs every S seconds (default: "
+                                         f"{DEFAULT_RECONCILE_INTERVAL:g})")
+    serve.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
+                       metavar="S", help="on SIGINT/SIGTERM, how long executing runs may take "
+                                         f"to finish (default: {DEFAULT_GRACE_SECONDS:g})")
+    serve.add_argument("--config", metavar="FILE", help="runtime config (providers, models, "
+                                                        "webhooks) for every run")
+    serve.add_argument("--tools", metavar="FILE.py", action="append",
+                       help="import @agent_runtime.tool functions from a file (repeatable)")
+    serve.add_argument("--events", metavar="FILE|none", default=DEFAULT_EVENTS,
+                       help=f"JSONL event log of every run (default: {DEFAULT_EVENTS})")
+    serve.add_argument("--artifacts", metavar="DIR|none", default=DEFAULT_ARTIFACTS,
+                       help=f"where tools' artifacts are kept (default: {DEFAULT_ARTIFACTS})")
+    serve.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
+                       help="lease length of executing runs (default: 30)")
+    serve.add_argument("--no-access-log", dest="access_log", action="store_false",
+                       help="do not log every request")
+    store_flags(serve)
+
+
+def missing_serve_extra() -> str | None:
+    """Why `serve` cannot run here, or None."""
+    try:
+        version = importlib.metadata.version("aws-lambda-powertools")
+        import aws_lambda_powertools.event_handler.http_resolver  # noqa: F401, PLC0415
+    except (ImportError, importlib.metadata.PackageNotFoundError):
+        return "aws-lambda-powertools is not installed"
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if found < MIN_POWERTOOLS:
+        return (f"aws-lambda-powertools {version} is too old (serve needs "
+                f"{'.'.join(map(str, MIN_POWERTOOLS))} or newer)")
+    try:
+        import uvicorn  # noqa: F401, PLC0415
+    except ImportError:
+        return "uvicorn is not installed"
+    return None
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise InvalidInput("must be a port number, 0 to 65535", source="--port")
+    if args.workers < 1:
+        raise InvalidInput("must be 1 or more", source="--workers")
+    if args.reconcile_interval <= 0:
+        raise InvalidInput("must be a positive number of seconds", source="--reconcile-interval")
+    if args.grace_seconds < 0:
+        raise InvalidInput("must be 0 or more seconds", source="--grace-seconds")
+    if args.lease_seconds <= 0:
+        raise InvalidInput("must be a positive number of seconds", source="--lease-seconds")
+
+
+def _tokens(args: argparse.Namespace) -> tuple[dict[str, str], str]:
+    """The accepted tokens, and a line telling the user how to authenticate."""
+    from agent_runtime.api.local_auth import (  # noqa: PLC0415
+        DEFAULT_TOKEN_FILE,
+        generate_token_file,
+        load_token_file,
+        single_token,
+    )
+
+    if args.token is not None:
+        return single_token(args.token), "auth: the --token given (tenant local)"
+    if args.tokens is not None:
+        tokens = load_token_file(args.tokens)
+        tenants = ", ".join(sorted(set(tokens.values())))
+        return tokens, f"auth: {len(tokens)} token(s) from {args.tokens} (tenants: {tenants})"
+    token = generate_token_file(DEFAULT_TOKEN_FILE)
+    return ({token: "local"},
+            f"auth: a new bearer token is in {DEFAULT_TOKEN_FILE} (mode 0600, tenant local)")
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    missing = missing_serve_extra()
+    if missing is not None:
+        print(f"error: agent-runtime serve: {missing}; {INSTALL_HINT}", file=sys.stderr)
+        return EXIT_FAILED
+    from agent_runtime.api.local_auth import (  # noqa: PLC0415
+        DEFAULT_TOKEN_FILE,
+        BearerTokens,
+        HostCheck,
+    )
+    from agent_runtime.api.local_launcher import LocalLauncher  # noqa: PLC0415
+    from agent_runtime.api.local_reconcile import ReconcileLoop  # noqa: PLC0415
+    from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
+    from agent_runtime.api.services import ApiServices  # noqa: PLC0415
+
+    _check(args)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tokens, auth_line = _tokens(args)
+    # Every job builds a runtime of its own from the run's remembered options;
+    # the flags given here win, as for `agent-runtime resume`.
+    run_args = argparse.Namespace(model=None, config=args.config, tools=args.tools,
+                                  events="none", artifacts=args.artifacts,
+                                  lease_seconds=args.lease_seconds, stream=False, format="json")
+    log = None if args.events == "none" else JsonlEventSink(args.events)
+    sinks: list[EventSink] = [log] if log is not None else []
+    try:
+        with open_run_store(args) as store:
+            def runtime_for(record: RunRecord | None) -> AgentRuntime:
+                return _runtime(run_args, store, record, sinks)
+
+            # Built now: a config or tools file that does not load stops serve at once.
+            api_runtime = runtime_for(None)
+            launcher = LocalLauncher(store, runtime_for, workers=args.workers)
+            services = ApiServices(store=store, runtime=api_runtime, launcher=launcher,
+                                   authenticator=BearerTokens(tokens))
+            try:
+                sock = bind_socket(args.host, args.port)
+            except OSError as error:
+                print(f"error: cannot listen on {_url(args.host, args.port)}: {error}",
+                      file=sys.stderr)
+                return EXIT_FAILED
+            host, port = sock.getsockname()[:2]
+            try:
+                app = build_app(services, HostCheck(args.host, port))
+            except BaseException:
+                sock.close()
+                raise
+            reconcile = ReconcileLoop(store, launcher, interval=args.reconcile_interval,
+                                      event_sinks=sinks)
+            url = _url(host, port)
+            store_label = "memory" if args.store_driver == "memory" \
+                else f"{args.store_driver}:{args.store or DEFAULT_STORE}"
+            lines = [f"agent-runtime serve: listening on {url} ({args.workers} workers, store "
+                     f"{store_label}, reconcile every {args.reconcile_interval:g}s)", auth_line]
+            if args.token is None and args.tokens is None:
+                lines.append('  try: curl -H "Authorization: Bearer '
+                             f'$(cat {DEFAULT_TOKEN_FILE})" {url}/runs')
+            print("\n".join(lines), flush=True)
+            return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,
+                                       grace_seconds=args.grace_seconds,
+                                       access_log=args.access_log)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | None,
+             sinks: list[EventSink]) -> AgentRuntime:
+    options = run_options(run_args, None if record is None else record.options)
+    return build_runtime(run_args, store, options, extra_sinks=sinks)[0]

@@ -1,0 +1,71 @@
+"""How SqliteRunStore answers `list_runs`: every filter as indexed SQL.
+
+Each filter reads a column of the run row that copies a field of the row's
+checksummed texts (`sqlite_rows.RUN_FIELDS`; the indexes are in
+`sqlite_schema`). The runs returned are decoded from those texts and checked
+against the filters again, so a row whose columns were altered outside the
+store is reported as `CorruptRecord`, never listed under the wrong filter.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from stores import transitions
+from stores.base import CorruptRecord
+from stores.records import RunPage, RunStatus
+from stores.sqlite_rows import RUN_COLUMNS, decode_run, micros, with_columns
+
+
+def list_runs(conn: sqlite3.Connection, path: Path, *,
+              statuses: Collection[RunStatus] | None, lease_expired_before: datetime | None,
+              parent_run_id: str | None, tenant: str | None,
+              resume_requested_before: datetime | None, newest_first: bool, limit: int,
+              cursor: str | None) -> RunPage:
+    where = ["1"]
+    params: list[Any] = []
+    if statuses is not None:
+        wanted = sorted({RunStatus(status).value for status in statuses})
+        where.append(f"status IN ({', '.join('?' * len(wanted))})")
+        params.extend(wanted)
+    if parent_run_id is not None:
+        where.append("parent_run_id = ?")
+        params.append(parent_run_id)
+    if tenant is not None:
+        where.append("tenant = ?")
+        params.append(tenant)
+    if lease_expired_before is not None:
+        where.append("((status = 'running' AND lease_expires_at < ?)"
+                     " OR (status = 'created' AND created_at < ?))")
+        params.extend([micros(lease_expired_before)] * 2)
+    if resume_requested_before is not None:
+        where.append("status = 'suspended' AND resume_requested_at < ?")
+        params.append(micros(resume_requested_before))
+    if cursor is not None:
+        where.append("run_id < ?" if newest_first else "run_id > ?")
+        params.append(cursor)
+    # One more than a page tells whether another page follows.
+    params.append(max(limit + 1, 0))
+    rows = conn.execute(f"SELECT run_id, definition, definition_checksum, {RUN_COLUMNS}"
+                        f" FROM runs WHERE {' AND '.join(where)}"
+                        f" ORDER BY run_id {'DESC' if newest_first else 'ASC'} LIMIT ?",
+                        params).fetchall()
+    found = []
+    for run_id, definition, definition_checksum, *columns in rows:
+        run = with_columns(path, decode_run(path, run_id, text=columns[-2], checksum=columns[-1],
+                                            definition=definition,
+                                            definition_checksum=definition_checksum),
+                           tuple(columns))
+        # The filter columns are written with the texts, so a disagreement
+        # means the row was altered outside this store.
+        if not transitions.matches(run, statuses=statuses, parent_run_id=parent_run_id,
+                                   lease_expired_before=lease_expired_before, tenant=tenant,
+                                   resume_requested_before=resume_requested_before):
+            raise CorruptRecord(f"run {run.run_id!r} in {path}: its indexed "
+                                "columns disagree with its record")
+        found.append(run)
+    return transitions.page_of(found, limit)
