@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import socket
-import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -48,6 +45,7 @@ from agent_runtime.manifest import (
 from agent_runtime.models import build_adapter
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
+from agent_runtime.run_ids import generate_run_id
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
@@ -104,29 +102,6 @@ def default_owner() -> str:
 FORKED_FROM = "forked_from"
 REQUEST_SHA256 = "request_sha256"
 ORIGIN_OPTIONS = (FORKED_FROM, REQUEST_SHA256)
-
-_id_lock = threading.Lock()
-_id_clock = [0, 0]  # the last id's millisecond and counter
-
-
-def generate_run_id() -> str:
-    """`run_` + 32 hex digits laid out as a UUIDv7 (RFC 9562): a 48-bit Unix
-    millisecond timestamp, the version, a 12-bit counter, the variant and 62
-    random bits. Ids sort by creation time, and within one process strictly
-    (the counter orders ids of the same millisecond, method 1 of the RFC)."""
-    with _id_lock:
-        millis = max(time.time_ns() // 1_000_000, _id_clock[0])
-        if millis == _id_clock[0]:
-            counter = _id_clock[1] + 1
-            if counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
-                millis, counter = millis + 1, secrets.randbits(10)
-        else:
-            counter = secrets.randbits(10)  # leaves room to count up within the millisecond
-        _id_clock[:] = [millis, counter]
-    value = ((millis & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | counter << 64
-             | 0b10 << 62 | secrets.randbits(62))
-    return f"run_{value:032x}"
-
 
 def _without_origin(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return {key: value for key, value in (options or {}).items() if key not in ORIGIN_OPTIONS}
@@ -338,20 +313,19 @@ class AgentRuntime:
         """
         record, _ = self.new_run(manifest=manifest, variables=variables, budget=budget,
                                  run_id=run_id, options=options, tenant=tenant)
+        self._store_new(record)
+        return record
+
+    def _store_new(self, record: RunRecord) -> None:
         try:
             self.store.create_run(record)
         except RunAlreadyExists as error:
             raise InvalidInput(f"a run with id {record.run_id!r} already exists",
                                field="run_id") from error
-        return record
 
     def _create_and_reserve(self, record: RunRecord, now: datetime) -> RunRecord:
         """Store a new run and reserve its first attempt for this runtime."""
-        try:
-            self.store.create_run(record)
-        except RunAlreadyExists as error:
-            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
-                               field="run_id") from error
+        self._store_new(record)
         return self.store.resume_run(record.run_id, owner=self.owner, now=now,
                                      lease_seconds=self.lease_seconds)
 
@@ -477,11 +451,7 @@ class AgentRuntime:
                            variables=source.variables, budget=limit,
                            tenant=source.tenant if tenant is None else tenant, options=options,
                            created_at=now, updated_at=now)
-        try:
-            self.store.create_run(record)
-        except RunAlreadyExists as error:
-            raise InvalidInput(f"a run with id {record.run_id!r} already exists",
-                               field="run_id") from error
+        self._store_new(record)
         return record
 
     async def fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,

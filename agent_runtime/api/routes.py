@@ -33,7 +33,6 @@ from agent_runtime.api.problems import (
 from agent_runtime.api.services import ApiServices
 from agent_runtime.api.submission import (
     agent_from_request,
-    idempotent_run_id,
     refuse_local_files,
     request_fingerprint,
 )
@@ -61,6 +60,7 @@ from agent_runtime.api.wire import (
     to_json,
 )
 from agent_runtime.engine import REQUEST_SHA256
+from agent_runtime.run_ids import idempotent_run_id
 
 JSON = "application/json"
 # `limit` may ask for up to this many rows; `ApiLimits.max_page_size` caps what a page holds.

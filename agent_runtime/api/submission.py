@@ -7,8 +7,8 @@ server read a file: a run manifest (its `agent.ref` is a path), a sub-run's
 Everything else is checked by the engine exactly as for the CLI.
 
 Idempotency: with an `Idempotency-Key` the run id is derived from
-(tenant, key) — `run_` + 32 hex digits of `sha256(tenant NUL key)`, laid out
-as a UUIDv8 — so a repeat finds the run its first request created. The
+(tenant, key) (`agent_runtime.run_ids.idempotent_run_id`), so a repeat finds
+the run its first request created. The
 request body's fingerprint (sha256 of its canonical JSON) is kept in the
 run's options (`request_sha256`): a repeat with another body is a conflict.
 Derived ids are not time-ordered: such runs list by id, not by creation.
@@ -89,14 +89,6 @@ def _reads_script(runtime: AgentRuntime, provider: str, model: str) -> bool:
     if provider in runtime.models:
         return isinstance(runtime.models[provider], ScriptedModel)
     return runtime.config.driver_of(provider) == "scripted"
-
-
-def idempotent_run_id(tenant: str, key: str) -> str:
-    """The run id of (tenant, key): sha256(tenant NUL key) as a UUIDv8."""
-    digest = bytearray(hashlib.sha256(f"{tenant}\0{key}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x80  # version 8: custom
-    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 9562 variant
-    return f"run_{digest.hex()}"
 
 
 def request_fingerprint(body: Any) -> str:

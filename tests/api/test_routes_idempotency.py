@@ -8,7 +8,7 @@ from pathlib import Path
 
 from routes_harness import ECHO, Api, Reply, manifest_text
 
-from agent_runtime.engine import generate_run_id
+from agent_runtime.run_ids import generate_run_id
 from stores.sqlite import SqliteRunStore
 
 BODY = {"manifest": manifest_text("hello.agent.yaml"), "options": ECHO}
@@ -42,7 +42,7 @@ def test_the_key_belongs_to_the_tenant(api: Api) -> None:
 
 
 def test_the_run_id_derives_from_tenant_and_key(api: Api) -> None:
-    from agent_runtime.api.submission import idempotent_run_id
+    from agent_runtime.run_ids import idempotent_run_id
 
     reply = api.post("/runs", BODY, headers={"Idempotency-Key": "order-42"})
     assert reply.run["runId"] == idempotent_run_id("alice", "order-42")
