@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from stores.records import Budget, RunStatus
 
-from agent_runtime.engine import AgentRuntime, Clock, RunResult, SystemClock
+from agent_runtime.clock import Clock, SystemClock
+from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import InvalidInput, ManifestError, ManifestMismatch, StepFailed
+from agent_runtime.results import RunResult
 from agent_runtime.tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"

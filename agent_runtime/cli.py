@@ -43,7 +43,7 @@ from agent_runtime.cli_options import (
 )
 from agent_runtime.cli_serve import add_serve_parser, cmd_serve
 from agent_runtime.config import load_config
-from agent_runtime.engine import AgentRuntime, RunResult
+from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import InvalidInput
 from agent_runtime.events import EventSink, JsonlEventSink, read_events
 from agent_runtime.manifest import load_manifest_file, manifest_hash
@@ -55,6 +55,7 @@ from agent_runtime.reports import (
     print_result,
     print_runs,
 )
+from agent_runtime.results import RunResult
 from agent_runtime.variables import resolve_variables
 
 EXIT_COMPLETED = 0

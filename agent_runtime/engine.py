@@ -17,15 +17,16 @@ import asyncio
 import os
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from stores.base import ArtifactStore, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import Budget, Checkpoint, ParentRef, RunError, RunRecord, RunStatus
 
+from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
 from agent_runtime.events import EventEmitter, EventSink, TextSink
@@ -45,6 +46,7 @@ from agent_runtime.manifest import (
 from agent_runtime.models import build_adapter
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
+from agent_runtime.results import RunResult
 from agent_runtime.run_ids import generate_run_id
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
@@ -53,33 +55,6 @@ from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
 from agent_runtime.variables import resolve_variables
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
-@dataclass
-class RunResult:
-    run_id: str
-    status: RunStatus
-    attempt: int
-    output: Any = None
-    suspension: dict[str, Any] | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    error: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        body = {"run_id": self.run_id, "status": self.status.value, "attempt": self.attempt,
-                "output": self.output, "suspension": self.suspension, "usage": self.usage}
-        if self.error is not None:
-            body["error"] = self.error
-        return body
 
 
 @dataclass(frozen=True)

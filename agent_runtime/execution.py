@@ -34,10 +34,11 @@ from agent_runtime.errors import (
 )
 from agent_runtime.events import EventEmitter
 from agent_runtime.manifest import AgentManifest, Step
+from agent_runtime.results import RunResult
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
 
 if TYPE_CHECKING:
-    from agent_runtime.engine import AgentRuntime, RunResult
+    from agent_runtime.engine import AgentRuntime
 
 T = TypeVar("T")
 
@@ -378,7 +379,6 @@ class Execution:
     def result(self, status: RunStatus, *, output: Any = None,
                suspension: dict[str, Any] | None = None,
                error: RunError | None = None) -> RunResult:
-        from agent_runtime.engine import RunResult  # noqa: PLC0415 - engine imports this module
 
         return RunResult(run_id=self.run_id, status=status, attempt=self.attempt, output=output,
                          suspension=suspension, usage=self.state.usage(),

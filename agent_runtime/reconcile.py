@@ -47,7 +47,8 @@ from typing import Any, NoReturn, Protocol, TextIO
 from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, StaleAttempt
 from stores.records import RunError, RunRecord, RunStatus
 
-from agent_runtime.engine import AgentRuntime, Clock, SystemClock
+from agent_runtime.clock import Clock, SystemClock
+from agent_runtime.engine import AgentRuntime
 from agent_runtime.events import Event, EventSink
 from agent_runtime.reports import to_json_text
 

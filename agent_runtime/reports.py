@@ -12,8 +12,8 @@ from typing import Any, TextIO
 
 from stores.records import CheckpointInfo, EffectRecord, RunRecord
 
-from agent_runtime.engine import RunResult
 from agent_runtime.events import Event
+from agent_runtime.results import RunResult
 
 
 def to_json_text(value: Any, *, indent: int | None = None) -> str:

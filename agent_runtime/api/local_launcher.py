@@ -33,7 +33,8 @@ from stores.base import (
 )
 from stores.records import Budget, RunRecord, RunStatus
 
-from agent_runtime.engine import AgentRuntime, Clock, SystemClock
+from agent_runtime.clock import Clock, SystemClock
+from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import AgentRuntimeError
 
 # Jobs that may wait for a worker, per worker, before requests leave runs to the reconciler.

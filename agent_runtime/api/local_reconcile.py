@@ -23,7 +23,7 @@ from stores.base import RunStore
 from stores.records import RunRecord, RunStatus
 
 from agent_runtime.api.local_launcher import LocalLauncher
-from agent_runtime.engine import Clock, SystemClock
+from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.events import EventSink
 from agent_runtime.reconcile import (
     DEFAULT_MAX_TAKEOVERS,
