@@ -1,69 +1,78 @@
 """The `agent-runtime` command.
 
-Exit codes: 0 completed, 10 suspended, 1 failed or cancelled, 2 invalid input
-(the message names the file, the field and the reason). A run remembers its
-runtime options (`--config`, `--model`, `--tools`); `resume` and
-`approve --resume` reuse them unless given again.
+Exit codes: 0 completed, 10 suspended, 1 failed or cancelled (or a store
+error), 2 invalid input (the message names the file, the field and the
+reason), 3 not found, 4 conflict; see `agent_runtime.cli_errors`. Input is
+checked before anything is opened: a refused command creates nothing on disk.
+A run remembers its runtime options (`--config`, `--model`, `--tools`);
+`resume` and `approve --resume` reuse them unless given again.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import functools
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from stores import DRIVERS
-from stores.base import (
-    ApprovalConflict,
-    CorruptRecord,
-    InvalidTransition,
-    LeaseHeld,
-    RunNotFound,
-    RunStore,
-    RunTerminal,
-    StoreError,
-)
+from stores.base import RunStore, StoreError
 from stores.records import RunRecord, RunStatus
 
+from agent_runtime.cli_errors import (
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SUSPENDED,
+    report_error,
+)
+from agent_runtime.cli_events import cmd_events
 from agent_runtime.cli_options import (
     DEFAULT_ARTIFACTS,
     DEFAULT_EVENTS,
     DEFAULT_STORE,
     budget_from,
     build_runtime,
+    check_output_file,
+    check_run_id,
+    check_sinks,
+    check_text_flags,
+    count,
     load_tools,
     open_run_store,
-    parse_variables,
+    parse_json_option,
     run_options,
+    runtime_config,
+    seconds,
 )
 from agent_runtime.cli_serve import add_serve_parser, cmd_serve
-from agent_runtime.config import load_config
 from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import InvalidInput
-from agent_runtime.events import EventSink, JsonlEventSink, read_events
-from agent_runtime.manifest import load_manifest_file, manifest_hash
+from agent_runtime.errors import Conflict, InvalidInput, ManifestError, NotFound
+from agent_runtime.events import EventSink, JsonlEventSink
+from agent_runtime.excerpts import excerpt, printable
+from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits
+from agent_runtime.manifest import LoadedManifest, load_manifest_file, manifest_hash
+from agent_runtime.manifest_input import quote
 from agent_runtime.reconcile import DEFAULT_MAX_TAKEOVERS, Reconciler, print_summary
 from agent_runtime.reports import (
     print_effects,
-    print_event,
     print_record,
     print_result,
     print_runs,
+    to_json_text,
 )
 from agent_runtime.results import RunResult
-from agent_runtime.variables import resolve_variables
+from agent_runtime.variables import read_variables_option, resolve_variables
 
-EXIT_COMPLETED = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_SUSPENDED = 10
-EXIT_INTERRUPTED = 130
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error reported as any invalid input is: one line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidInput(f"{message} (see {self.prog} --help)", source=self.prog)
 
 
 def _store_flags(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +84,7 @@ def _store_flags(parser: argparse.ArgumentParser) -> None:
 
 def _execution_flags(parser: argparse.ArgumentParser) -> None:
     _store_flags(parser)
-    parser.add_argument("--max-total-tokens", type=int, metavar="N",
+    parser.add_argument("--max-total-tokens", type=count(1), metavar="N",
                         help="token budget across all attempts")
     parser.add_argument("--config", metavar="FILE", help="runtime config (providers, models)")
     parser.add_argument("--model", metavar="PROVIDER/MODEL",
@@ -86,14 +95,14 @@ def _execution_flags(parser: argparse.ArgumentParser) -> None:
                         help=f"JSONL event log (default: {DEFAULT_EVENTS})")
     parser.add_argument("--artifacts", metavar="DIR|none", default=DEFAULT_ARTIFACTS,
                         help=f"where tools' artifacts are kept (default: {DEFAULT_ARTIFACTS})")
-    parser.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
+    parser.add_argument("--lease-seconds", type=seconds, default=30.0, metavar="S",
                         help="lease length; renewed at every checkpoint (default: 30)")
     parser.add_argument("--stream", action="store_true", help="show a live view of the run")
     parser.add_argument("--format", choices=("pretty", "json", "ndjson"), default="pretty")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agent-runtime", description="A durable runtime for LLM agent runs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -138,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fork = commands.add_parser("fork", help="start a new run from a saved checkpoint")
     fork.add_argument("run_id")
-    fork.add_argument("--seq", type=int, metavar="N", help="the checkpoint (default: latest)")
+    fork.add_argument("--seq", type=count(1), metavar="N",
+                      help="the checkpoint (default: latest)")
     fork.add_argument("--run-id", dest="new_run_id", metavar="ID", help="the new run's id")
     _execution_flags(fork)
 
@@ -154,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list runs")
     listing.add_argument("--status", action="append", choices=[s.value for s in RunStatus])
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--limit", type=count(1), default=100)
     listing.add_argument("--format", choices=("pretty", "json"), default="pretty")
     _store_flags(listing)
 
@@ -169,12 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
         "reconcile", help="resume runs whose owner died; fail runs that keep dying")
     passes = reconcile.add_mutually_exclusive_group()
     passes.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
-    passes.add_argument("--interval", type=float, metavar="SECONDS",
+    passes.add_argument("--interval", type=seconds, metavar="SECONDS",
                         help="a pass every SECONDS until interrupted")
-    reconcile.add_argument("--max-takeovers", type=int, default=DEFAULT_MAX_TAKEOVERS,
+    reconcile.add_argument("--max-takeovers", type=count(0), default=DEFAULT_MAX_TAKEOVERS,
                            metavar="N", help="fail a run that died again after N takeovers "
                            f"instead of resuming it (default: {DEFAULT_MAX_TAKEOVERS})")
-    reconcile.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
+    reconcile.add_argument("--lease-seconds", type=seconds, default=30.0, metavar="S",
                            help="lease of the runs it resumes (default: 30)")
     reconcile.add_argument("--events", metavar="FILE|none", default=DEFAULT_EVENTS,
                            help=f"JSONL event log (default: {DEFAULT_EVENTS})")
@@ -183,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parser(commands, _store_flags)
     return parser
+
+
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    # Built once per process: building it takes longer than validating a small
+    # manifest, and tests call `main` thousands of times in one process.
+    return build_parser()
 
 
 # -- options ----------------------------------------------------------------
@@ -199,25 +216,36 @@ def _exit_code(result: RunResult) -> int:
 # -- commands ---------------------------------------------------------------
 
 
+def _load_manifest(file: str) -> LoadedManifest:
+    try:
+        loaded = load_manifest_file(file)
+    except OSError as error:  # a run manifest's agent.ref no file system can name
+        raise ManifestError(f"cannot read the agent manifest: {error.strerror or error}",
+                            source=file, field="agent.ref") from None
+    if loaded.run is not None and loaded.run.run_id is not None:
+        check_run_id(loaded.run.run_id, source=f"{file}: runId")
+    return loaded
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    loaded = load_manifest_file(args.file)
+    options = run_options(args) if args.config or args.model or args.tools else None
+    config = runtime_config(options) if options else None  # its limits apply from here
+    loaded = _load_manifest(args.file)
     if loaded.run is not None:
         overrides = {item.key: item.value for item in loaded.run.variables or []}
         resolve_variables(loaded.agent, overrides, source=str(loaded.path))
-    if args.config or args.model or args.tools:
-        options = run_options(args)
-        config = load_config(options["config"]) if options.get("config") else None
+    if options is not None:
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))
     summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
                "agent": loaded.agent.id or loaded.agent.name,
                "steps": len(loaded.agent.steps), "manifest_hash": manifest_hash(loaded.agent)}
     if args.format == "json":
-        print(json.dumps(summary))
+        print(to_json_text(summary))
     else:
-        print(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
-              f"{summary['agent'] or '-'}, {summary['steps']} top-level steps, "
-              f"{summary['manifest_hash']})")
+        print(printable(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
+                        f"{summary['agent'] or '-'}, {summary['steps']} top-level steps, "
+                        f"{summary['manifest_hash']})", multiline=False))
     return EXIT_COMPLETED
 
 
@@ -227,15 +255,30 @@ def _finish(result: RunResult, args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    loaded = load_manifest_file(args.file)
-    variables = parse_variables(args.variables)
     options = run_options(args)
+    config = runtime_config(options)  # its limits apply to everything read below
+    loaded = _load_manifest(args.file)
+    variables, variables_source = (None, "--variables") if args.variables is None \
+        else read_variables_option(args.variables)
+    if args.run_id is not None:
+        check_run_id(args.run_id, source="--run-id")
     options["manifest_path"] = str(loaded.path.resolve())
     # A run manifest names its agent by a path of its own: sub-run manifestRefs
     # resolve next to the agent manifest, wherever the run manifest is.
     options["manifest_dir"] = str(loaded.agent_path.resolve().parent)
+    tools = load_tools(options, config)
+    # The whole run is checked before a store or a log is opened, so refused
+    # input leaves nothing behind.
+    record, _ = AgentRuntime(config=config, tools=tools).new_run(
+        manifest=loaded, variables=variables, budget=budget_from(args), run_id=args.run_id,
+        options=options, variables_source=variables_source)
+    check_sinks(args)
     with open_run_store(args) as store:
-        runtime, files = build_runtime(args, store, options)
+        if (args.run_id or (loaded.run and loaded.run.run_id)) and \
+                store.load_run(record.run_id) is not None:
+            raise Conflict(f"a run with id {excerpt(record.run_id)} already exists",
+                           source="--run-id")
+        runtime, files = build_runtime(args, store, options, prepared=(config, tools))
         try:
             result = runtime.run_sync(manifest=loaded, variables=variables,
                                       budget=budget_from(args), run_id=args.run_id,
@@ -247,9 +290,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _load(store: RunStore, run_id: str) -> RunRecord:
-    record = store.load_run(run_id)
+    record = store.load_run(check_run_id(run_id, source="RUN_ID"))
     if record is None:
-        raise InvalidInput(f"no run with id {run_id!r} in this store", source="RUN_ID")
+        raise NotFound(f"no run with id {excerpt(run_id)} in this store", source="RUN_ID")
     return record
 
 
@@ -271,24 +314,35 @@ def _resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
     return _finish(result, args)
 
 
+def _check_runtime_flags(args: argparse.Namespace) -> None:
+    """`--model`, `--tools`, `--config` and the sinks of a command that resumes a run,
+    checked before the store is opened or anything in it is changed."""
+    runtime_config(run_options(args))
+    check_sinks(args)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
-    with open_run_store(args) as store:
+    check_run_id(args.run_id, source="RUN_ID")
+    _check_runtime_flags(args)
+    with open_run_store(args, create=False) as store:
         return _resume(args, store, _load(store, args.run_id))
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
     response = None
     if args.response is not None:
-        try:
-            response = json.loads(args.response)
-        except ValueError as error:
-            raise InvalidInput(f"not valid JSON: {error}", source="--response") from error
-    with open_run_store(args) as store:
+        response = parse_json_option(args.response, source="--response")
+    if args.by is not None and (not args.by.isprintable() or len(args.by) > 200):
+        raise InvalidInput("must be a name: printable, at most 200 characters", source="--by")
+    check_run_id(args.run_id, source="RUN_ID")
+    _check_runtime_flags(args)
+    with open_run_store(args, create=False) as store:
         record = _load(store, args.run_id)
         approval_id = AgentRuntime(store=store).approve(
             args.run_id, approved=not args.reject, response=response, responded_by=args.by)
         verdict = "rejected" if args.reject else "approved"
-        print(f"{verdict} {approval_id} of run {args.run_id}", file=sys.stderr)
+        print(printable(f"{verdict} {approval_id} of run {args.run_id}", multiline=False),
+              file=sys.stderr)
         if not args.resume:
             return EXIT_COMPLETED
         return _resume(args, store, _load(store, record.run_id))
@@ -296,39 +350,43 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_effects(args: argparse.Namespace) -> int:
     words = args.words
-    with open_run_store(args) as store:
-        if words[0] != "resolve":
-            if len(words) != 1:
-                raise InvalidInput("expected RUN_ID, or resolve RUN_ID KEY", source="effects")
+    if words[0] != "resolve":
+        if len(words) != 1:
+            raise InvalidInput("expected RUN_ID, or resolve RUN_ID KEY", source="effects")
+        with open_run_store(args, create=False) as store:
             _load(store, words[0])
             print_effects(store.list_effects(words[0]), args.format, sys.stdout)
-            return EXIT_COMPLETED
-        if len(words) != 3:
-            raise InvalidInput("expected resolve RUN_ID KEY", source="effects")
-        run_id, key = words[1], words[2]
+        return EXIT_COMPLETED
+    if len(words) != 3:
+        raise InvalidInput("expected resolve RUN_ID KEY", source="effects")
+    run_id, key = check_run_id(words[1], source="RUN_ID"), words[2]
+    if args.retry:
+        resolution: dict[str, Any] = {"action": "retry"}
+    elif args.skip:
+        resolution = {"action": "skip"}
+    elif args.result is not None:
+        resolution = {"action": "result",
+                      "result": parse_json_option(args.result, source="--result")}
+    else:
+        raise InvalidInput("say how to settle it: --retry, --result JSON or --skip",
+                           source="effects resolve")
+    _check_runtime_flags(args)
+    with open_run_store(args, create=False) as store:
         record = _load(store, run_id)
         suspension = record.suspension
         if record.status is not RunStatus.SUSPENDED or suspension is None \
                 or suspension.reason != "effect-unknown" or suspension.details.get("key") != key:
-            raise InvalidInput(f"run {run_id!r} is not waiting on effect {key!r} "
+            raise InvalidInput(f"run {quote(run_id)} is not waiting on effect {quote(key)} "
                                f"(it is {record.status.value})", source="effects resolve")
-        if args.retry:
-            resolution: dict[str, Any] = {"action": "retry"}
-        elif args.skip:
-            resolution = {"action": "skip"}
-        elif args.result is not None:
-            try:
-                resolution = {"action": "result", "result": json.loads(args.result)}
-            except ValueError as error:
-                raise InvalidInput(f"not valid JSON: {error}", source="--result") from error
-        else:
-            raise InvalidInput("say how to settle it: --retry, --result JSON or --skip",
-                               source="effects resolve")
         return _resume(args, store, record, effect_resolutions={key: resolution})
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    with open_run_store(args) as store:
+    check_run_id(args.run_id, source="RUN_ID")
+    if args.new_run_id is not None:
+        check_run_id(args.new_run_id, source="--run-id")
+    _check_runtime_flags(args)
+    with open_run_store(args, create=False) as store:
         record = _load(store, args.run_id)
         options = run_options(args, record.options)
         runtime, files = build_runtime(args, store, options)
@@ -342,15 +400,15 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    with open_run_store(args) as store:
+    with open_run_store(args, create=False) as store:
         _load(store, args.run_id)
         AgentRuntime(store=store).cancel(args.run_id)
-        print(f"cancelled run {args.run_id}")
+        print(printable(f"cancelled run {args.run_id}", multiline=False))
     return EXIT_COMPLETED
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    with open_run_store(args) as store:
+    with open_run_store(args, create=False) as store:
         record = _load(store, args.run_id)
         checkpoints = store.list_checkpoints(args.run_id) if args.checkpoints else None
         print_record(record, checkpoints, args.format, sys.stdout)
@@ -358,7 +416,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_run_store(args) as store:
+    with open_run_store(args, create=False) as store:
         runs: list[RunRecord] = []
         cursor = None
         while len(runs) < args.limit:
@@ -372,35 +430,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_COMPLETED
 
 
-def _matches(event: Any, args: argparse.Namespace) -> bool:
-    if args.run and event.run_id != args.run:
-        return False
-    if args.type:
-        wanted = args.type.rstrip("*").rstrip(".")
-        return bool(event.type == wanted or event.type.startswith(wanted + "."))
-    return True
-
-
-def cmd_events(args: argparse.Namespace) -> int:
-    path = Path(args.file)
-    if not path.is_file():
-        raise InvalidInput("event log not found", source=args.file)
-    seen = 0
-    while True:
-        for index, event in enumerate(read_events(path)):
-            if index >= seen and _matches(event, args):
-                print_event(event, args.format, sys.stdout)
-            seen = max(seen, index + 1)
-        if not args.tail:
-            return EXIT_COMPLETED
-        time.sleep(0.5)
-
-
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    if args.max_takeovers < 0:
-        raise InvalidInput("must be 0 or more", source="--max-takeovers")
-    if args.interval is not None and args.interval <= 0:
-        raise InvalidInput("must be a positive number of seconds", source="--interval")
+    if args.events != "none":
+        check_output_file(args.events, flag="--events")
     log = None if args.events == "none" else JsonlEventSink(args.events)
     sinks: list[EventSink] = [log] if log else []
     # Resumed runs write to the command's event log, with their remembered options.
@@ -437,29 +469,23 @@ COMMANDS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    # The limits in effect start as the defaults; a runtime config read on the
+    # way replaces them for this command only.
+    token = set_limits(DEFAULT_LIMITS)
+    args: argparse.Namespace | None = None
     try:
+        args = _parser().parse_args(argv)
+        check_text_flags(args)
         return COMMANDS[args.command](args)
-    except InvalidInput as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except LeaseHeld as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except (RunTerminal, InvalidTransition, ApprovalConflict, RunNotFound) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except CorruptRecord as error:
-        print(f"error: the store is damaged: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    except StoreError as error:
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_FAILED
+    except (InvalidInput, StoreError, OSError) as error:
+        return report_error(error, args)
     except KeyboardInterrupt:
         print("interrupted; the run keeps its latest checkpoint — continue it with "
               "`agent-runtime resume RUN_ID --allow-running-takeover` once its lease expires",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        reset_limits(token)
 
 
 if __name__ == "__main__":

@@ -3,27 +3,37 @@
 A run remembers its runtime options (`--model`, `--config`, `--tools`, and the
 manifest's path); `resume`, `approve --resume`, `effects resolve`, `fork` and
 `reconcile` rebuild the same runtime from them unless given again.
+
+Every flag is checked before anything is opened or created: a refused
+command leaves no store, event log or artifacts directory behind. Paths are
+checked for what they must be (a file, a directory, or nothing yet) without
+following them into a mkdir or a database connect.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import errno
+import math
+import os
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
 from stores import open_store
 from stores.artifacts import LocalArtifactStore
 from stores.base import RunStore
 from stores.records import Budget
 
-from agent_runtime.config import import_tool_target, load_config
+from agent_runtime.config import RuntimeConfig, import_tool_target, load_config
 from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import ConfigError, InvalidInput
+from agent_runtime.errors import ConfigError, InvalidInput, NotFound
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
+from agent_runtime.excerpts import excerpt
+from agent_runtime.limits import current_limits, set_limits
+from agent_runtime.manifest_input import check_structure, parse_document, text_problem
 from agent_runtime.reports import print_event
 from agent_runtime.stream import StreamView
 from agent_runtime.tools import Tool, load_tool_file, tool
@@ -32,34 +42,175 @@ DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
 DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
 DEFAULT_ARTIFACTS = "./.agent-runtime/artifacts"
 
+MAX_SECONDS = 7 * 24 * 3600.0  # a lease or an interval past a week is a typo
+MAX_COUNT = 2**53 - 1  # the largest integer every store and JSON reader keeps exactly
+_MAX_RUN_ID_BYTES = 200  # what every store can hold, the file store's file names included
 
-def open_run_store(args: argparse.Namespace) -> RunStore:
-    location = args.store or (DEFAULT_STORE if args.store_driver != "memory" else None)
+PathKind = Literal["missing", "file", "directory", "other"]
+
+
+# -- flag values (argparse `type=`) ---------------------------------------------
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds, at most a week: `--lease-seconds`, `--interval`."""
     try:
-        return open_store(args.store_driver, location)
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {excerpt(text)}"
+                                         ) from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0 and at most {MAX_SECONDS:.0f}, "
+            f"got {excerpt(text)}")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An integer from `minimum` up to 2**53-1: `--limit`, `--seq`, `--max-total-tokens`."""
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        digits = stripped.lstrip("+-")
+        if not digits.isascii() or not digits.isdigit() or len(stripped) - len(digits) > 1:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {excerpt(text)}")
+        # More digits than any allowed value has: refused before int() reads them all.
+        value = int(stripped) if len(digits) <= 20 else (-1 if stripped[0] == "-" else 1) * (
+            MAX_COUNT + 1)
+        if not minimum <= value <= MAX_COUNT:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {excerpt(text)}"
+                                             if value < minimum else
+                                             f"must be at most {MAX_COUNT}, got {excerpt(text)}")
+        return value
+    parse.__name__ = "count"
+    return parse
+
+
+def check_text_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag or argument that is not text: undecodable bytes arrive as lone
+    surrogates, which no store, log or terminal can take."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and text_problem(item, sys.maxsize):
+                flag = _ARGUMENTS.get(name, "--" + name.replace("_", "-"))
+                raise InvalidInput(f"{excerpt(item)} is not valid UTF-8 text", source=flag)
+
+
+_ARGUMENTS = {"file": "FILE", "run_id": "RUN_ID", "words": "effects", "command": "COMMAND"}
+
+
+def check_run_id(run_id: str, *, source: str) -> str:
+    """A run id every store can hold: visible text, no path separator, no leading dot."""
+    problem = None
+    if not run_id or run_id != run_id.strip():
+        problem = "must not be empty or start or end with spaces"
+    elif len(run_id.encode("utf-8", "surrogatepass")) > _MAX_RUN_ID_BYTES:
+        problem = f"is longer than {_MAX_RUN_ID_BYTES} bytes"
+    elif not run_id.isprintable() or text_problem(run_id, _MAX_RUN_ID_BYTES):
+        problem = "contains control or invisible characters"
+    elif run_id.startswith(".") or ".." in run_id or any(c in run_id for c in "/\\"):
+        problem = "must not start with a dot or contain '..', '/' or '\\'"
+    if problem:
+        raise InvalidInput(f"run id {excerpt(run_id)} {problem}", source=source)
+    return run_id
+
+
+def parse_json_option(text: str, *, source: str) -> Any:
+    """A JSON flag value (`approve --response`, `effects --result`), held to the
+    variables limits: size, depth, string and integer size, duplicate keys."""
+    value = parse_document(text, source=source, json_format=True,
+                           limit=current_limits().variables_bytes, error=InvalidInput)
+    try:
+        check_structure(value, source=source)
+    except InvalidInput as error:
+        raise InvalidInput(error.reason, source=source, field=error.field) from None
+    return value
+
+
+# -- paths --------------------------------------------------------------------
+
+
+def path_kind(path: str | Path, *, flag: str) -> PathKind:
+    """What is at `path`, following links; a path that cannot name anything is refused."""
+    shown = excerpt(str(path))
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise InvalidInput(f"{shown} is a symbolic link to nothing", source=flag) from None
+        return "missing"
+    except OSError as error:
+        reason = {errno.ENOTDIR: "a part of the path is a file, not a directory",
+                  errno.ENAMETOOLONG: "the path is too long"}.get(
+            error.errno or 0, f"cannot use this path ({error.strerror or error})")
+        raise InvalidInput(f"{shown}: {reason}", source=flag) from None
+    except ValueError:  # an embedded NUL
+        raise InvalidInput(f"{shown}: the path contains a NUL character", source=flag) from None
+    if stat.S_ISREG(mode):
+        return "file"
+    return "directory" if stat.S_ISDIR(mode) else "other"
+
+
+_KINDS = {"file": "a file", "directory": "a directory", "other": "not a regular file",
+          "missing": "missing"}
+
+
+def check_output_file(path: str, *, flag: str) -> None:
+    """A file the command appends to (`--events`): a regular file, or nothing yet."""
+    kind = path_kind(path, flag=flag)
+    if kind not in ("file", "missing"):
+        raise InvalidInput(f"{excerpt(path)} is {_KINDS[kind]}, expected a file", source=flag)
+
+
+def check_output_directory(path: str, *, flag: str) -> None:
+    """A directory the command writes into (`--artifacts`): a directory, or nothing yet."""
+    kind = path_kind(path, flag=flag)
+    if kind not in ("directory", "missing"):
+        raise InvalidInput(f"{excerpt(path)} is {_KINDS[kind]}, expected a directory",
+                           source=flag)
+
+
+def check_input_file(path: str, *, flag: str) -> None:
+    """A file the command reads (`--tools`, a scripted model's script)."""
+    kind = path_kind(path, flag=flag)
+    if kind == "missing":
+        raise NotFound(f"{excerpt(path)} not found", source=flag)
+    if kind != "file":
+        raise InvalidInput(f"{excerpt(path)} is {_KINDS[kind]}, expected a file", source=flag)
+
+
+def store_location(args: argparse.Namespace) -> str | None:
+    """Where the command's store lives, as given or by default (None: memory)."""
+    return args.store or (DEFAULT_STORE if args.store_driver != "memory" else None)
+
+
+def check_store(args: argparse.Namespace, *, create: bool) -> None:
+    """Refuse a store location that cannot be this driver's store, before it is opened.
+
+    Without `create` (every command but `run`, `reconcile` and `serve`) a
+    missing SQLite file or file-store directory is `NotFound`: those commands
+    read runs that must already exist, and must not leave an empty store behind.
+    """
+    location = store_location(args)
+    if args.store_driver not in ("sqlite", "file") or not location:
+        return
+    kind = path_kind(location, flag="--store")
+    wanted: PathKind = "file" if args.store_driver == "sqlite" else "directory"
+    if kind == "missing" and not create:
+        raise NotFound(f"no {args.store_driver} store at {excerpt(location)}", source="--store")
+    if kind not in (wanted, "missing"):
+        raise InvalidInput(f"{excerpt(location)} is {_KINDS[kind]}; a {args.store_driver} "
+                           f"store is {_KINDS[wanted]}", source="--store")
+
+
+def open_run_store(args: argparse.Namespace, *, create: bool = True) -> RunStore:
+    check_store(args, create=create)
+    try:
+        return open_store(args.store_driver, store_location(args))
     except ValueError as error:
         raise ConfigError(str(error), source="--store") from error
 
 
-def parse_variables(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    source = "--variables"
-    if text.startswith("@"):
-        source = text[1:]
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as error:
-            raise InvalidInput(f"cannot read the variables file: {error.strerror}",
-                               source=source) from error
-    try:
-        value = json.loads(text) if source == "--variables" or source.endswith(".json") \
-            else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as error:
-        raise InvalidInput(f"not valid JSON: {error}", source=source) from error
-    if not isinstance(value, dict):
-        raise InvalidInput("must be an object of variable names to values", source=source)
-    return value
+# -- runtime options ------------------------------------------------------------
 
 
 def model_option(value: str | None) -> str | None:
@@ -70,10 +221,8 @@ def model_option(value: str | None) -> str | None:
         raise InvalidInput("expected PROVIDER/MODEL, e.g. scripted/echo or openai/gpt-5.6",
                            source="--model")
     if provider == "scripted" and model != "echo":
-        script = Path(model)
-        if not script.is_file():
-            raise InvalidInput(f"scripted model script {model!r} not found", source="--model")
-        return f"scripted/{script.resolve()}"
+        check_input_file(model, flag="--model")
+        return f"scripted/{Path(model).resolve()}"
     return value
 
 
@@ -85,8 +234,19 @@ def run_options(args: argparse.Namespace, previous: dict[str, Any] | None = None
     if getattr(args, "config", None):
         options["config"] = str(Path(args.config).resolve())
     if getattr(args, "tools", None):
+        for path in args.tools:
+            check_input_file(path, flag="--tools")
         options["tools"] = [str(Path(path).resolve()) for path in args.tools]
     return options
+
+
+def runtime_config(options: dict[str, Any]) -> RuntimeConfig | None:
+    """The runtime config a run's options name, its `limits` put in effect."""
+    if not options.get("config"):
+        return None
+    config = load_config(options["config"])
+    set_limits(config.limits)
+    return config
 
 
 def load_tools(options: dict[str, Any], config: Any) -> list[Tool]:
@@ -100,11 +260,30 @@ def load_tools(options: dict[str, Any], config: Any) -> list[Tool]:
     return found
 
 
+def check_sinks(args: argparse.Namespace) -> None:
+    """Refuse an `--events` or `--artifacts` path that cannot be one, before opening any."""
+    events = getattr(args, "events", None)
+    if events and events != "none":
+        check_output_file(events, flag="--events")
+    artifacts = getattr(args, "artifacts", None)
+    if artifacts and artifacts != "none":
+        check_output_directory(artifacts, flag="--artifacts")
+
+
 def build_runtime(
         args: argparse.Namespace, store: RunStore, options: dict[str, Any],
-        extra_sinks: Sequence[EventSink] = ()) -> tuple[AgentRuntime, list[JsonlEventSink]]:
-    """A runtime for a run's options, and the event files it writes (to close after)."""
-    config = load_config(options["config"]) if options.get("config") else None
+        extra_sinks: Sequence[EventSink] = (),
+        prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
+) -> tuple[AgentRuntime, list[JsonlEventSink]]:
+    """A runtime for a run's options, and the event files it writes (to close after).
+
+    `prepared` is the config and tools already loaded for these options (a
+    tools file is imported once)."""
+    if prepared is None:
+        config = runtime_config(options)
+        prepared = config, load_tools(options, config)
+    config, tools = prepared
+    check_sinks(args)
     sinks: list[EventSink] = list(extra_sinks)
     files: list[JsonlEventSink] = []
     events = getattr(args, "events", DEFAULT_EVENTS)
@@ -117,7 +296,7 @@ def build_runtime(
     if getattr(args, "format", "pretty") == "ndjson":
         sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
     artifacts = getattr(args, "artifacts", None)
-    runtime = AgentRuntime(store=store, config=config, tools=load_tools(options, config),
+    runtime = AgentRuntime(store=store, config=config, tools=tools,
                            event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0),
                            text_sink=None if view is None else view.text,
                            artifacts=None if artifacts in (None, "none")

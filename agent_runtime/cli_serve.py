@@ -34,6 +34,7 @@ from agent_runtime.cli_options import (
     build_runtime,
     open_run_store,
     run_options,
+    seconds,
 )
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import InvalidInput
@@ -76,7 +77,7 @@ def add_serve_parser(commands: Any,
     auth.add_argument("--tokens", metavar="FILE",
                       help="a YAML mapping of bearer token -> tenant (default: a new random "
                            "token in .agent-runtime/serve.token, mode 0600)")
-    serve.add_argument("--reconcile-interval", type=float, default=DEFAULT_RECONCILE_INTERVAL,
+    serve.add_argument("--reconcile-interval", type=seconds, default=DEFAULT_RECONCILE_INTERVAL,
                        metavar="S", help="resume stranded runs every S seconds (default: "
                                          f"{DEFAULT_RECONCILE_INTERVAL:g})")
     serve.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
@@ -90,7 +91,7 @@ def add_serve_parser(commands: Any,
                        help=f"JSONL event log of every run (default: {DEFAULT_EVENTS})")
     serve.add_argument("--artifacts", metavar="DIR|none", default=DEFAULT_ARTIFACTS,
                        help=f"where tools' artifacts are kept (default: {DEFAULT_ARTIFACTS})")
-    serve.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
+    serve.add_argument("--lease-seconds", type=seconds, default=30.0, metavar="S",
                        help="lease length of executing runs (default: 30)")
     serve.add_argument("--no-access-log", dest="access_log", action="store_false",
                        help="do not log every request")

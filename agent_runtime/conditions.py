@@ -5,21 +5,40 @@ the legacy `future` compatibility package, ships no type information, and raises
 AttributeError on property access such as `items.length` where JEXL, which runs on
 JavaScript, yields a value. The subset manifests use is small enough to own: a tokenizer
 and a Pratt parser build a tiny AST once per expression (cached), which is then evaluated
-many times with JavaScript-like semantics, because the reference implementation evaluates
-the same expressions with JEXL on JavaScript.
+many times with JavaScript-like semantics (`condition_semantics`), because the reference
+implementation evaluates the same expressions with JEXL on JavaScript.
+
+Cost is bounded (`agent_runtime.limits`): an expression longer than
+`conditionLength` does not compile, and one evaluation may spend at most
+`conditionCost` work units (one per operator, one per list item or object
+entry compared, one per 16 characters of text built or searched), so a
+manifest cannot make a run hang; numbers follow JavaScript's doubles, so
+arithmetic cannot grow integers without bound. Past either bound, and for
+values nested too deeply to compare, evaluation raises
+`ConditionEvaluationError` and the step fails with a clear message.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from agent_runtime.errors import ConditionSyntaxError
-from agent_runtime.templates import MISSING, PLACEHOLDER, RESERVED_SEGMENTS, resolve_path, to_text
+from agent_runtime.condition_semantics import (
+    BINARY,
+    EvaluationCost,
+    js_int,
+    member,
+    scanned,
+    to_number,
+    truthy,
+)
+from agent_runtime.errors import ConditionEvaluationError, ConditionSyntaxError
+from agent_runtime.limits import current_limits
+from agent_runtime.manifest_input import quote
+from agent_runtime.templates import MISSING, PLACEHOLDER, RESERVED_SEGMENTS, resolve_path
 
 __all__ = ["Condition", "compile_condition", "condition_identifiers", "evaluate_condition",
            "truthy"]  # fmt: skip
@@ -49,153 +68,7 @@ _TOKEN = re.compile(
     re.DOTALL,
 )
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
-# JavaScript's ToNumber grammar for strings ("" is 0; anything else unmatched is NaN).
-_JS_NUMERIC = re.compile(r"(?:[+-]?(?:Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?))?")
-_JS_RADIX = re.compile(r"0(?:[xX][0-9a-fA-F]+|[oO][0-7]+|[bB][01]+)")
 _T = TypeVar("_T")
-
-
-def truthy(value: Any) -> bool:
-    """JavaScript truthiness: None, False, 0, NaN and "" are false; [] and {} are true."""
-    if isinstance(value, str):
-        return value != ""
-    if isinstance(value, int | float):  # bool included
-        return value != 0 and not math.isnan(value)
-    return value is not None and value is not MISSING
-
-
-def _num(value: Any) -> int | float:
-    # JavaScript's ToNumber, except that lists and dicts are always NaN.
-    if isinstance(value, int | float):
-        return int(value) if isinstance(value, bool) else value
-    if isinstance(value, str):
-        text = value.strip()
-        if _JS_NUMERIC.fullmatch(text):
-            return float(text.replace("Infinity", "inf") or 0)
-        return int(text, 0) if _JS_RADIX.fullmatch(text) else math.nan
-    return 0 if value is None else math.nan
-
-
-def _float(value: int | float) -> float:
-    try:
-        return float(value)
-    except OverflowError:  # an int past the double range is what JavaScript calls Infinity
-        return math.inf if value > 0 else -math.inf
-
-
-def _strict_eq(left: Any, right: Any) -> bool:
-    # JavaScript `===`, except that lists and dicts compare by content: manifests only
-    # hold JSON values, and the identity of two JSON values means nothing to an author.
-    if isinstance(left, bool) or isinstance(right, bool):
-        return type(left) is type(right) and left == right
-    if isinstance(left, int | float):
-        return isinstance(right, int | float) and left == right
-    if isinstance(left, str):
-        return isinstance(right, str) and left == right
-    if isinstance(left, list | tuple):
-        return (isinstance(right, list | tuple) and len(left) == len(right)
-                and all(map(_strict_eq, left, right)))
-    if isinstance(left, Mapping):
-        return (isinstance(right, Mapping) and left.keys() == right.keys()
-                and all(_strict_eq(item, right[key]) for key, item in left.items()))
-    return left is right or (type(left) is type(right) and left == right)
-
-
-def _loose_eq(left: Any, right: Any) -> bool:
-    # JavaScript `==` between primitives; null equals only null (there is no undefined).
-    if left is None or right is None:
-        return left is right
-    if isinstance(left, str | int | float) and isinstance(right, str | int | float):
-        if type(left) is type(right) or (isinstance(left, str) and isinstance(right, str)):
-            return bool(left == right)
-        return _num(left) == _num(right)
-    return _strict_eq(left, right)
-
-
-def _compare(relation: Callable[[Any, Any], bool], left: Any, right: Any) -> bool:
-    # JavaScript's relational comparison of primitives: two strings by code point, any
-    # other pair as numbers (null is 0, so `null < 1` and `null <= null` hold; NaN never).
-    if isinstance(left, str) and isinstance(right, str):
-        return relation(left, right)
-    if all(side is None or isinstance(side, str | int | float) for side in (left, right)):
-        return relation(_num(left), _num(right))
-    return False
-
-
-def _arithmetic(operation: Callable[[Any, Any], Any], left: Any, right: Any) -> Any:
-    x, y = _num(left), _num(right)
-    try:
-        return operation(x, y)
-    except OverflowError:
-        return operation(_float(x), _float(y))
-
-
-def _add(left: Any, right: Any) -> Any:
-    if isinstance(left, str) or isinstance(right, str):
-        return to_text(left) + to_text(right)
-    return _arithmetic(operator.add, left, right)
-
-
-def _divide(left: Any, right: Any) -> float:
-    x, y = _num(left), _num(right)
-    if y == 0:  # JavaScript: an infinity signed by both operands; 0 / 0 is NaN
-        dividend = _float(x)
-        if dividend == 0 or math.isnan(dividend):
-            return math.nan
-        return math.copysign(math.inf, dividend) * math.copysign(1.0, y)
-    return float(_arithmetic(operator.truediv, x, y))
-
-
-def _floor_divide(left: Any, right: Any) -> int | float:
-    quotient = _divide(left, right)  # JEXL's `//` is Math.floor(a / b)
-    return math.floor(quotient) if math.isfinite(quotient) else quotient
-
-
-def _remainder(left: Any, right: Any) -> float:
-    try:  # fmod truncates like JavaScript's `%`: the sign follows the dividend
-        return math.fmod(_num(left), _num(right))
-    except (ValueError, OverflowError):  # x % 0 and Infinity % x are NaN in JavaScript
-        return math.nan
-
-
-def _key_text(key: Any) -> str | None:
-    # JavaScript turns a number or boolean used as a property key into its string.
-    return key if isinstance(key, str) else to_text(key) if isinstance(key, int | float) else None
-
-
-def _contains(needle: Any, haystack: Any) -> bool:
-    if isinstance(haystack, str):
-        text = _key_text(needle)
-        return text is not None and text in haystack
-    if isinstance(haystack, list | tuple):
-        return any(_strict_eq(needle, item) for item in haystack)  # JEXL's `in` uses ===
-    return isinstance(haystack, Mapping) and _key_text(needle) in haystack
-
-
-def _member(container: Any, key: Any) -> Any:
-    if isinstance(container, Mapping):
-        name = _key_text(key)
-        return None if name is None or name in RESERVED_SEGMENTS else container.get(name)
-    if isinstance(container, list | tuple | str):
-        if key == "length":
-            return len(container)
-        if (isinstance(key, str) and key.isascii() and key.isdigit()) or (
-            isinstance(key, float) and key.is_integer()
-        ):
-            key = int(key)
-        if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(container):
-            return container[key]
-    return None  # JavaScript's undefined; reading through it stays None (safe navigation)
-
-
-_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "==": _loose_eq, "!=": lambda left, right: not _loose_eq(left, right), "in": _contains,
-    "<": functools.partial(_compare, operator.lt), "<=": functools.partial(_compare, operator.le),
-    ">": functools.partial(_compare, operator.gt), ">=": functools.partial(_compare, operator.ge),
-    "+": _add, "-": functools.partial(_arithmetic, operator.sub),
-    "*": functools.partial(_arithmetic, operator.mul),
-    "/": _divide, "//": _floor_divide, "%": _remainder,
-}  # fmt: skip
 
 
 class _Node(NamedTuple):
@@ -210,8 +83,9 @@ def _node(kind: str, value: Any, *children: _Node) -> _Node:
     return _Node(kind, value, children, 1 + max((child.depth for child in children), default=-1))
 
 
-def _evaluate(node: _Node, scope: Mapping[str, Any]) -> Any:
+def _evaluate(node: _Node, scope: Mapping[str, Any], cost: EvaluationCost) -> Any:
     kind, value, children, _ = node
+    cost.charge(1)
     match kind:
         case "literal":
             return value
@@ -221,24 +95,26 @@ def _evaluate(node: _Node, scope: Mapping[str, Any]) -> Any:
             found = resolve_path(scope, value)
             return None if found is MISSING else found
         case "member":
-            return _member(_evaluate(children[0], scope), _evaluate(children[1], scope))
+            return member(_evaluate(children[0], scope, cost),
+                           _evaluate(children[1], scope, cost))
         case "array":
-            return [_evaluate(child, scope) for child in children]
+            return [_evaluate(child, scope, cost) for child in children]
         case "object":
-            return {key: _evaluate(item, scope) for key, item in zip(value, children, strict=True)}
+            return {key: _evaluate(item, scope, cost)
+                    for key, item in zip(value, children, strict=True)}
         case "!":
-            return not truthy(_evaluate(children[0], scope))
+            return not truthy(_evaluate(children[0], scope, cost))
         case "negate":
-            return -_num(_evaluate(children[0], scope))
-    left = _evaluate(children[0], scope)
+            return -to_number(scanned(_evaluate(children[0], scope, cost), cost))
+    left = _evaluate(children[0], scope, cost)
     match kind:
         case "&&":
-            return _evaluate(children[1], scope) if truthy(left) else left
+            return _evaluate(children[1], scope, cost) if truthy(left) else left
         case "||":
-            return left if truthy(left) else _evaluate(children[1], scope)
+            return left if truthy(left) else _evaluate(children[1], scope, cost)
         case "?":
-            return _evaluate(children[1 if truthy(left) else 2], scope)
-    return _BINARY[kind](left, _evaluate(children[1], scope))
+            return _evaluate(children[1 if truthy(left) else 2], scope, cost)
+    return BINARY[kind](left, _evaluate(children[1], scope, cost), cost)
 
 
 class _Token(NamedTuple):
@@ -250,6 +126,13 @@ class _Token(NamedTuple):
 
 def _error(expression: str, position: int, reason: str) -> ConditionSyntaxError:
     return ConditionSyntaxError(reason, expression=expression, position=position)
+
+
+def _integer_literal(text: str) -> int | float:
+    # As JavaScript reads it: a double past 2**53, Infinity past the double range
+    # (and no int() of thousands of digits, which Python refuses).
+    digits = text.lstrip("0") or "0"
+    return js_int(int(digits)) if len(digits) <= 400 else math.inf
 
 
 def _unquote(text: str) -> str:
@@ -275,7 +158,7 @@ def _tokenize(expression: str) -> list[_Token]:
         text = expression[start:pos]
         value: Any = text
         if kind == "num":
-            value = float(text) if "." in text else int(text)
+            value = float(text) if "." in text else _integer_literal(text)
         elif kind == "str":
             value = _unquote(text)
         elif kind == "template":
@@ -327,9 +210,9 @@ class _Parser:
         if token.kind == "end":
             reason = f"{wanted or 'expected a value'} at end of expression"
         elif wanted:
-            reason = f"{wanted} but found {token.text!r} at position {token.pos}"
+            reason = f"{wanted} but found {quote(token.text)} at position {token.pos}"
         else:
-            reason = f"unexpected token {token.text!r} at position {token.pos}"
+            reason = f"unexpected token {quote(token.text)} at position {token.pos}"
         return _error(self.expression, token.pos, reason)
 
     def _guard(self, depth: int, token: _Token) -> None:
@@ -430,8 +313,19 @@ class Condition:
         self.expression = expression
 
     def evaluate(self, scope: Mapping[str, Any]) -> Any:
-        """The expression's value in `scope`; missing names and odd types never raise."""
-        return _evaluate(self._root, scope)
+        """The expression's value in `scope`; missing names and odd types never raise.
+
+        Raises `ConditionEvaluationError` only past the cost limits: too much
+        work, a string past the length limit, values nested too deeply to compare.
+        """
+        limits = current_limits()
+        cost = EvaluationCost(limits.condition_cost, limits.max_string_length)
+        try:
+            return _evaluate(self._root, scope, cost)
+        except RecursionError:
+            raise ConditionEvaluationError("values nested too deeply to compare") from None
+        except ValueError as error:  # e.g. an integer too long to turn into text
+            raise ConditionEvaluationError(f"cannot evaluate: {error}") from None
 
     def identifiers(self) -> list[str]:
         """Top-level names read, once each in source order; `{{ a.b }}` contributes `a`."""
@@ -441,9 +335,20 @@ class Condition:
         return f"Condition({self.expression!r})"
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_condition(expression: str) -> Condition:
-    """Parse `expression` once; raises ConditionSyntaxError naming the offending position."""
+    """Parse `expression` once; raises ConditionSyntaxError naming the offending position.
+
+    An expression longer than the `conditionLength` limit is refused unread.
+    """
+    limit = current_limits().condition_length
+    if len(expression) > limit:
+        raise _error(expression[:limit], limit,
+                     f"expression is longer than the limit of {limit:,} characters")
+    return _compiled(expression)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(expression: str) -> Condition:
     return Condition(expression)
 
 

@@ -29,20 +29,26 @@ policy for webhook steps:
                                       # non-public addresses are refused unless true
       allowedHosts: [hooks.example.com, "*.example.org"]  # when set, the only hosts called
       maxResponseBytes: 1048576
+    limits:                         # bounds on input (docs/limits.md); unknown keys refused
+      manifestBytes: 2097152
+      maxDepth: 64
+
+The config file itself is read up to `limits.CONFIG_BYTES` (1 MiB), as YAML
+(libyaml, duplicate keys refused) or, for `.json`, JSON.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from agent_runtime.errors import ConfigError
+from agent_runtime.errors import ConfigError, ConfigNotFound, ManifestError
+from agent_runtime.limits import CONFIG_BYTES, InputLimits, decode_utf8, read_bounded
+from agent_runtime.manifest_input import check_structure, parse_document
 
 DRIVERS = ("openai", "openai-compatible", "anthropic", "bedrock", "scripted",
            "google", "xai", "groq", "cohere")
@@ -151,6 +157,7 @@ class RuntimeConfig(_Strict):
     connections: dict[str, McpConnectionConfig] = Field(default_factory=dict)
     tools: dict[str, str] = Field(default_factory=dict)
     webhooks: WebhookPolicy = Field(default_factory=WebhookPolicy)
+    limits: InputLimits = Field(default_factory=InputLimits)
 
     @field_validator("providers", "models", "connections")
     @classmethod
@@ -246,15 +253,18 @@ def _check_connection(connection: McpConnectionConfig, *, source: str, at: str) 
 
 
 def load_config(path: str | Path) -> RuntimeConfig:
+    """The runtime config file at `path`; every problem is a `ConfigError` naming it
+    (`ConfigNotFound` when there is no such file)."""
     source = str(path)
+    raw = read_bounded(path, CONFIG_BYTES, what="runtime config", error=ConfigError,
+                       missing=ConfigNotFound)
+    text = decode_utf8(raw, source=source, error=ConfigError)
+    data = parse_document(text, source=source, json_format=source.endswith(".json"),
+                          limit=CONFIG_BYTES, error=ConfigError)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError as error:
-        raise ConfigError("config file not found", source=source) from error
-    try:
-        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as error:
-        raise ConfigError(f"malformed config: {error}", source=source) from error
+        check_structure(data, source=source)
+    except ManifestError as error:
+        raise ConfigError(error.reason, source=source, field=error.field) from None
     return parse_config(data, source=source)
 
 

@@ -8,7 +8,9 @@ Every execution — a first start or a resume — begins with a resume
 reservation (`resume_run`): a new attempt with a lease. Everything the
 attempt writes is fenced by that attempt. Bad input is rejected before a run
 is created (`InvalidInput`); a run that cannot continue is failed with a
-recorded error, never left half-written.
+recorded error, never left half-written. A store that fails a check before the
+first step (`CorruptRecord`) fails the attempt as `corrupt_record`: reported
+once, never resumed and failing forever, and no step runs from it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stores.base import ArtifactStore, RunAlreadyExists, RunStore
+from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import Budget, Checkpoint, ParentRef, RunError, RunRecord, RunStatus
 
@@ -31,6 +33,7 @@ from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
 from agent_runtime.events import EventEmitter, EventSink, TextSink
 from agent_runtime.execution import Execution
+from agent_runtime.limits import use_limits
 from agent_runtime.manifest import (
     AgentManifest,
     LoadedManifest,
@@ -84,6 +87,12 @@ def _without_origin(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
 class ForkSourceMissing(Exception):
     """A forked run's first attempt found no checkpoint to start from."""
+
+
+def _unstartable(error: Exception) -> tuple[str, str]:
+    """The recorded error (type, message) of an attempt that cannot begin."""
+    return ("corrupt_record" if isinstance(error, CorruptRecord) else "fork_source_missing",
+            str(error))
 
 
 class AgentRuntime:
@@ -254,7 +263,8 @@ class AgentRuntime:
         `variables` came from in error messages (a flag, a request field).
         Options saying where a run came from (`ORIGIN_OPTIONS`) are not copied.
         """
-        agent, loaded, source = self._load(manifest)
+        with use_limits(self.config.limits):  # the host's input limits, in every host
+            agent, loaded, source = self._load(manifest)
         run_overrides: dict[str, Any] = {}
         if loaded is not None and loaded.run is not None:
             run_overrides = {item.key: item.value for item in loaded.run.variables or []}
@@ -264,7 +274,8 @@ class AgentRuntime:
         overrides = {**run_overrides, **dict(variables or {})}
         label = source if not variables else (
             variables_source if not run_overrides else f"{source} with {variables_source}")
-        resolved = resolve_variables(agent, overrides, source=label)
+        with use_limits(self.config.limits):
+            resolved = resolve_variables(agent, overrides, source=label)
         run_options = _without_origin(options)
         self.check_runnable(agent, run_options, source=source)
         now = self.clock.now()
@@ -342,21 +353,24 @@ class AgentRuntime:
                                          allow_running_takeover=allow_running_takeover)
         try:
             execution = self._execution(reserved, agent, budget=budget)
-        except ForkSourceMissing as missing:
-            return self._fail_unstarted(reserved, str(missing))
+        except (ForkSourceMissing, CorruptRecord) as cannot:
+            return self._fail_unstarted(reserved, *_unstartable(cannot))
         execution.resolutions = dict(effect_resolutions or {})
         return await self._execute(execution)
 
     async def _execute(self, execution: Execution) -> RunResult:
-        """Run one execution; the MCP connections it opened close with it."""
+        """Run one execution (under the config's `limits`); its MCP connections close with it."""
         try:
-            return await execution.execute()
+            with use_limits(self.config.limits):
+                return await execution.execute()
         finally:
             await self.connections.close(execution.run_id, execution.attempt)
 
     def _execution(self, record: RunRecord, agent: AgentManifest, *, budget: Budget | None = None,
                    deadline: datetime | None = None) -> Execution:
+        """A reserved attempt's execution; `CorruptRecord` if its checkpoints or effects fail."""
         checkpoint = self.store.load_latest_checkpoint(record.run_id)
+        self.store.list_effects(record.run_id)
         if checkpoint is None and isinstance(record.options.get(FORKED_FROM), dict):
             checkpoint = self._start_fork(record)
         if checkpoint is None:
@@ -394,8 +408,8 @@ class AgentRuntime:
         try:
             execution = self._execution(record, self.stored_manifest(record), budget=budget,
                                         deadline=deadline)
-        except ForkSourceMissing as missing:
-            return self._fail_unstarted(record, str(missing))
+        except (ForkSourceMissing, CorruptRecord) as cannot:
+            return self._fail_unstarted(record, *_unstartable(cannot))
         return await self._execute(execution)
 
     def create_fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
@@ -412,8 +426,9 @@ class AgentRuntime:
         source = self.store.load_run(run_id)
         if source is None:
             raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
-        checkpoint = (self.store.load_latest_checkpoint(run_id) if seq is None
-                      else self.store.load_checkpoint(run_id, seq))
+        # Read whole first: a store failing its checks (CorruptRecord) is not forked from.
+        latest, _ = self.store.load_latest_checkpoint(run_id), self.store.list_effects(run_id)
+        checkpoint = latest if seq is None else self.store.load_checkpoint(run_id, seq)
         if checkpoint is None:
             which = "checkpoint" if seq is None else f"checkpoint {seq}"
             raise InvalidInput(f"run {run_id!r} has no {which} to fork from", field="seq")
@@ -458,9 +473,9 @@ class AgentRuntime:
                                    lease_expires_at=now + timedelta(seconds=self.lease_seconds))
         return start
 
-    def _fail_unstarted(self, record: RunRecord, message: str) -> RunResult:
-        """Fail a reserved attempt that cannot begin (a fork whose source is gone)."""
-        error = RunError(type="fork_source_missing", message=message)
+    def _fail_unstarted(self, record: RunRecord, error_type: str, message: str) -> RunResult:
+        """Fail a reserved attempt that cannot begin, so it is not left running."""
+        error = RunError(type=error_type, message=message)
         now = self.clock.now()
         self.store.fail_run(record.run_id, expected_attempt=record.attempt, error=error, at=now)
         EventEmitter(self.event_sinks, run_id=record.run_id, attempt=record.attempt,

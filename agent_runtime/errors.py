@@ -27,16 +27,40 @@ class InvalidInput(AgentRuntimeError):
         return f"{where}: {self.reason}" if where else self.reason
 
 
+class NotFound(InvalidInput):
+    """Input names something that does not exist: a file to read, a store, a run.
+
+    The CLI exits 3 (an `InvalidInput` otherwise, so callers catching that
+    still catch this).
+    """
+
+
+class Conflict(InvalidInput):
+    """Well-formed input the run's state refuses: a run id already taken. The CLI exits 4."""
+
+
 class ManifestError(InvalidInput):
     """An agent or run manifest is malformed or breaks a schema rule."""
+
+
+class ManifestNotFound(ManifestError, NotFound):
+    """A manifest file that does not exist."""
 
 
 class VariableError(InvalidInput):
     """A run variable override breaks the declaration rules."""
 
 
+class VariablesNotFound(VariableError, NotFound):
+    """A `--variables @file` that does not exist."""
+
+
 class ConfigError(InvalidInput):
     """The runtime config or a runtime option is invalid."""
+
+
+class ConfigNotFound(ConfigError, NotFound):
+    """A runtime config file that does not exist."""
 
 
 class ManifestMismatch(InvalidInput):

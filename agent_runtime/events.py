@@ -4,6 +4,12 @@ An event is `{id, run_id, attempt, sequence, timestamp, type, step_id?,
 step_path?, data?}`, ordered by `(attempt, sequence)`. Event data carries ids,
 timings, token counts and error codes — never prompt text, model output or
 variable values — so events can go to logs and metrics safely.
+
+Nor anything else a model chose: a tool call is named by its position in the
+model's response (`call`) and its tool by `tool_sha256` (the first 12 hex
+digits of the name's SHA-256, `excerpts.fingerprint`) and `tool_length`,
+never by the name or the model's call id; a provider's finish reason outside
+the known ones is `other`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+
+from agent_runtime.excerpts import escape_json_text
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,9 @@ class JsonlEventSink:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def emit(self, event: Event) -> None:
-        line = (json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False)
-                + "\n").encode("utf-8")
+        # escaped like the CLI's JSON: a log file is read in terminals too
+        text = json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False)
+        line = (escape_json_text(text) + "\n").encode("utf-8")
         with self._lock:
             os.write(self._fd, line)
 

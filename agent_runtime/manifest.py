@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import jsonschema
 from pydantic import (
     AfterValidator,
     Discriminator,
@@ -47,6 +46,7 @@ from agent_runtime.manifest_input import (
     rule_error,
 )
 from agent_runtime.messages import PromptMessage, history_problem
+from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.variables import VariableKey, VariablePath, VariableType, value_matches_type
 
 SCHEMA_VERSION = "1.0"
@@ -73,6 +73,29 @@ def _http_url(value: str) -> str:
     return value
 
 
+# RFC 9110 `token`: what an HTTP header name may be made of.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def header_name_problem(name: str) -> str | None:
+    """Why `name` cannot be an HTTP header name, or None."""
+    if _HEADER_NAME.fullmatch(name):
+        return None
+    return "a header name is letters, digits and !#$%&'*+-.^_`|~ only"
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why `value` cannot be sent as an HTTP header value, or None. The value is
+    not quoted: it may be a credential."""
+    for index, char in enumerate(value):
+        if not ("!" <= char <= "~" or char in " \t"):
+            return (f"a header value must be printable ASCII, and this one has U+{ord(char):04X} "
+                    f"at position {index}")
+    if value != value.strip(" \t"):
+        return "a header value must not start or end with a space or a tab"
+    return None
+
+
 def _connection_alias(value: str) -> str:
     if not _CONNECTION_ALIAS.fullmatch(value):
         raise rule_error(
@@ -83,11 +106,12 @@ def _connection_alias(value: str) -> str:
 
 
 def _json_schema(schema: JsonObject | None) -> JsonObject | None:
+    """A schema the runtime can apply safely (see `agent_runtime.schemas`)."""
     if schema is not None:
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise rule_error(f"not a valid JSON Schema: {exc.message}", *exc.absolute_path) from exc
+            compile_schema(schema)
+        except SchemaRefused as exc:
+            raise rule_error(exc.reason, *exc.at) from exc
     return schema
 
 
@@ -306,6 +330,23 @@ class WebhookStep(StepBase):
     timeout_ms: PositiveInt | None = None
     retries: Annotated[int, Field(ge=0)] | None = None
     idempotency_key: str | None = None
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
+        for name, value in (headers or {}).items():
+            problem = header_name_problem(name) or header_value_problem(value)
+            if problem is not None:
+                raise rule_error(problem, name)
+        return headers
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _sendable_key(cls, key: str | None) -> str | None:
+        problem = None if key is None else header_value_problem(key)
+        if problem is not None:
+            raise rule_error(f"it is sent as the Idempotency-Key header: {problem}")
+        return key
 
     @property
     def has_body(self) -> bool:

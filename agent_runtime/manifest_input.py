@@ -8,6 +8,13 @@ naming the file, the field as the user wrote it and the reason:
 This module owns that translation: the strict base model every schema model
 derives from, `rule_error` for cross-field rules, the structure guard run
 before pydantic, YAML/JSON reading, and `ValidationError` -> `ManifestError`.
+
+Reading is bounded (`agent_runtime.limits`): a file is read up to the
+manifest size limit and no further; YAML is parsed by libyaml when it is
+installed (`yaml.CSafeLoader`, ten times faster than the pure-Python
+`SafeLoader`), both refusing the same things: a key written twice, a
+non-scalar key, an integer past the digit limit, an impossible date, and
+(as any safe loader) Python tags.
 """
 
 from __future__ import annotations
@@ -18,20 +25,29 @@ import re
 from collections.abc import Iterable
 from datetime import date, datetime, time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from agent_runtime.errors import ManifestError
+from agent_runtime.errors import InvalidInput, ManifestError, ManifestNotFound
+from agent_runtime.excerpts import excerpt, printable
+from agent_runtime.limits import (
+    DEFAULT_LIMITS,
+    current_limits,
+    decode_utf8,
+    describe_size,
+    read_bounded,
+)
 
 JsonObject = dict[str, Any]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 
-MAX_DEPTH = 128
-MAX_NODES = 100_000
+# The defaults; the limits in effect are `current_limits()`.
+MAX_DEPTH = DEFAULT_LIMITS.max_depth
+MAX_NODES = DEFAULT_LIMITS.max_values
 
 PathPart = str | int
 
@@ -62,6 +78,7 @@ def rule_error(reason: str, *at: PathPart) -> PydanticCustomError:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$-]*")
+_KEY_SHOWN = 80  # longer keys are shown as an excerpt
 
 
 def format_path(parts: Iterable[PathPart]) -> str:
@@ -70,10 +87,12 @@ def format_path(parts: Iterable[PathPart]) -> str:
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _IDENTIFIER.fullmatch(part):
+        elif len(part) <= _KEY_SHOWN and _IDENTIFIER.fullmatch(part):
             out += f".{part}" if out else part
-        else:
+        elif len(part) <= _KEY_SHOWN and part.isprintable():
             out += f"[{json.dumps(part, ensure_ascii=False)}]"
+        else:  # a hostile key: quoted briefly, escaped
+            out += f"[{excerpt(part, 40)}]"
     return out
 
 
@@ -83,11 +102,12 @@ def describe(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"a number ({_digits(value):,} digits)"
     if isinstance(value, int | float):
         return f"a number ({value!r})"
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"a string ({shown!r})"
+        return f"a string ({quote(value, 40)})"
     if isinstance(value, list | tuple):
         return "a list"
     if isinstance(value, dict):
@@ -95,71 +115,177 @@ def describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def quote(text: str, limit: int = 60) -> str:
+    """`'text'` as repr shows it when short and printable, else an escaped excerpt."""
+    if len(text) <= limit and text.isprintable():
+        return repr(text)
+    return excerpt(text, limit)
+
+
+def _digits(value: int) -> int:
+    """About how many decimal digits `value` has, without str() (refused past 4,300)."""
+    return max(1, int(value.bit_length() * 0.30103) + 1)
+
+
+def clip(text: str, limit: int = 160) -> str:
+    """A library's message made one short, inert line (it may quote the input)."""
+    text = printable(text, multiline=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 # -- reading files -----------------------------------------------------------
 
+_ConstructorError = yaml.constructor.ConstructorError
+_STR_TAG = "tag:yaml.org,2002:str"
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """`yaml.safe_load`'s loader, refusing a key written twice in one mapping.
 
-    Plain safe_load keeps the last of two equal keys without a word, so a
-    manifest could silently lose a field; the reference implementation rejects it.
+class _StrictConstruction:
+    """What both YAML loaders refuse beyond a safe loader's own refusals.
+
+    - a key written twice in one mapping: plain safe_load keeps the last
+      without a word, so a manifest could silently lose a field (the
+      reference implementation rejects it);
+    - a key that is a list or mapping (`? [a, b]`), which no JSON document has;
+    - an integer past the digit limit, and a date that does not exist, which
+      would otherwise escape as ValueError from the constructor.
     """
+
+    yaml_constructors: ClassVar[dict[Any, Any]]
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]]
+
+    def resolve(self, kind: type[yaml.Node], value: str, implicit: tuple[bool, bool]) -> str:
+        # The resolver's own answer, reached sooner: PyYAML's `resolve` is
+        # Python even under libyaml and ran for a third of a load's time. A
+        # quoted scalar is a string; so is a plain one whose first character
+        # starts no implicit type (bool, null, int, float, date, merge...).
+        if kind is not yaml.ScalarNode:
+            return super().resolve(kind, value, implicit)  # type: ignore[misc, no-any-return]
+        if not implicit[0] or (value and value[0] not in self.yaml_implicit_resolvers):
+            return _STR_TAG
+        # The rest (true, 12, team-3, type...) depend on the text alone, and repeat.
+        tags: dict[str, str] = self.__dict__.setdefault("_plain_tags", {})
+        tag = tags.get(value)
+        if tag is None:
+            tag = tags[value] = super().resolve(kind, value, implicit)  # type: ignore[misc]
+        return tag
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _ConstructorError(None, None, "a mapping key must be a plain value, "
+                                        "not a list or a mapping", key_node.start_mark)
+            key = key_node.value if key_node.tag == _STR_TAG else \
+                self.construct_object(key_node, deep=deep)  # type: ignore[attr-defined]
             if isinstance(key, str | int | float | bool) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"found duplicate key {key!r}", key_node.start_mark)
+                raise _ConstructorError(None, None, f"found duplicate key {_key_text(key)}",
+                                        key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc, no-any-return]
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(node.value).replace("_", "").lstrip("+-")
+        digits = current_limits().max_integer_digits
+        if len(text) > digits + 2:  # room for a 0x/0o/0b prefix
+            raise _ConstructorError(None, None, f"an integer with more than {digits} digits",
+                                    node.start_mark)
+        return yaml.constructor.SafeConstructor.construct_yaml_int(self, node)  # type: ignore[arg-type]
+
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> date | datetime:
+        try:
+            return yaml.constructor.SafeConstructor.construct_yaml_timestamp(
+                self, node)  # type: ignore[arg-type]
+        except (ValueError, OverflowError) as exc:  # 2024-13-45: it looks like a date
+            raise _ConstructorError(None, None, f"not a valid date or time ({exc})",
+                                    node.start_mark) from None
+
+
+def _key_text(key: Any) -> str:
+    return quote(key) if isinstance(key, str) else repr(key)
+
+
+class _PureLoader(_StrictConstruction, yaml.SafeLoader):
+    """The pure-Python safe loader, refusing what `_StrictConstruction` refuses."""
+
+
+_LOADERS: dict[str, type[Any]] = {"pure": _PureLoader}
+if hasattr(yaml, "CSafeLoader"):  # PyYAML built with libyaml
+
+    class _LibyamlLoader(_StrictConstruction, yaml.CSafeLoader):
+        """libyaml's parser with the safe constructor, refusing what `_StrictConstruction` does."""
+
+    _LOADERS["libyaml"] = _LibyamlLoader
+
+for _loader in _LOADERS.values():
+    _loader.add_constructor("tag:yaml.org,2002:int", _StrictConstruction.construct_yaml_int)
+    _loader.add_constructor("tag:yaml.org,2002:timestamp",
+                            _StrictConstruction.construct_yaml_timestamp)
+
+YAML_LOADERS = tuple(_LOADERS)
+"""The YAML loaders available here, fastest last: `pure`, and `libyaml` when built in."""
+YAML_LOADER = YAML_LOADERS[-1]
+"""The loader `parse_document` uses (tests switch it to prove both refuse the same)."""
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {quote(key)}")
         result[key] = value
     return result
 
 
-def parse_document(text: str, *, source: str, json_format: bool = False) -> Any:
-    """YAML (safe loading, duplicate keys refused) or, with `json_format`, JSON text -> data."""
+def _bounded_int(text: str) -> int:
+    digits = current_limits().max_integer_digits
+    if len(text.lstrip("-")) > digits:
+        raise ValueError(f"an integer with more than {digits} digits")
+    return int(text)
+
+
+def parse_document(text: str, *, source: str, json_format: bool = False,
+                   limit: int | None = None, error: type[InvalidInput] = ManifestError) -> Any:
+    """YAML (safe loading, duplicate keys refused) or, with `json_format`, JSON text -> data.
+
+    `limit` bounds the text in characters (default: the manifest size limit);
+    every problem is `error` (a `ManifestError` unless told) naming `source`.
+    """
+    bound = current_limits().manifest_bytes if limit is None else limit
+    if len(text) > bound:
+        raise error(f"larger than the limit of {describe_size(bound)}", source=source)
     try:
         if json_format:
-            return json.loads(text, object_pairs_hook=_unique_pairs)
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+            return json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_bounded_int)
+        return yaml.load(text, Loader=_LOADERS[YAML_LOADER])  # safe: no arbitrary objects
     except json.JSONDecodeError as exc:
-        raise ManifestError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                            source=source) from None
-    except ValueError as exc:  # a duplicate key in JSON
-        raise ManifestError(f"malformed JSON: {exc}", source=source) from None
+        raise error(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                    source=source) from None
+    except ValueError as exc:  # a duplicate key or a huge integer in JSON
+        raise error(f"malformed JSON: {clip(str(exc))}", source=source) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(p for p in (exc.context, exc.problem) if p) or "syntax error"
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError(f"malformed YAML{where}: {problem}", source=source) from None
+        raise error(f"malformed YAML{where}: {clip(problem)}", source=source) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, e.g. NUL
+        raise error(f"malformed YAML at character {exc.position + 1}: "
+                    f"{clip(str(exc).split(chr(10))[0])}", source=source) from None
     except yaml.YAMLError as exc:
-        raise ManifestError(f"malformed YAML: {exc}", source=source) from None
+        raise error(f"malformed YAML: {clip(str(exc))}", source=source) from None
     except RecursionError:
-        raise ManifestError(f"nested too deeply to parse (the limit is {MAX_DEPTH} levels)",
-                            source=source) from None
+        raise error("nested too deeply to parse (the limit is "
+                    f"{current_limits().max_depth} levels)", source=source) from None
 
 
 def read_document(path: Path) -> dict[str, Any]:
-    """A manifest file's top-level mapping; `.json` files are JSON, the rest YAML."""
+    """A manifest file's top-level mapping; `.json` files are JSON, the rest YAML.
+
+    At most the manifest size limit is read: `/dev/zero` is refused at once.
+    """
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError("file not found", source=source) from None
-    except UnicodeDecodeError as exc:
-        raise ManifestError(f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                            source=source) from None
-    except OSError as exc:
-        raise ManifestError(f"cannot read the file: {exc.strerror or exc}", source=source) from None
+    raw = read_bounded(path, current_limits().manifest_bytes, what="manifest",
+                       error=ManifestError, missing=ManifestNotFound)
+    text = decode_utf8(raw, source=source, error=ManifestError)
     data = parse_document(text, source=source, json_format=path.suffix.lower() == ".json")
     if not isinstance(data, dict):
         got = "an empty document" if data is None else describe(data)
@@ -168,6 +294,19 @@ def read_document(path: Path) -> dict[str, Any]:
 
 
 # -- the structure guard -----------------------------------------------------
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problem(text: str, max_length: int) -> str | None:
+    """Why a string cannot be manifest text (too long, a lone surrogate), or None."""
+    if len(text) > max_length:
+        return f"a string longer than the limit of {max_length:,} characters"
+    if not text.isascii() and (found := _SURROGATE.search(text)):
+        return (f"contains a lone surrogate (\\u{ord(found[0]):04x}), which is not "
+                "Unicode text")
+    return None
 
 
 def _not_json(value: Any) -> str | None:
@@ -186,45 +325,71 @@ def check_structure(data: Any, *, source: str) -> None:
     """Reject data no manifest can be before pydantic walks it.
 
     Bounds depth and node count (YAML aliases can expand a small file into a
-    huge tree), rejects cycles (a YAML alias to an enclosing node), non-string
-    mapping keys and values JSON cannot represent (the manifest is stored and
-    hashed as JSON). Iterative, so hostile input cannot exhaust the stack.
+    huge tree), string length and integer size, rejects cycles (a YAML alias
+    to an enclosing node), non-string mapping keys, lone surrogates and values
+    JSON cannot represent (the manifest is stored and hashed as JSON), all by
+    the limits in effect. Iterative, so hostile input cannot exhaust the stack.
     """
+    limits = current_limits()
+    max_nodes, max_depth = limits.max_values, limits.max_depth
+    max_length, huge = limits.max_string_length, 10 ** limits.max_integer_digits
     nodes = 0
-    on_path: set[int] = set()  # ids of the containers enclosing the current node
-    stack: list[tuple[Any, tuple[PathPart, ...], bool]] = [(data, (), False)]
+    # Depth-first: `keys` is the path to the container being walked and `open_ids`
+    # the containers enclosing it (a YAML alias back to one of them is a cycle).
+    keys: list[PathPart] = []
+    open_ids: list[int] = []
+    stack: list[tuple[Any, PathPart, int]] = [(data, "", 0)]
+
+    def refuse(reason: str, depth: int) -> ManifestError:
+        return ManifestError(reason, source=source, field=format_path(keys[:depth]) or None)
+
     while stack:
-        value, path, leaving = stack.pop()
-        if leaving:
-            on_path.discard(id(value))
-            continue
+        value, key, depth = stack.pop()
+        del keys[max(depth - 1, 0):], open_ids[depth:]
+        if depth:
+            keys.append(key)
         nodes += 1
-        if nodes > MAX_NODES:
-            raise ManifestError(f"too large: more than {MAX_NODES:,} values", source=source)
-        if len(path) > MAX_DEPTH:
-            raise ManifestError(f"nested deeper than {MAX_DEPTH} levels",
-                                source=source, field=format_path(path[:4]) + "...")
+        if nodes > max_nodes:
+            raise ManifestError(f"too large: more than {max_nodes:,} values", source=source)
+        if depth > max_depth:
+            raise ManifestError(f"nested deeper than {max_depth} levels", source=source,
+                                field=format_path(keys[:4]) + "...")
         if isinstance(value, dict):
-            children: list[tuple[PathPart, Any]] = []
-            for key, child in value.items():
-                if not isinstance(key, str):
-                    raise ManifestError(
-                        f"mapping keys must be strings, got {describe(key)}; quote it",
-                        source=source, field=format_path(path) or None)
-                children.append((key, child))
+            items: Iterable[tuple[PathPart, Any]] = value.items()
         elif isinstance(value, list):
-            children = list(enumerate(value))
+            items = enumerate(value)
         else:
-            problem = _not_json(value)
+            problem = _scalar_problem(value, max_length, huge)
             if problem:
-                raise ManifestError(problem, source=source, field=format_path(path) or None)
+                raise refuse(problem, depth)
             continue
-        if id(value) in on_path:
-            raise ManifestError("contains itself (a YAML alias to an enclosing node)",
-                                source=source, field=format_path(path) or None)
-        on_path.add(id(value))
-        stack.append((value, path, True))
-        stack.extend((child, (*path, key), False) for key, child in reversed(children))
+        if id(value) in open_ids:
+            raise refuse("contains itself (a YAML alias to an enclosing node)", depth)
+        open_ids.append(id(value))
+        pending: list[tuple[Any, PathPart, int]] = []
+        for child_key, child in items:
+            if isinstance(child_key, str):
+                problem = text_problem(child_key, max_length)
+                if problem:
+                    raise refuse(f"a key {problem.removeprefix('a string ')}", depth + 1)
+            elif not isinstance(child_key, int) or isinstance(value, dict):
+                raise refuse(f"mapping keys must be strings, got {describe(child_key)}; "
+                             "quote it", depth + 1)
+            if isinstance(child, str) and child.isascii() and len(child) <= max_length:
+                nodes += 1  # the common leaf, checked without a trip round the loop
+                continue
+            pending.append((child, child_key, depth + 1))
+        if nodes > max_nodes:
+            raise ManifestError(f"too large: more than {max_nodes:,} values", source=source)
+        stack.extend(reversed(pending))
+
+
+def _scalar_problem(value: Any, max_length: int, huge: int) -> str | None:
+    if isinstance(value, str):
+        return text_problem(value, max_length)
+    if isinstance(value, int) and not isinstance(value, bool) and not -huge < value < huge:
+        return f"an integer with more than {len(str(huge)) - 1} digits"
+    return _not_json(value)
 
 
 # -- pydantic errors -> ManifestError ------------------------------------------
@@ -271,12 +436,12 @@ def _reason(error: ErrorDetails, path: list[PathPart]) -> tuple[str, list[PathPa
         allowed = f"allowed {noun}types: {ctx.get('expected_tags', '')}"
         if kind == "union_tag_not_found":  # pydantic gives no choices here
             return "required field is missing", [*path, "type"]
-        return f"unknown {noun}type {ctx.get('tag')!r}; {allowed}", [*path, "type"]
+        return f"unknown {noun}type {_shown(ctx.get('tag'))}; {allowed}", [*path, "type"]
     if kind == "literal_error" and path and path[-1] == "schemaVersion":
         if value == 1.0 and not isinstance(value, str):
             return ('must be the string "1.0"; YAML read 1.0 as a number, '
                     "quote it: schemaVersion: '1.0'"), path
-        return f'unsupported schema version {value!r}; this runtime reads "1.0"', path
+        return f'unsupported schema version {_shown(value)}; this runtime reads "1.0"', path
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}, got {describe(value)}", path
     if kind in _TYPE_NAMES:
@@ -285,7 +450,7 @@ def _reason(error: ErrorDetails, path: list[PathPart]) -> tuple[str, list[PathPa
         bound = {"greater_than": "greater than", "greater_than_equal": "at least",
                  "less_than_equal": "at most"}[kind]
         limit = ctx.get("gt", ctx.get("ge", ctx.get("le")))
-        return f"must be {bound} {limit}, got {value!r}", path
+        return f"must be {bound} {limit}, got {_shown(value)}", path
     if kind in ("string_too_short", "too_short"):
         return "must not be empty", path
     if kind == "model_ref":
@@ -294,6 +459,15 @@ def _reason(error: ErrorDetails, path: list[PathPart]) -> tuple[str, list[PathPa
         return str(ctx.get("error", error["msg"])), path
     msg = error["msg"]
     return msg[:1].lower() + msg[1:], path
+
+
+def _shown(value: Any) -> str:
+    """A value quoted in a reason: a short string as repr, else as `describe` names it."""
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return describe(value).removeprefix("a number (").removesuffix(")")
+    return describe(value)
 
 
 def manifest_error_from_validation(exc: ValidationError, *, source: str) -> ManifestError:

@@ -3,6 +3,11 @@
 `--format json` prints one object `{run_id, status, attempt, output,
 suspension, usage}`; `pretty` is for people; `ndjson` streams events as JSON
 lines and ends with the result object.
+
+Run outputs, ids, prompts and messages may hold whatever a model or a user
+wrote, so nothing reaches the terminal raw: JSON goes through
+`escape_json_text` (still the same JSON), everything else through
+`printable` (multi-line text keeps its newlines; one-line fields escape them).
 """
 
 from __future__ import annotations
@@ -13,17 +18,25 @@ from typing import Any, TextIO
 from stores.records import CheckpointInfo, EffectRecord, RunRecord
 
 from agent_runtime.events import Event
+from agent_runtime.excerpts import escape_json_text, printable
 from agent_runtime.results import RunResult
 
 
 def to_json_text(value: Any, *, indent: int | None = None) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+    """JSON for a terminal or a pipe: non-ASCII text stays readable, and every
+    character that could act on a terminal is a `\\u` escape."""
+    return escape_json_text(json.dumps(value, indent=indent, ensure_ascii=False, default=str))
 
 
 def _output_text(output: Any) -> str:
     if isinstance(output, str):
-        return output
+        return printable(output)
     return to_json_text(output, indent=2)
+
+
+def _field(value: Any) -> str:
+    """A value printed inside a line: one line, escaped."""
+    return printable(str(value), multiline=False)
 
 
 def print_result(result: RunResult, fmt: str, out: TextIO) -> None:
@@ -32,26 +45,28 @@ def print_result(result: RunResult, fmt: str, out: TextIO) -> None:
         return
     usage = result.usage
     tokens = usage.get("consumed_tokens", 0)
-    out.write(f"run {result.run_id}: {result.status.value} (attempt {result.attempt}, "
+    run_id = _field(result.run_id)
+    out.write(f"run {run_id}: {result.status.value} (attempt {result.attempt}, "
               f"{tokens} tokens, {usage.get('model_requests', 0)} model requests)\n")
     if result.status.value == "completed":
         out.write("\n" + _output_text(result.output) + "\n")
     elif result.status.value == "suspended" and result.suspension:
         details = result.suspension.get("details", {})
         reason = result.suspension.get("reason")
-        out.write(f"suspended for {reason}")
+        out.write(f"suspended for {_field(reason)}")
         if reason == "approval":
-            out.write(f": {details.get('prompt', '')}\n"
-                      f"  approve: agent-runtime approve {result.run_id} --resume\n"
-                      f"  reject:  agent-runtime approve {result.run_id} --reject --resume\n")
+            out.write(f": {printable(str(details.get('prompt') or ''))}\n"
+                      f"  approve: agent-runtime approve {run_id} --resume\n"
+                      f"  reject:  agent-runtime approve {run_id} --reject --resume\n")
         elif reason == "token-budget":
-            out.write(f": {details.get('consumed_tokens')} of {details.get('max_total_tokens')} "
-                      f"tokens used\n  continue: agent-runtime resume {result.run_id} "
-                      "--max-total-tokens N\n")
+            out.write(f": {_field(details.get('consumed_tokens'))} of "
+                      f"{_field(details.get('max_total_tokens'))} tokens used\n"
+                      f"  continue: agent-runtime resume {run_id} --max-total-tokens N\n")
         else:
             out.write(f": {to_json_text(details)}\n")
     elif result.error:
-        out.write(f"error {result.error.get('type')}: {result.error.get('message')}\n")
+        out.write(f"error {_field(result.error.get('type'))}: "
+                  f"{_field(result.error.get('message'))}\n")
 
 
 def print_record(record: RunRecord, checkpoints: list[CheckpointInfo] | None, fmt: str,
@@ -90,7 +105,7 @@ def print_record(record: RunRecord, checkpoints: list[CheckpointInfo] | None, fm
         rows.append(("options", to_json_text(record.options)))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        out.write(f"{name.ljust(width)}  {value}\n")
+        out.write(f"{name.ljust(width)}  {_field(value)}\n")
     if record.status.value == "completed":
         out.write("output\n" + _output_text(record.output) + "\n")
     if checkpoints is not None:
@@ -113,8 +128,8 @@ def print_runs(runs: list[RunRecord], fmt: str, out: TextIO) -> None:
         return
     out.write(f"{'run':<26} {'status':<10} {'attempt':>7}  {'agent':<20} updated\n")
     for run in runs:
-        agent = str(run.manifest.get("id") or run.manifest.get("name") or "-")[:20]
-        out.write(f"{run.run_id:<26} {run.status.value:<10} {run.attempt:>7}  {agent:<20} "
+        agent = _field(str(run.manifest.get("id") or run.manifest.get("name") or "-")[:20])
+        out.write(f"{_field(run.run_id):<26} {run.status.value:<10} {run.attempt:>7}  {agent:<20} "
                   f"{run.updated_at.isoformat(timespec='seconds')}\n")
 
 
@@ -122,10 +137,11 @@ def print_event(event: Event, fmt: str, out: TextIO) -> None:
     if fmt in ("json", "ndjson"):
         out.write(to_json_text(event.to_json()) + "\n")
     else:
+        # an event log is a file anyone may hand to `events`: escape all of it
         where = f" {event.step_path}" if event.step_path else ""
         data = f" {to_json_text(event.data)}" if event.data else ""
-        out.write(f"{event.timestamp.isoformat(timespec='milliseconds')} {event.run_id} "
-                  f"a{event.attempt}#{event.sequence} {event.type}{where}{data}\n")
+        out.write(_field(f"{event.timestamp.isoformat(timespec='milliseconds')} {event.run_id} "
+                         f"a{event.attempt}#{event.sequence} {event.type}{where}{data}") + "\n")
     out.flush()
 
 
@@ -142,4 +158,5 @@ def print_effects(effects: list[EffectRecord], fmt: str, out: TextIO) -> None:
         result = "" if effect.result is None else to_json_text(effect.result)
         if len(result) > 60:
             result = result[:57] + "..."
-        out.write(f"{effect.key:<34} {effect.status.value:<10} {effect.attempt:>7}  {result}\n")
+        out.write(f"{_field(effect.key):<34} {effect.status.value:<10} {effect.attempt:>7}  "
+                  f"{_field(result)}\n")

@@ -5,6 +5,10 @@ its duration and tokens, model calls, tool calls, loop iterations, approvals
 and suspensions. Events carry no prompt text or values; the model's text is
 shown as it arrives only through `text`, the runtime's separate text channel
 (`AgentRuntime(text_sink=view.text)`), which nothing logs or stores.
+
+Everything printed is escaped for the terminal (`excerpts.printable`): model
+text keeps its newlines and tabs, event lines are one line each, and no
+control character a model or a user chose reaches the terminal raw.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sys
 from typing import TextIO
 
 from agent_runtime.events import Event
+from agent_runtime.excerpts import printable
 
 
 def _depth(step_path: str | None) -> int:
@@ -24,6 +29,13 @@ def _ms(value: object) -> str:
     if not isinstance(value, int | float):
         return ""
     return f"{value / 1000:.2f}s" if value >= 1000 else f"{int(value)}ms"
+
+
+def _tool(data: dict[str, object]) -> str:
+    # events name a tool only by a fingerprint of its name: the model chose it
+    call = data.get("call")
+    number = f" {call + 1}" if isinstance(call, int) else ""
+    return f"tool call{number} [{data.get('tool_sha256', '?')}]"
 
 
 class StreamView:
@@ -44,7 +56,7 @@ class StreamView:
             self._end_text()
             self._out.write(indent)
             self._text_path = step_path
-        self._out.write(delta.replace("\n", "\n" + indent))
+        self._out.write(printable(delta).replace("\n", "\n" + indent))
         self._out.flush()
 
     def _end_text(self) -> None:
@@ -52,24 +64,24 @@ class StreamView:
             self._out.write("\n")
             self._text_path = None
 
-    def _write(self, text: str) -> None:
+    def _write(self, line: str) -> None:
+        """One line: whatever it quotes from events is escaped, newlines included."""
         self._end_text()
-        self._out.write(text)
+        self._out.write(printable(line, multiline=False) + "\n")
 
     def _line(self, event: Event, text: str, *, depth: int | None = None) -> None:
         indent = "  " * (1 + (_depth(event.step_path) if depth is None else depth))
-        self._write(f"{indent}{text}\n")
-        self._out.flush()
+        self._write(f"{indent}{text}")
 
     def emit(self, event: Event) -> None:
         data = event.data
         name = event.step_path or event.step_id or ""
         kind = event.type
         if kind == "run.started":
-            self._write(f"run {event.run_id} started (attempt {event.attempt})\n")
+            self._write(f"run {event.run_id} started (attempt {event.attempt})")
         elif kind == "run.resumed":
             self._write(f"run {event.run_id} resumed (attempt {event.attempt}) "
-                        f"from checkpoint {data.get('from_seq')}\n")
+                        f"from checkpoint {data.get('from_seq')}")
         elif kind == "step.started":
             resumed = " (resumed)" if data.get("resumed") else ""
             self._line(event, f"> {name} [{data.get('kind')}]{resumed}")
@@ -94,11 +106,11 @@ class StreamView:
                               f"{_ms(data.get('duration_ms'))}{self._usage.pop(name, '')}{tail}",
                        depth=_depth(name) + 1)
         elif kind == "model.tool.started":
-            self._line(event, f"tool {data.get('tool')} ...", depth=_depth(name) + 1)
+            self._line(event, f"{_tool(data)} ...", depth=_depth(name) + 1)
         elif kind == "model.tool.completed":
             status = data.get("error_type") or ("replayed from the ledger" if data.get("replayed")
                                                 else "ok")
-            self._line(event, f"tool {data.get('tool')} {status} "
+            self._line(event, f"{_tool(data)} {status} "
                               f"{_ms(data.get('duration_ms'))}".rstrip(), depth=_depth(name) + 1)
         elif kind == "loop.started":
             self._iterations[name] = int(data.get("iterations") or 0)
@@ -120,15 +132,15 @@ class StreamView:
         elif kind == "checkpoint.saved" and self._show_checkpoints:
             self._line(event, f"checkpoint {data.get('seq')}")
         elif kind == "run.suspended":
-            self._write(f"run {event.run_id} suspended: {data.get('reason')}\n")
+            self._write(f"run {event.run_id} suspended: {data.get('reason')}")
         elif kind == "run.completed":
             self._write(f"run {event.run_id} completed in {_ms(data.get('duration_ms'))}, "
-                        f"{data.get('tokens', 0)} tokens\n")
+                        f"{data.get('tokens', 0)} tokens")
         elif kind == "run.failed":
-            self._write(f"run {event.run_id} failed: {data.get('error_type')}\n")
+            self._write(f"run {event.run_id} failed: {data.get('error_type')}")
         elif kind == "run.cancelled":
-            self._write(f"run {event.run_id} cancelled\n")
+            self._write(f"run {event.run_id} cancelled")
         elif kind == "run.superseded":
             self._write(f"run {event.run_id}: this attempt was superseded "
-                        f"({data.get('reason')}); the run is {data.get('status')}\n")
+                        f"({data.get('reason')}); the run is {data.get('status')}")
         self._out.flush()

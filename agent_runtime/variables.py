@@ -22,15 +22,22 @@ Override errors are `VariableError`s naming the source (a run manifest path or
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
-from agent_runtime.errors import ManifestError, VariableError
-from agent_runtime.manifest_input import check_structure, describe, format_path, rule_error
+from agent_runtime.errors import ManifestError, VariableError, VariablesNotFound
+from agent_runtime.limits import current_limits, decode_utf8, read_bounded
+from agent_runtime.manifest_input import (
+    check_structure,
+    describe,
+    format_path,
+    parse_document,
+    quote,
+    rule_error,
+)
 
 if TYPE_CHECKING:  # the manifest models are built from the rules below
     from agent_runtime.manifest import AgentManifest, VariableOverride
@@ -51,20 +58,20 @@ def _variable_key(value: str) -> str:
         raise rule_error(f"must be at most {_MAX_KEY_LENGTH} characters")
     if "." in key:
         raise rule_error(
-            f"{key!r} contains a dot; variable keys are top-level names "
+            f"{quote(key)} contains a dot; variable keys are top-level names "
             "(dots only read properties inside a value)"
         )
     if key.lower() in _PROTOTYPE_NAMES:
-        raise rule_error(f"{key!r} is a reserved name")
+        raise rule_error(f"{quote(key)} is a reserved name")
     return key
 
 
 def _variable_path(value: str) -> str:
     segments = [segment.strip() for segment in value.split(".")]
     if any(not segment for segment in segments):
-        raise rule_error(f"{value!r} has an empty path segment")
+        raise rule_error(f"{quote(value)} has an empty path segment")
     if any(segment.lower() in _PROTOTYPE_NAMES for segment in segments):
-        raise rule_error(f"{value!r} uses a reserved name")
+        raise rule_error(f"{quote(value)} uses a reserved name")
     return value
 
 
@@ -121,25 +128,27 @@ def resolve_variables(manifest: AgentManifest, overrides: Overrides | None, *,
                                 source=source, field="variables")
         if key.casefold() in seen:
             raise VariableError(
-                f"duplicate override of {key!r}: {seen[key.casefold()]!r} was already given "
-                "(keys are compared ignoring case)", source=source, field=field)
+                f"duplicate override of {quote(key)}: {quote(seen[key.casefold()])} was "
+                "already given (keys are compared ignoring case)", source=source, field=field)
         seen[key.casefold()] = key
         if key not in declared:
             close = by_folded_key.get(key.casefold())
-            hint = (f"; did you mean {close!r}? keys must match exactly" if close else
-                    f"; declared: {', '.join(declared) or 'none'}")
-            raise VariableError(f"unknown variable {key!r}{hint}", source=source, field=field)
+            shown = ", ".join(declared) if len(declared) <= 20 else \
+                ", ".join(list(declared)[:20]) + f" and {len(declared) - 20} more"
+            hint = (f"; did you mean {quote(close)}? keys must match exactly" if close else
+                    f"; declared: {shown or 'none'}")
+            raise VariableError(f"unknown variable {quote(key)}{hint}", source=source,
+                                field=field)
         declaration = declared[key]
         if not value_matches_type(value, declaration.type):
             raise VariableError(
-                f"{key!r} is declared as {declaration.type}, got {describe(value)}",
+                f"{quote(key)} is declared as {declaration.type}, got {describe(value)}",
                 source=source, field=_value_field(field))
         try:
             check_structure(value, source=source)
         except ManifestError as exc:
-            inner = f".{exc.field}" if exc.field and not exc.field.startswith("[") else exc.field
             raise VariableError(exc.reason, source=source,
-                                field=_value_field(field) + (inner or "")) from None
+                                field=_value_field(field) + _inner(exc.field)) from None
         given[key] = value
 
     resolved: dict[str, Any] = {}
@@ -148,7 +157,7 @@ def resolve_variables(manifest: AgentManifest, overrides: Overrides | None, *,
             resolved[key] = copy.deepcopy(given[key])
         elif declaration.requires_override:
             raise VariableError(
-                f"the agent requires a value for {key!r} (requiresOverride: true)"
+                f"the agent requires a value for {quote(key)} (requiresOverride: true)"
                 + ("; its default does not count" if declaration.has_default else ""),
                 source=source, field=format_path(("variables", key)))
         elif declaration.has_default:
@@ -156,27 +165,43 @@ def resolve_variables(manifest: AgentManifest, overrides: Overrides | None, *,
     return resolved
 
 
-def parse_variables_json(text: str, *, source: str = "--variables") -> dict[str, Any]:
-    """A `--variables` JSON object (`{"audience": "partners"}`) as an overrides mapping."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise VariableError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                            source=source) from None
+def parse_variables_json(text: str, *, source: str = "--variables",
+                         yaml_format: bool = False) -> dict[str, Any]:
+    """A `--variables` JSON object (`{"audience": "partners"}`) as an overrides mapping.
+
+    Held to the variables size limit and the structure guard (depth, string
+    and integer size, lone surrogates); a key given twice is refused, not
+    last-wins. `yaml_format` reads YAML instead (an @file that is not `.json`).
+    """
+    data = parse_document(text, source=source, json_format=not yaml_format,
+                          limit=current_limits().variables_bytes, error=VariableError)
     if not isinstance(data, dict):
         raise VariableError(f"expected a JSON object of variable values, got {describe(data)}",
                             source=source)
+    try:
+        check_structure(data, source=source)
+    except ManifestError as exc:
+        raise VariableError(exc.reason, source=source,
+                            field=format_path(("variables",)) + _inner(exc.field)) from None
     return data
 
 
+def _inner(field: str | None) -> str:
+    return "" if not field else field if field.startswith("[") else f".{field}"
+
+
 def read_variables_option(option: str) -> tuple[dict[str, Any], str]:
-    """The CLI's `--variables JSON|@file`: the overrides and the source to report errors with."""
+    """The CLI's `--variables JSON|@file`: the overrides and the source to report errors with.
+
+    A file is read up to the variables size limit; a `.json` file is JSON,
+    any other YAML (with the same refusals as a manifest).
+    """
     if not option.startswith("@"):
         return parse_variables_json(option), "--variables"
     path = Path(option[1:])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise VariableError(f"cannot read the variables file: {reason}", source=str(path)) from None
-    return parse_variables_json(text, source=str(path)), str(path)
+    source = str(path)
+    raw = read_bounded(path, current_limits().variables_bytes, what="variables file",
+                       error=VariableError, missing=VariablesNotFound)
+    text = decode_utf8(raw, source=source, error=VariableError)
+    yaml_format = path.suffix.lower() != ".json"
+    return parse_variables_json(text, source=source, yaml_format=yaml_format), source

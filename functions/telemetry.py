@@ -2,10 +2,15 @@
 
 What reaches them is ids, statuses, counts and error codes — never prompt
 text, model output or variable values. Engine events already carry only
-those (agent_runtime/events.py); the handlers log requests field by field,
-never an event or a result whole; and a run's output stays in the store.
+those (agent_runtime/events.py: a tool the model named is a fingerprint and a
+length); `LogEventSink` still bounds and escapes every string it logs, so a
+field added to an event by mistake cannot put a whole value or a terminal
+escape into the logs. The handlers log requests field by field, never a
+result whole; and a run's output stays in the store.
 tests/functions/test_telemetry.py runs a run whose variable, prompt and model
-output hold a canary string and checks none of it was logged.
+output hold a canary string and checks none of it was logged;
+tests/agent_runtime/test_data_policy.py does the same for a model's tool
+names, call ids and answers.
 
 Metrics: one count per outcome of each handler (`RunReserved`,
 `AdvanceContinued`, `RunSuspended`, `ExecutionStarted`, ...), each published
@@ -16,11 +21,13 @@ another's shared state.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from agent_runtime.events import Event
+from agent_runtime.excerpts import EXCERPT_LIMIT, excerpt
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "agent-runtime"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "AgentRuntime"
@@ -38,11 +45,23 @@ def count(outcome: str, value: int = 1) -> None:
         pass
 
 
+def _bounded(value: Any) -> Any:
+    """`value` with every string short and plain: ids, codes and statuses pass
+    as they are; anything long or holding control characters is an excerpt."""
+    if isinstance(value, str):
+        return value if len(value) <= EXCERPT_LIMIT and value.isprintable() else excerpt(value)
+    if isinstance(value, dict):
+        return {_bounded(str(key)): _bounded(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_bounded(item) for item in value]
+    return value
+
+
 class LogEventSink:
     """Engine and reconciler events as structured log lines."""
 
     def emit(self, event: Event) -> None:
-        fields = {"run_event": event.to_json()}
+        fields = {"run_event": _bounded(event.to_json())}
         if event.type in _DEBUG_EVENTS:
             logger.debug(event.type, extra=fields)
         else:

@@ -21,6 +21,7 @@ from stores.base import (
     RunTerminal,
     StaleAttempt,
     StoreError,
+    StoreUnavailable,
 )
 from stores.memory import MemoryRunStore
 from stores.records import (
@@ -63,6 +64,7 @@ __all__ = [
     "RunTerminal",
     "StaleAttempt",
     "StoreError",
+    "StoreUnavailable",
     "open_store",
 ]
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from stores.base import CorruptRecord
+from stores.base import CorruptRecord, StoreUnavailable
 from stores.records import RecordDecodeError, decode_record, dumps
 
 FORMAT = "arf1"  # agent-runtime file, version 1
@@ -120,6 +120,25 @@ def meta_field(meta: dict[str, Any], name: str, kind: type, path: Path) -> Any:
     if not isinstance(value, kind):
         raise CorruptRecord(f"{path}: header meta {name!r} is {value!r}, not a {kind.__name__}")
     return value
+
+
+def listed(folder: Path) -> list[str]:
+    """The entries of a directory a run must have; its absence is damage."""
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError) as error:
+        raise CorruptRecord(f"{folder}: the directory is missing") from error
+
+
+@contextlib.contextmanager
+def reachable(root: Path) -> Iterator[None]:
+    """Report an OS error in the block (permissions, I/O, a file where a directory
+    belongs) as `StoreUnavailable` naming the file and the store."""
+    try:
+        yield
+    except OSError as error:
+        where = error.filename or root
+        raise StoreUnavailable(f"{where}: {error.strerror or error} (store {root})") from error
 
 
 def fsync_dir(path: Path) -> None:

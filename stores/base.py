@@ -27,6 +27,12 @@ Rules every store keeps:
   (`records.APPEND_ONLY_FIELDS`); a store may store only the new entries, but
   stores in full a checkpoint whose lists do not extend the previous ones.
   `CheckpointInfo.size_bytes` is what that checkpoint added to storage.
+* Reads never return silently wrong data. A record is checked against its
+  checksum, its identity (the run, seq or key it is stored under) and the
+  store's bookkeeping: checkpoints are exactly seqs 1..`checkpoint_seq`, and a
+  record the store counted (an effect, a committed checkpoint) is there. Any
+  failure is `CorruptRecord` naming the record; nothing is read as absent
+  because it went missing.
 * The resume outbox: `request_resume` and `resolve_approval` file a request
   (`resume_requested_at`, `resume_reason`) on a suspended run; the earliest
   pending request stands; `resume_run` clears it, and so does the run's end
@@ -99,7 +105,20 @@ class ApprovalConflict(StoreError):
 
 
 class CorruptRecord(StoreError):
-    """Stored bytes failed their checksum or did not decode. Never repaired silently."""
+    """Stored data failed a check: a checksum, a decode, its identity (a record that
+    names another run, seq or key than where it is kept) or its completeness (a
+    record the store's own bookkeeping says exists is missing). The message names
+    the record and the store. Never repaired, skipped or read as absence.
+    """
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be used at all: its location is not what it must be (a
+    directory where a file belongs, a device, a dangling symbolic link), cannot be
+    opened or read (permissions, I/O), or stays locked past the busy timeout. The
+    message names the location and the reason. Unlike `CorruptRecord` it says
+    nothing about the stored data; retrying may succeed once the cause is fixed.
+    """
 
 
 @runtime_checkable
@@ -113,13 +132,24 @@ class RunStore(Protocol):
         """
 
     def load_run(self, run_id: str) -> RunRecord | None:
-        """The run's record, or None."""
+        """The run's record, or None.
+
+        Every read raises `CorruptRecord` naming the record when what is stored
+        fails a check (a checksum, its identity, a record the store counted and
+        cannot find), and `StoreUnavailable` when the store cannot be reached.
+        """
 
     def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
-        """The checkpoint with the highest seq, reassembled in full, or None."""
+        """The run's checkpoint at its `checkpoint_seq`, reassembled in full, or None.
+
+        The stored checkpoints must be exactly seqs 1..`checkpoint_seq`: a gap or
+        a missing tail is `CorruptRecord`, never an older checkpoint.
+        """
 
     def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
-        """The checkpoint with this seq, reassembled in full, or None."""
+        """The checkpoint with this seq, reassembled in full; None when the run has no
+        such seq (outside 1..`checkpoint_seq`), `CorruptRecord` when it should and
+        does not."""
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         """Every checkpoint's seq, attempt, created_at and added bytes, by seq.
@@ -251,7 +281,8 @@ class RunStore(Protocol):
         """
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
-        """The run's effects, oldest first. Raises `RunNotFound`."""
+        """The run's effects, oldest first. Raises `RunNotFound`; `CorruptRecord` when a
+        record names another run or key, or (where the store counts them) one is missing."""
         ...
 
     def delete_run(self, run_id: str) -> None:

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists, StoreError
+from stores.base import RunAlreadyExists, StoreError
 from stores.deltas import SavedLists, encode_body
 from stores.dynamodb_deletion import clear_leftovers, delete_run
 from stores.dynamodb_effects import EffectLedger
@@ -67,6 +67,7 @@ from stores.dynamodb_items import (
     APPROVAL_PREFIX,
     META,
     Texts,
+    checked_checkpoints,
     checkpoint_item,
     checkpoint_sk,
     definition_item,
@@ -175,9 +176,6 @@ class DynamoDbRunStore:
             if stored is None or not stored.run.checkpoint_seq:
                 return None
             found = self._reader.assemble(run_id, stored.run.checkpoint_seq)
-            if found is None:
-                raise CorruptRecord(f"run {run_id!r} names checkpoint "
-                                    f"{stored.run.checkpoint_seq}, which is missing")
             # A resumed owner loads before it saves: its first save then needs no read.
             self._reader.save_lists(stored.incarnation, found[1])
             return found[0]
@@ -195,6 +193,7 @@ class DynamoDbRunStore:
             items = [] if not latest else list(self._table.query(
                 partition(run_id), between=(checkpoint_sk(1), checkpoint_sk(latest)),
                 projection=("seq", "attempt", "created_at", "size")))
+            checked_checkpoints(items, run_id, latest)
         return [CheckpointInfo(seq=number_of(item, "seq"), attempt=number_of(item, "attempt"),
                                created_at=moment(number_of(item, "created_at")),
                                size_bytes=number_of(item, "size")) for item in items]

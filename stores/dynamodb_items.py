@@ -33,7 +33,9 @@ JSON texts (`state`, `definition`, effect and approval records, checkpoint
 bodies) are strings up to the store's inline limit and otherwise an S3 blob
 `{uri, sha256, size}` (`Texts`). Checkpoint items keep the body's `sha256` and
 `size` beside it; a body that fails its checksum or does not decode is
-`CorruptRecord`, never a default.
+`CorruptRecord`, never a default. So is an item that is not what its key says
+(a checkpoint of another seq, an effect of another key or run), and a
+checkpoint missing below the run's `checkpoint_seq`.
 """
 
 from __future__ import annotations
@@ -263,6 +265,22 @@ def checkpoint_item(checkpoint: Checkpoint, body: str, texts: Texts) -> Item:
             "sha256": s(hashlib.sha256(data).hexdigest()), "body": texts.encode(body, data)}
 
 
+def checked_checkpoints(items: list[Item], run_id: str, last: int) -> None:
+    """Checkpoint items of a run read by sort key: exactly seqs 1..`last`, each under
+    its own key. A gap or a missing tail is `CorruptRecord`, never an older checkpoint."""
+    for expected, item in enumerate(items, 1):
+        if text_of(item, "pk") != partition(run_id) or text_of(item, "sk") != checkpoint_sk(
+                expected) or number_of(item, "seq") != expected:
+            if text_of(item, "sk") == checkpoint_sk(expected):
+                raise CorruptRecord(f"checkpoint {expected} of run {run_id!r} holds checkpoint "
+                                    f"{number_of(item, 'seq')}")
+            raise CorruptRecord(f"checkpoint {expected} of run {run_id!r} is missing "
+                                f"(the run's checkpoints go up to {last})")
+    if len(items) != last:
+        raise CorruptRecord(f"checkpoint {len(items) + 1} of run {run_id!r} is missing "
+                            f"(the run's checkpoints go up to {last})")
+
+
 def checkpoint_body(item: Item, texts: Texts, run_id: str) -> str:
     what = f"checkpoint {item.get('seq', {}).get('N', '?')} of run {run_id!r}"
     body = texts.decode(item.get("body"), what)
@@ -279,11 +297,23 @@ def record_item(run_id: str, sk: str, record: str, texts: Texts, **attributes: s
 
 
 def owned_record(model: type[R], item: Item, texts: Texts, what: str) -> R:
-    """The effect or approval decision an item of `record_item` holds."""
+    """The effect or approval decision an item of `record_item` holds, which must name
+    the run and key (`EFFECT#<key>`, `APPROVAL#<id>`) it is stored under."""
     try:
-        return decode_record(model, texts.decode(item.get("record"), what))
+        record = decode_record(model, texts.decode(item.get("record"), what))
     except RecordDecodeError as error:
         raise CorruptRecord(f"{what} did not decode: {error}") from error
+    prefix, field = _OWNED_KEYS[model.__name__]
+    run_id = getattr(record, "run_id", None)
+    holds = (partition(str(run_id)), f"{prefix}{getattr(record, field, None)}")
+    if holds != (item.get("pk", {}).get("S"), item.get("sk", {}).get("S")):
+        raise CorruptRecord(f"{what} holds {holds[1]!r} of run {run_id!r}")
+    return record
+
+
+# The sort key prefix of an owned record's item, and the field naming its key.
+_OWNED_KEYS = {"EffectRecord": (EFFECT_PREFIX, "key"),
+               "ApprovalDecision": (APPROVAL_PREFIX, "approval_id")}
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:

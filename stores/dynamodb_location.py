@@ -9,6 +9,7 @@ from datetime import timedelta
 from urllib.parse import parse_qsl
 
 import boto3
+from botocore.exceptions import NoRegionError
 
 from stores.dynamodb import DEFAULT_INLINE_LIMIT, DEFAULT_RETENTION, DynamoDbRunStore
 from stores.s3 import S3BlobStore
@@ -39,18 +40,20 @@ def open_dynamodb_store(location: str) -> DynamoDbRunStore:
                          f"known: {', '.join(sorted(_OPTIONS))}")
     if bool(options.get("bucket")) != bool(options.get("kms_key")):
         raise ValueError("a DynamoDB store location names bucket= and kms_key= together")
-    session = boto3.session.Session(region_name=options.get("region") or None)
-    endpoint = options.get("endpoint_url") or None
-    blobs = None
-    if options.get("bucket"):
-        blobs = S3BlobStore(options["bucket"], options["kms_key"],
-                            prefix=options.get("prefix", "checkpoints/"),
-                            client=session.client("s3", endpoint_url=endpoint))
     try:
         inline_limit = int(options.get("inline_limit", DEFAULT_INLINE_LIMIT))
         days = float(options.get("retention_days", DEFAULT_RETENTION.days))
     except ValueError as error:
         raise ValueError(f"DynamoDB store location {location!r}: {error}") from error
-    return DynamoDbRunStore(table, blobs=blobs, inline_limit=inline_limit,
-                            client=session.client("dynamodb", endpoint_url=endpoint),
+    session = boto3.session.Session(region_name=options.get("region") or None)
+    endpoint = options.get("endpoint_url") or None
+    try:
+        blobs = None if not options.get("bucket") else S3BlobStore(
+            options["bucket"], options["kms_key"], prefix=options.get("prefix", "checkpoints/"),
+            client=session.client("s3", endpoint_url=endpoint))
+        client = session.client("dynamodb", endpoint_url=endpoint)
+    except NoRegionError:  # botocore's words name no setting; these do
+        raise ValueError("no AWS region for the DynamoDB store: set AWS_REGION (or "
+                         "AWS_DEFAULT_REGION), or add region=REGION to the location") from None
+    return DynamoDbRunStore(table, blobs=blobs, inline_limit=inline_limit, client=client,
                             retention=timedelta(days=days) if days > 0 else None)

@@ -25,6 +25,7 @@ from stores.dynamodb_items import (
     META,
     Item,
     Texts,
+    checked_checkpoints,
     checkpoint_body,
     checkpoint_sk,
     decode_definition,
@@ -162,12 +163,12 @@ class RunReader:
 
     # -- checkpoints -------------------------------------------------------------
 
-    def assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists] | None:
-        """The checkpoint at `seq` from every body up to it."""
+    def assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists]:
+        """The checkpoint at `seq` (at most the run's checkpoint_seq, so it exists) from
+        every body up to it."""
         items = list(self.table.query(partition(run_id),
                                       between=(checkpoint_sk(1), checkpoint_sk(seq))))
-        if not items or number_of(items[-1], "seq") != seq:
-            return None
+        checked_checkpoints(items, run_id, seq)
         current = 0
 
         def bodies() -> Iterator[str]:
@@ -192,15 +193,13 @@ class RunReader:
         """The stored checkpoint at `seq`, if any (only a re-save reads one back)."""
         if run is None or not 0 < seq <= (run.checkpoint_seq or 0):
             return None
-        found = self.assemble(run.run_id, seq)
-        return None if found is None else found[0]
+        return self.assemble(run.run_id, seq)[0]
 
     def previous_lists(self, stored: StoredRun, seq: int) -> SavedLists | None:
         """What checkpoint `seq` is a delta against: remembered, else rebuilt once."""
         previous = self.saved_lists(stored.incarnation, seq - 1)
         if previous is None and seq > 1:
-            found = self.assemble(stored.run.run_id, seq - 1)
-            previous = None if found is None else found[1]
+            previous = self.assemble(stored.run.run_id, seq - 1)[1]
         return previous
 
 

@@ -9,12 +9,23 @@
 Every file is sealed and written atomically (`stores.atomic_files`). Run ids
 are file names as they are, which keeps the tree readable; an id that could
 escape or hide (a path separator, NUL, `..`, a leading dot, over 200 bytes)
-is refused with `ValueError`.
+is refused with `ValueError` (`file_layout.check_run_id`).
+
+Every file names what it holds, and reads check it against where it sits: a
+`run.json` holds its directory's run, a checkpoint file's header its run and
+seq, an effect or approval file its run and key (its name is the key's hash).
+A file copied from elsewhere is `CorruptRecord`. So is a file the run's
+bookkeeping says exists and does not: a committed checkpoint, a counted
+effect, or `run.json` itself while the run's other files remain.
 
 Crash consistency: `run.json` commits. Its header holds `latest_seq`, the
 highest committed checkpoint, kept by the store rather than taken from
-`RunRecord.checkpoint_seq` (which is whatever the lifecycle rules write). A
-checkpoint file is written before the `run.json` that commits it, so a crash
+`RunRecord.checkpoint_seq` (which is whatever the lifecycle rules write), and
+`effects`, how many effects are committed. An effect file carries its number
+(`n`) and is written before the `run.json` that counts it, like a checkpoint;
+one numbered above the count is uncommitted (its effect never ran) and is
+treated as absent, and removed by `resume_run` (`file_effects`). A checkpoint
+file is written before the `run.json` that commits it, so a crash
 in between leaves a file above `latest_seq`: never read or listed, overwritten
 by the next save of that seq, and removed by `resume_run` (where a crashed
 attempt is picked up) along with dead writers' temp files. A checkpoint and its
@@ -39,28 +50,29 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import ValidationError
 
 from stores import transitions
 from stores.atomic_files import (
     Sealed,
-    decode_body,
     fsync_dir,
-    hashed_name,
     is_temp,
+    listed,
     locked,
     make_dir,
     meta_field,
+    reachable,
     read_required,
-    read_sealed,
     seal,
     write_atomic,
 )
 from stores.base import CorruptRecord, RunAlreadyExists
 from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
 from stores.file_approvals import recorded_decision, restore_decision, write_decision
+from stores.file_effects import EffectLedger
+from stores.file_layout import SUBDIRS, RunFile, check_run_id, read_run_file
 from stores.records import (
     Checkpoint,
     CheckpointInfo,
@@ -73,42 +85,14 @@ from stores.records import (
     encode_record,
 )
 
-_MAX_RUN_ID_BYTES = 200  # leaves room under NAME_MAX (255) for temp-file names
 _TRASH_PREFIX = ".trash-"
-_SUBDIRS = ("checkpoints", "effects", "approvals")
 
 
-def check_run_id(run_id: str) -> None:
-    """Refuse ids that are not a plain, visible directory name."""
-    problem = None
-    if not run_id:
-        problem = "is empty"
-    elif run_id.startswith("."):
-        problem = "starts with a dot"
-    elif ".." in run_id:
-        problem = "contains '..'"
-    elif any(char in run_id for char in "/\\\0"):
-        problem = "contains a path separator or NUL"
-    elif len(run_id.encode("utf-8", "surrogatepass")) > _MAX_RUN_ID_BYTES:
-        problem = f"is longer than {_MAX_RUN_ID_BYTES} bytes"
-    if problem is not None:
-        raise ValueError(f"run id {run_id!r} {problem}; FileRunStore cannot store it")
-
-
-class _State(NamedTuple):
-    """What `run.json` holds: the record, the commit point of its checkpoints, and the
-    incarnation (new for every create, so a cache entry never outlives a deleted run)."""
-
-    run: RunRecord
-    latest_seq: int
-    incarnation: str
-
-
-def _record(state: _State | None) -> RunRecord | None:
+def _record(state: RunFile | None) -> RunRecord | None:
     return None if state is None else state.run
 
 
-def _existing(state: _State | None, run_id: str) -> _State:
+def _existing(state: RunFile | None, run_id: str) -> RunFile:
     """RunNotFound, the first check of every transition, made once up front."""
     transitions.require_run(_record(state), run_id)
     assert state is not None
@@ -120,16 +104,17 @@ class FileRunStore:
         self.path = Path(path)
         self._runs = self.path / "runs"
         self._locks = self.path / "locks"
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        make_dir(self._runs)
-        make_dir(self._locks)
         self._thread_lock = threading.RLock()
         self._saved = SavedListsCache()
-        # A delete interrupted after its rename leaves a trash directory nobody
-        # can reach; finish the job. Another process may be doing the same.
-        for entry in os.listdir(self._runs):
-            if entry.startswith(_TRASH_PREFIX):
-                shutil.rmtree(self._runs / entry, ignore_errors=True)
+        with reachable(self.path):
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dir(self._runs)
+            make_dir(self._locks)
+            # A delete interrupted after its rename leaves a trash directory nobody
+            # can reach; finish the job. Another process may be doing the same.
+            for entry in os.listdir(self._runs):
+                if entry.startswith(_TRASH_PREFIX):
+                    shutil.rmtree(self._runs / entry, ignore_errors=True)
 
     # -- files ---------------------------------------------------------------
 
@@ -139,30 +124,23 @@ class FileRunStore:
 
     @contextmanager
     def _locked(self, run_id: str, *, shared: bool = False,
-                create: bool = False) -> Iterator[_State | None]:
+                create: bool = False) -> Iterator[RunFile | None]:
         """Hold the run's lock and yield what run.json holds (None: no such run)."""
         run_dir = self._dir(run_id)
-        with self._thread_lock:
+        with self._thread_lock, reachable(self.path):
             # Only create_run makes a lock file for a run that does not exist;
             # a lookup of an unknown id must not leave one behind.
             create = create or run_dir.is_dir()
             with locked(self._locks / run_id, shared=shared, create=create) as present:
                 yield self._state(run_id) if present else None
 
-    def _state(self, run_id: str) -> _State | None:
-        path = self._dir(run_id) / "run.json"
-        found = read_sealed(path)
-        if found is None:
-            return None
-        meta, body, _ = found
-        return _State(decode_body(RunRecord, path, body),
-                      meta_field(meta, "latest_seq", int, path),
-                      meta_field(meta, "incarnation", str, path))
+    def _state(self, run_id: str) -> RunFile | None:
+        return read_run_file(self._dir(run_id), run_id)
 
-    def _commit(self, state: _State, run: RunRecord, *, latest_seq: int | None = None) -> None:
-        meta = {"latest_seq": state.latest_seq if latest_seq is None else latest_seq,
-                "incarnation": state.incarnation}
-        write_atomic(self._dir(run.run_id) / "run.json", seal(encode_record(run), meta))
+    def _commit(self, state: RunFile, run: RunRecord, *, latest_seq: int | None = None,
+                effects: int | None = None) -> None:
+        write_atomic(self._dir(run.run_id) / "run.json",
+                     state.sealed(run, latest_seq=latest_seq, effects=effects))
 
     def _checkpoint_path(self, run_id: str, seq: int) -> Path:
         return self._dir(run_id) / "checkpoints" / f"{seq:010d}.json"
@@ -170,8 +148,9 @@ class FileRunStore:
     def _checkpoint_file(self, run_id: str, seq: int) -> Sealed:
         path = self._checkpoint_path(run_id, seq)
         meta, body, size = read_required(path, f"committed checkpoint {seq}")
-        if meta_field(meta, "seq", int, path) != seq:
-            raise CorruptRecord(f"{path}: holds checkpoint {meta['seq']}, not {seq}")
+        holds = (meta_field(meta, "run_id", str, path), meta_field(meta, "seq", int, path))
+        if holds != (run_id, seq):
+            raise CorruptRecord(f"{path}: holds checkpoint {holds[1]} of run {holds[0]!r}")
         return meta, body, size
 
     def _assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists]:
@@ -192,12 +171,12 @@ class FileRunStore:
             detail = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
             raise CorruptRecord(f"{where}: checkpoint does not assemble ({detail})") from error
 
-    def _stored_at(self, state: _State, seq: int) -> Checkpoint | None:
+    def _stored_at(self, state: RunFile, seq: int) -> Checkpoint | None:
         if not 0 < seq <= state.latest_seq:
             return None
         return self._assemble(state.run.run_id, seq)[0]
 
-    def _append(self, state: _State, checkpoint: Checkpoint) -> SavedLists:
+    def _append(self, state: RunFile, checkpoint: Checkpoint) -> SavedLists:
         """Write the checkpoint's file (not yet committed: run.json follows)."""
         previous = self._saved.get(state.incarnation, checkpoint.seq - 1)
         if previous is None and checkpoint.seq > 1:
@@ -205,11 +184,12 @@ class FileRunStore:
         body, saved = encode_body(checkpoint, previous)
         # created_at is in the body's head; the header keeps only what
         # list_checkpoints needs that the head may leave out (an unchanged attempt).
-        meta = {"seq": checkpoint.seq, "attempt": checkpoint.attempt}
+        meta = {"run_id": checkpoint.run_id, "seq": checkpoint.seq,
+                "attempt": checkpoint.attempt}
         write_atomic(self._checkpoint_path(checkpoint.run_id, checkpoint.seq), seal(body, meta))
         return saved
 
-    def _commit_with(self, state: _State, run: RunRecord, checkpoint: Checkpoint | None,
+    def _commit_with(self, state: RunFile, run: RunRecord, checkpoint: Checkpoint | None,
                      new: bool) -> None:
         """Commit `run`, appending `checkpoint` first when it is new."""
         if checkpoint is None or not new:
@@ -220,24 +200,26 @@ class FileRunStore:
         # Only a committed checkpoint may serve as the base of the next delta.
         self._saved.put(state.incarnation, saved)
 
-    def _sweep(self, state: _State) -> None:
+    def _sweep(self, state: RunFile) -> None:
         """Remove what crashed writers left: temp files and uncommitted checkpoints.
 
         Runs under the exclusive lock, so no live writer owns any of it. Not
         fsynced: should a removal be lost, the file is garbage still ignored.
         """
         run_dir = self._dir(state.run.run_id)
-        for folder in (run_dir, *(run_dir / sub for sub in _SUBDIRS)):
-            for name in os.listdir(folder):
+        for folder in (run_dir, *(run_dir / sub for sub in SUBDIRS)):
+            for name in listed(folder):
                 seq = name.removesuffix(".json")
                 if is_temp(name) or (folder.name == "checkpoints" and seq.isdigit()
                                      and int(seq) > state.latest_seq):
                     os.unlink(folder / name)
+        self._ledger(state).sweep()
 
     # -- reads ---------------------------------------------------------------
 
     def load_run(self, run_id: str) -> RunRecord | None:
-        return _record(self._state(run_id))
+        with reachable(self.path):
+            return _record(self._state(run_id))
 
     def _load(self, run_id: str, seq: int | None) -> Checkpoint | None:
         with self._locked(run_id, shared=True) as state:
@@ -275,6 +257,16 @@ class FileRunStore:
                   parent_run_id: str | None = None, tenant: str | None = None,
                   resume_requested_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
+        with reachable(self.path):
+            return self._list_runs(statuses=statuses, lease_expired_before=lease_expired_before,
+                                   parent_run_id=parent_run_id, tenant=tenant,
+                                   resume_requested_before=resume_requested_before,
+                                   newest_first=newest_first, limit=limit, cursor=cursor)
+
+    def _list_runs(self, *, statuses: Collection[RunStatus] | None,
+                   lease_expired_before: datetime | None, parent_run_id: str | None,
+                   tenant: str | None, resume_requested_before: datetime | None,
+                   newest_first: bool, limit: int, cursor: str | None) -> RunPage:
         found: list[RunRecord] = []
         for run_id in sorted(os.listdir(self._runs), reverse=newest_first):
             if not transitions.beyond(run_id, cursor, newest_first=newest_first):
@@ -294,20 +286,13 @@ class FileRunStore:
                     break
         return transitions.page_of(found, limit)
 
-    def _effect(self, run_id: str, key: str) -> EffectRecord | None:
-        path = self._dir(run_id) / "effects" / hashed_name(key)
-        found = read_sealed(path)
-        return None if found is None else decode_body(EffectRecord, path, found[1])
+    def _ledger(self, state: RunFile) -> EffectLedger:
+        return EffectLedger(self._dir(state.run.run_id) / "effects", state.run.run_id,
+                            state.effects)
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._locked(run_id, shared=True) as found:
-            _existing(found, run_id)
-            folder = self._dir(run_id) / "effects"
-            effects = []
-            for name in os.listdir(folder):
-                if not is_temp(name):
-                    _, body, _ = read_required(folder / name, "effect")
-                    effects.append(decode_body(EffectRecord, folder / name, body))
+            effects = self._ledger(_existing(found, run_id)).effects()
             return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
 
     # -- writes --------------------------------------------------------------
@@ -321,9 +306,9 @@ class FileRunStore:
             # commit; nothing in it was ever visible, so start over.
             shutil.rmtree(run_dir, ignore_errors=True)
             make_dir(run_dir)
-            for sub in _SUBDIRS:
+            for sub in SUBDIRS:
                 make_dir(run_dir / sub)
-            self._commit(_State(run, 0, uuid.uuid4().hex), run)
+            self._commit(RunFile(run, 0, uuid.uuid4().hex, 0), run)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False) -> RunRecord:
@@ -358,7 +343,7 @@ class FileRunStore:
                 return
             self._commit_with(state, updated, checkpoint, new=True)
 
-    def _checkpoint_is_new(self, state: _State, checkpoint: Checkpoint | None) -> bool:
+    def _checkpoint_is_new(self, state: RunFile, checkpoint: Checkpoint | None) -> bool:
         """Check a checkpoint that comes with a state change; True when it is to be appended."""
         if checkpoint is None:
             return False
@@ -442,23 +427,32 @@ class FileRunStore:
             state = _existing(found, run_id)
             effect = transitions.reserve_effect(state.run, run_id, key,
                                                 expected_attempt=expected_attempt, at=at)
-            stored = self._effect(run_id, key)
+            ledger = self._ledger(state)
+            stored = ledger.get(key)
             if stored is not None:
                 return stored
+            # An absent key must be new, not lost: reserving a lost effect
+            # again would run it twice.
+            ledger.check_whole()
             text = encode_record(effect)
-            write_atomic(self._dir(run_id) / "effects" / hashed_name(key), seal(text, {}))
+            ledger.write(effect.key, text, state.effects + 1)
+            # run.json commits the effect (see the module doc).
+            self._commit(state, state.run, effects=state.effects + 1)
             return decode_record(EffectRecord, text)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
         with self._locked(run_id) as found:
             state = _existing(found, run_id)
+            ledger = self._ledger(state)
+            existing = ledger.get(key)
+            if existing is None:
+                ledger.check_whole()
             updated = transitions.settle_effect(state.run, run_id, key,
                                                 expected_attempt=expected_attempt, result=result,
-                                                at=at, existing=self._effect(run_id, key))
+                                                at=at, existing=existing)
             if updated is not None:
-                write_atomic(self._dir(run_id) / "effects" / hashed_name(key),
-                             seal(encode_record(updated), {}))
+                ledger.write(key, encode_record(updated), ledger.number_of(key))
 
     def delete_run(self, run_id: str) -> None:
         run_dir = self._dir(run_id)

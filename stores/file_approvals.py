@@ -3,7 +3,8 @@
 A decision (`resolve_approval`: an approval, or how to settle an unknown
 effect) commits in `run.json` first, as `suspension.decision`: that is what
 the engine reads on resume. `approvals/<sha256(id)>.json` is its lasting
-copy, written after; it outlives the next suspension, which replaces
+copy, written after, and must name the run and the approval it is stored
+under; it outlives the next suspension, which replaces
 `suspension.decision`. A crash between the two leaves the decision in
 `run.json` only, and `restore_decision` writes the file from it.
 """
@@ -40,7 +41,11 @@ def recorded_decision(run_dir: Path, run: RunRecord, approval_id: str) -> Approv
     path = _path(run_dir, approval_id)
     stored = read_sealed(path)
     if stored is not None:
-        return decode_body(ApprovalDecision, path, stored[1])
+        decision = decode_body(ApprovalDecision, path, stored[1])
+        if (decision.run_id, decision.approval_id) != (run.run_id, approval_id):
+            raise CorruptRecord(f"{path}: holds the answer to {decision.approval_id!r} of run "
+                                f"{decision.run_id!r}")
+        return decision
     committed = _committed(run_dir, run)
     return committed if committed is not None and committed.approval_id == approval_id else None
 

@@ -7,8 +7,12 @@ lifecycle rules come from `stores.transitions`, exactly as in
 `MemoryRunStore`; this module only stores. Readers use plain `BEGIN` and never
 block writers.
 
-Every stored record and checkpoint body carries the sha256 of its text; a
-mismatch or a decode failure raises `CorruptRecord` naming the damaged row.
+Every stored record and checkpoint body carries the sha256 of its text, and
+every row a seal over its columns (`sqlite_rows`); a mismatch, a decode
+failure, a record stored under another run or key, checkpoints that are not
+exactly seqs 1..`checkpoint_seq`, or a counted effect or run that is missing
+raise `CorruptRecord` naming the record. Any `sqlite3` error becomes a store
+error naming the file (`sqlite_schema.translated`, around every transaction).
 Checkpoints are stored as deltas (`stores.deltas`). An owner's checkpoint is
 one fenced INSERT whose trigger moves the run's checkpoint columns (see
 `sqlite_schema`), so checkpointing every step costs little more than the raw
@@ -31,14 +35,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists, StaleAttempt
+from stores.base import CorruptRecord, RunAlreadyExists
 from stores.deltas import SavedLists, SavedListsCache, encode_body
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
-    RecordDecodeError,
     RunError,
     RunPage,
     RunRecord,
@@ -46,36 +49,34 @@ from stores.records import (
     decode_record,
     encode_record,
 )
+from stores.sqlite_integrity import (
+    OWNED,
+    check_effect_count,
+    checked_checkpoints,
+    count_runs,
+    owned_record,
+)
 from stores.sqlite_listing import list_runs
 from stores.sqlite_rows import (
-    ALWAYS_SET,
     CHECKPOINT_COLUMNS,
+    CHECKPOINT_SELECT,
     CHECKPOINT_VALUES,
     DEFINITION,
     MAX_SEQ,
     RUN_COLUMNS,
-    RUN_FIELDS,
+    RUN_SEAL_SQL,
     RUN_VALUES,
-    StoredRun,
     assemble_rows,
     checkpoint_row,
-    decode_run,
     digest,
     moment,
+    run_seal,
     run_values,
-    verified,
-    with_columns,
 )
-from stores.sqlite_schema import connect, transaction
+from stores.sqlite_runs import RunRows, require_fenced
+from stores.sqlite_schema import connect, transaction, translated
 
 R = TypeVar("R", bound=BaseModel)
-
-# The records a run owns besides checkpoints: table, key column, name in errors.
-_OWNED: dict[type[BaseModel], tuple[str, str, str]] = {
-    EffectRecord: ("effects", "key", "effect"),
-    ApprovalDecision: ("approvals", "approval_id", "approval"),
-}
-
 
 class SqliteRunStore:
     """A RunStore in one SQLite file (created mode 0600, with its parent directory).
@@ -95,11 +96,7 @@ class SqliteRunStore:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._saved = SavedListsCache()  # keyed by run incarnation
-        # The last decoded record per run with its checksum; records are never
-        # mutated in place (transitions copy them), so sharing one is safe.
-        # With it, the column values it was stored with, so an update can set
-        # only what changed.
-        self._decoded: dict[str, StoredRun] = {}
+        self._rows = RunRows(self.path)
         # Lists appended in the open write transaction, cached only once it commits.
         self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
@@ -108,121 +105,76 @@ class SqliteRunStore:
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, transaction(self._conn, write=False) as conn:
+        with self._lock, translated(self.path), transaction(self._conn, write=False) as conn:
             yield conn
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._uncommitted.clear()
-            with transaction(self._conn, write=True) as conn:
+            with translated(self.path), transaction(self._conn, write=True) as conn:
                 yield conn
             # A rolled-back body must never become the base of the next delta.
             for incarnation, saved in self._uncommitted:
                 self._saved.put(incarnation, saved)
             self._uncommitted.clear()
 
-    def _verified(self, text: object, checksum: object, what: str) -> str:
-        return verified(self.path, text, checksum, what)
-
-    def _decode(self, model: type[R], text: object, checksum: object, what: str) -> R:
-        stored = self._verified(text, checksum, what)
-        try:
-            return decode_record(model, stored)
-        except RecordDecodeError as error:
-            raise CorruptRecord(f"{what} in {self.path} did not decode: {error}") from error
-
     def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         return self._row(conn, run_id)[0]
 
     def _row(self, conn: sqlite3.Connection,
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
-        """(run, incarnation, latest checkpoint seq) in one query."""
-        row = conn.execute(
-            f"SELECT {RUN_COLUMNS}, definition, definition_checksum, incarnation"
-            " FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            return None, None, 0
-        stored = tuple(row[:len(RUN_FIELDS)])
-        definition, definition_checksum, incarnation = row[len(RUN_FIELDS):]
-        record, checksum = stored[-2], stored[-1]
-        cached = self._decoded.get(run_id)
-        if cached is not None and cached.checksum == checksum and self._verified(
-                record, checksum, f"run {run_id!r}"):
-            # The stored text is the text we last decoded (same checksum, and
-            # the checksum still matches the text): skip decoding it again.
-            base = cached.run
-        else:
-            base = decode_run(self.path, run_id, text=record, checksum=checksum,
-                              definition=definition, definition_checksum=definition_checksum)
-        run = with_columns(self.path, base, stored)
-        self._decoded[run_id] = StoredRun(str(checksum), run, stored, str(incarnation))
-        return run, str(incarnation), run.checkpoint_seq or 0
+        """(run, incarnation, latest checkpoint seq) in one query, the row checked."""
+        return self._rows.read(conn, run_id)
 
     def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
         """Write the run back; `fence` is the attempt of the row this transaction read."""
-        before = self._decoded.get(run.run_id)
-        values = run_values(run, None if before is None else before.values)
-        old = before.values if before is not None else (None,) * len(values)
-        # Set only the columns that changed: SQLite rewrites the entries of every
-        # index whose columns an UPDATE sets, so an unchanged status or creation
-        # time must not be named. The columns a checkpoint moves are always set:
-        # a checkpoint inserted in this transaction moved them after the read.
-        changed = [i for i, value in enumerate(values)
-                   if value != old[i] or RUN_FIELDS[i] in ALWAYS_SET]
-        assignments = ", ".join(f"{RUN_FIELDS[i]} = ?" for i in changed)
-        cursor = conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ? AND attempt = ?",
-                              (*(values[i] for i in changed), run.run_id, fence))
-        self._require_fenced(cursor, run.run_id, fence)
-        # Keyed by checksum: a rolled-back write leaves an entry that no stored
-        # row matches, so it is never used.
-        incarnation = before.incarnation if before is not None else ""
-        self._decoded[run.run_id] = StoredRun(values[-1], run, values, incarnation)
-
-    @staticmethod
-    def _require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
-        # The run was read and checked under this transaction's write lock, so
-        # its attempt cannot have moved since. The `attempt = ?` condition is
-        # belt and braces: should that ever not hold (a writer that bypasses
-        # BEGIN IMMEDIATE, a bug here), the write is refused instead of
-        # overwriting a newer owner.
-        if cursor.rowcount != 1:
-            raise StaleAttempt(f"run {run_id!r} is no longer at attempt {attempt}")
+        self._rows.write(conn, run, fence=fence)
 
     def _owned(self, conn: sqlite3.Connection, model: type[R], run_id: str,
                key: str) -> R | None:
         """The effect or approval decision stored under `key` for a run, or None."""
-        table, column, noun = _OWNED[model]
+        table, column, _ = OWNED[model]
         row = conn.execute(f"SELECT record, checksum FROM {table} WHERE run_id = ? AND "
                            f"{column} = ?", (run_id, key)).fetchone()
-        what = f"{noun} {key!r} of run {run_id!r}"
-        return None if row is None else self._decode(model, row[0], row[1], what)
+        return None if row is None else owned_record(self.path, model, run_id, key, row)
+
+    def _count_effects(self, conn: sqlite3.Connection, run_id: str) -> None:
+        """The run's effects must all be there (the caller read the run in this transaction)."""
+        check_effect_count(conn, self.path, run_id, self._rows.decoded[run_id].effect_count)
 
     def _incarnation(self, conn: sqlite3.Connection, run_id: str) -> str | None:
-        row = conn.execute("SELECT incarnation FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return None if row is None else str(row[0])
+        return self._row(conn, run_id)[1]
 
     # -- checkpoints ---------------------------------------------------------
 
-    def _assemble(self, conn: sqlite3.Connection, run_id: str,
-                  seq: int | None) -> tuple[Checkpoint, SavedLists] | None:
-        """The checkpoint at `seq` (latest when None) from every body up to it."""
-        last = MAX_SEQ if seq is None else seq
-        rows = conn.execute("SELECT seq, body, checksum FROM checkpoints WHERE run_id = ?"
-                            " AND seq <= ? ORDER BY seq", (run_id, last)).fetchall()
-        if not rows or (seq is not None and rows[-1][0] != seq):
+    def _checkpoint_rows(self, conn: sqlite3.Connection, run_id: str, latest: int,
+                         seq: int | None, *, bodies: bool) -> list[Any]:
+        """The checked rows of checkpoints 1..`seq` (1..`latest`, and none beyond,
+        when None); `latest` is the run's checkpoint_seq."""
+        rows = conn.execute(f"SELECT {CHECKPOINT_SELECT}{', body' if bodies else ''}"
+                            " FROM checkpoints WHERE run_id = ? AND seq <= ? ORDER BY seq",
+                            (run_id, MAX_SEQ if seq is None else seq)).fetchall()
+        checked_checkpoints(self.path, run_id, rows, latest if seq is None else seq,
+                            beyond=seq is None)
+        return rows
+
+    def _assemble(self, conn: sqlite3.Connection, run_id: str, latest: int,
+                  seq: int | None = None) -> tuple[Checkpoint, SavedLists] | None:
+        """The checkpoint at `seq` (latest when None) from every body up to it; None when
+        the run has no such checkpoint (`latest` is its checkpoint_seq)."""
+        if seq is not None and not 0 < seq <= latest:
             return None
-        return assemble_rows(self.path, run_id, rows)
+        rows = self._checkpoint_rows(conn, run_id, latest, seq, bodies=True)
+        return assemble_rows(self.path, run_id, rows) if rows else None
 
     def _latest_seq(self, conn: sqlite3.Connection, run_id: str) -> int:
-        latest: int = conn.execute("SELECT coalesce(max(seq), 0) FROM checkpoints"
-                                   " WHERE run_id = ?", (run_id,)).fetchone()[0]
-        return latest
+        return self._row(conn, run_id)[2]
 
     def _stored_at(self, conn: sqlite3.Connection, run_id: str, seq: int,
                    latest: int) -> Checkpoint | None:
         # Only a re-save reads an old checkpoint back; a new seq costs no read.
-        found = self._assemble(conn, run_id, seq) if 0 < seq <= latest else None
+        found = self._assemble(conn, run_id, latest, seq) if 0 < seq <= latest else None
         return None if found is None else found[0]
 
     def _checkpoint_is_new(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
@@ -240,7 +192,7 @@ class SqliteRunStore:
         previous = self._saved.get(incarnation, seq - 1)
         if previous is None and seq > 1:
             # Another process (or an evicted entry) wrote seq - 1: rebuild it once.
-            found = self._assemble(conn, run_id, seq - 1)
+            found = self._assemble(conn, run_id, seq - 1, seq - 1)
             previous = None if found is None else found[1]
         body, saved = encode_body(checkpoint, previous)
         conn.execute(f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES"
@@ -258,8 +210,8 @@ class SqliteRunStore:
 
     def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         with self._read() as conn:
-            found = self._assemble(conn, run_id, None)
-            incarnation = self._incarnation(conn, run_id)
+            run, incarnation, latest = self._row(conn, run_id)
+            found = None if run is None else self._assemble(conn, run_id, latest)
             if found is None:
                 return None
             # A resumed owner loads before it saves: seed the delta cache so
@@ -270,18 +222,20 @@ class SqliteRunStore:
 
     def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         with self._read() as conn:
-            found = self._assemble(conn, run_id, seq)
+            run, _, latest = self._row(conn, run_id)
+            if run is None or not 0 < seq <= latest:
+                return None
+            found = self._assemble(conn, run_id, latest, seq)
             return None if found is None else found[0]
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._read() as conn:
             transitions.require_run(self._run(conn, run_id), run_id)
-            rows = conn.execute("SELECT seq, attempt, created_at, size_bytes FROM checkpoints"
-                                " WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+            rows = self._checkpoint_rows(conn, run_id, self._latest_seq(conn, run_id), None,
+                                         bodies=False)
         try:
-            return [CheckpointInfo(seq=seq, attempt=attempt, size_bytes=size,
-                                   created_at=moment(created_at))
-                    for seq, attempt, created_at, size in rows]
+            return [CheckpointInfo(seq=row[1], attempt=row[2], size_bytes=row[6],
+                                   created_at=moment(row[3])) for row in rows]
         except (ValueError, TypeError, OverflowError) as error:
             raise CorruptRecord(f"checkpoint list of run {run_id!r} in {self.path} "
                                 f"did not decode: {error}") from error
@@ -302,9 +256,9 @@ class SqliteRunStore:
             transitions.require_run(self._run(conn, run_id), run_id)
             rows = conn.execute("SELECT key, record, checksum FROM effects WHERE run_id = ?",
                                 (run_id,)).fetchall()
-            effects = [self._decode(EffectRecord, record, checksum,
-                                    f"effect {key!r} of run {run_id!r}")
-                       for key, record, checksum in rows]
+            effects = [owned_record(self.path, EffectRecord, run_id, row[0], row[1:])
+                       for row in rows]
+            self._count_effects(conn, run_id)
         return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
 
     # -- writes --------------------------------------------------------------
@@ -314,11 +268,14 @@ class SqliteRunStore:
             if self._incarnation(conn, run.run_id) is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
             definition = run.model_dump_json(include=DEFINITION)
+            incarnation, values = uuid.uuid4().hex, run_values(run)
+            seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
-                         f" definition_checksum, {RUN_COLUMNS})"
-                         f" VALUES (?, ?, ?, ?, {RUN_VALUES})",
-                         (run.run_id, uuid.uuid4().hex, definition, digest(definition),
-                          *run_values(run)))
+                         f" definition_checksum, {RUN_COLUMNS}, columns_checksum)"
+                         f" VALUES (?, ?, ?, ?, {RUN_VALUES}, ?)",
+                         (run.run_id, incarnation, definition, digest(definition), *values,
+                          seal))
+            count_runs(conn, self.path, +1)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False) -> RunRecord:
@@ -339,7 +296,7 @@ class SqliteRunStore:
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
         run_id = checkpoint.run_id
-        with self._lock:
+        with self._lock, translated(self.path):
             if self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at):
                 return
         with self._write() as conn:
@@ -362,7 +319,7 @@ class SqliteRunStore:
         Anything else returns False for the reading path, which raises the
         authoritative error or handles an identical re-save.
         """
-        known = self._decoded.get(checkpoint.run_id)
+        known = self._rows.decoded.get(checkpoint.run_id)
         if known is None:
             return False
         previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
@@ -370,10 +327,13 @@ class SqliteRunStore:
             return False
         body, saved = encode_body(checkpoint, previous)
         try:
+            # The run row must also pass its seal: a damaged one goes to the
+            # reading path, which reports it.
             cursor = self._conn.execute(
                 f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) SELECT {CHECKPOINT_VALUES}"
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND incarnation = ? AND"
-                " attempt = ? AND status = 'running' AND checkpoint_seq = ?)",
+                " attempt = ? AND status = 'running' AND checkpoint_seq = ? AND"
+                f" columns_checksum = {RUN_SEAL_SQL})",
                 (*checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
                  known.incarnation, expected_attempt, checkpoint.seq - 1))
         except sqlite3.IntegrityError:
@@ -439,10 +399,16 @@ class SqliteRunStore:
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
         with self._write() as conn:
+            run = self._run(conn, run_id)
+            existing = self._owned(conn, ApprovalDecision, run_id, approval_id)
+            decided = None if run is None or run.suspension is None else run.suspension.decision
+            if existing is None and decided and decided.get("approval_id") == approval_id:
+                # Written in one transaction with the decision the run holds.
+                raise CorruptRecord(f"approval {approval_id!r} of run {run_id!r} in "
+                                    f"{self.path} is missing")
             change = transitions.record_approval(
-                self._run(conn, run_id), run_id, approval_id, approved=approved,
-                response=response, responded_by=responded_by, at=at,
-                existing=self._owned(conn, ApprovalDecision, run_id, approval_id))
+                run, run_id, approval_id, approved=approved, response=response,
+                responded_by=responded_by, at=at, existing=existing)
             if change is None:
                 return
             updated, decision = change
@@ -459,6 +425,9 @@ class SqliteRunStore:
             existing = self._owned(conn, EffectRecord, run_id, key)
             if existing is not None:
                 return existing
+            # A key that is absent must be new, not lost: reserving a lost one
+            # again would run its effect twice.
+            self._count_effects(conn, run_id)
             record = encode_record(effect)
             # Effect writes change no run row, so they carry the fence in their
             # own statement, for the same belt-and-braces reason as _put_run.
@@ -466,7 +435,7 @@ class SqliteRunStore:
                 "INSERT INTO effects (run_id, key, record, checksum) SELECT ?, ?, ?, ?"
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND attempt = ?)",
                 (run_id, key, record, digest(record), run_id, expected_attempt))
-            self._require_fenced(cursor, run_id, expected_attempt)
+            require_fenced(cursor, run_id, expected_attempt)
             return decode_record(EffectRecord, record)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
@@ -482,7 +451,7 @@ class SqliteRunStore:
                 "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
                 " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",
                 (record, digest(record), run_id, key, run_id, expected_attempt))
-            self._require_fenced(cursor, run_id, expected_attempt)
+            require_fenced(cursor, run_id, expected_attempt)
 
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:
@@ -492,9 +461,10 @@ class SqliteRunStore:
             transitions.check_deletable(run)
             # Checkpoints, effects and approvals go with it (ON DELETE CASCADE).
             conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            count_runs(conn, self.path, -1)
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, translated(self.path):
             self._conn.close()
 
     def __enter__(self) -> SqliteRunStore:

@@ -2,9 +2,11 @@
 
 Each filter reads a column of the run row that copies a field of the row's
 checksummed texts (`sqlite_rows.RUN_FIELDS`; the indexes are in
-`sqlite_schema`). The runs returned are decoded from those texts and checked
-against the filters again, so a row whose columns were altered outside the
-store is reported as `CorruptRecord`, never listed under the wrong filter.
+`sqlite_schema`). The runs returned are checked like any read (their seal,
+their texts) and against the filters again, so a row whose columns were
+altered outside the store is reported as `CorruptRecord`, never listed under
+the wrong filter. A listing of every run is also checked against the store's
+run count, so a run row that went missing is reported, not left out.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 from stores import transitions
 from stores.base import CorruptRecord
 from stores.records import RunPage, RunStatus
-from stores.sqlite_rows import RUN_COLUMNS, decode_run, micros, with_columns
+from stores.sqlite_integrity import check_run_count
+from stores.sqlite_rows import RUN_SELECT, decode_run, micros, run_row, with_columns
 
 
 def list_runs(conn: sqlite3.Connection, path: Path, *,
@@ -50,16 +53,16 @@ def list_runs(conn: sqlite3.Connection, path: Path, *,
         params.append(cursor)
     # One more than a page tells whether another page follows.
     params.append(max(limit + 1, 0))
-    rows = conn.execute(f"SELECT run_id, definition, definition_checksum, {RUN_COLUMNS}"
-                        f" FROM runs WHERE {' AND '.join(where)}"
+    rows = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE {' AND '.join(where)}"
                         f" ORDER BY run_id {'DESC' if newest_first else 'ASC'} LIMIT ?",
                         params).fetchall()
     found = []
-    for run_id, definition, definition_checksum, *columns in rows:
-        run = with_columns(path, decode_run(path, run_id, text=columns[-2], checksum=columns[-1],
-                                            definition=definition,
-                                            definition_checksum=definition_checksum),
-                           tuple(columns))
+    for columns in rows:
+        row = run_row(path, columns)
+        run = with_columns(path, decode_run(path, row.run_id, text=row.record,
+                                            checksum=row.checksum, definition=row.definition,
+                                            definition_checksum=row.definition_checksum),
+                           row.values)
         # The filter columns are written with the texts, so a disagreement
         # means the row was altered outside this store.
         if not transitions.matches(run, statuses=statuses, parent_run_id=parent_run_id,
@@ -68,4 +71,8 @@ def list_runs(conn: sqlite3.Connection, path: Path, *,
             raise CorruptRecord(f"run {run.run_id!r} in {path}: its indexed "
                                 "columns disagree with its record")
         found.append(run)
-    return transitions.page_of(found, limit)
+    page = transitions.page_of(found, limit)
+    if len(where) == 1 and page.cursor is None and limit >= 0:
+        check_run_count(conn, path, len(page.runs))
+    return page
+

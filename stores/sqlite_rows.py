@@ -1,17 +1,22 @@
-"""How SqliteRunStore maps runs and checkpoints to rows, and back.
+"""How SqliteRunStore maps runs and checkpoints to rows, and back, and checks them.
 
 A run row holds the run's definition (written once), its record JSON (written
 by state changes) and, as plain columns, the fields list_runs filters on and
 the fields a checkpoint moves (see `sqlite_schema`). Times are integer
-microseconds since the epoch. Every text carries its sha256; a mismatch or a
-decode failure is `CorruptRecord` naming the row, never a default.
+microseconds since the epoch. Every text carries its sha256, and every row its
+`columns_checksum` (`row_digest` of the covered columns: every column a read
+returns, the texts' checksums included). A column a text also holds (status,
+attempt, tenant, parent, resume request, creation time) must agree with it.
+Any failure is `CorruptRecord` naming the run (and seq) and the file, never a
+default. What checksums cannot see (a missing or misplaced row) is checked in
+`sqlite_integrity`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,12 +40,41 @@ RUN_VALUES = ", ".join("?" * len(RUN_FIELDS))
 CREATED = RUN_FIELDS.index("created_at")
 ALWAYS_SET = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at", "checksum"}
 CHECKPOINT_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
-                      " body, size_bytes, checksum")
-CHECKPOINT_VALUES = ", ".join("?" * 9)
+                      " body, size_bytes, checksum, columns_checksum")
+CHECKPOINT_VALUES = ", ".join("?" * 10)
+
+# What a read selects of a run row: its identity and store bookkeeping, the
+# definition, the columns of RUN_FIELDS, and the seal over all of them.
+RUN_SELECT = (f"run_id, incarnation, effect_count, definition, definition_checksum,"
+              f" {RUN_COLUMNS}, columns_checksum")
+# The columns a run row's seal covers, in the order row_digest takes them (the
+# triggers of sqlite_schema's migration 3 list the same).
+RUN_SEALED = ("run_id", "incarnation", "status", "attempt", "parent_run_id", "tenant",
+              "resume_requested_at", "lease_expires_at", "created_at", "checkpoint_seq",
+              "consumed_tokens", "updated_at", "effect_count", "definition_checksum", "checksum")
+# The same seal as SQL over a row's current columns (a fenced write checks it).
+RUN_SEAL_SQL = f"row_digest('run', {', '.join(RUN_SEALED)})"
+# What a read selects of a checkpoint row, its seal last (the body is added
+# after it when wanted). The seal covers every column before it.
+CHECKPOINT_SELECT = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
+                     " size_bytes, checksum, columns_checksum")
 
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def row_digest(*values: object) -> str:
+    """The seal of a row's columns: sha256 of their JSON list. Registered as the SQL
+    function `row_digest` (the first value names the kind of row)."""
+    text = json.dumps(values, separators=(",", ":"), default=_foreign)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _foreign(value: object) -> str:
+    # A column of a type the store never writes (a blob, say): still a digest,
+    # one that matches no seal the store wrote.
+    return f"<{type(value).__name__}>{value!r}"
 
 
 def micros(at: datetime) -> int:
@@ -82,6 +116,46 @@ class StoredRun:
     run: RunRecord
     values: tuple[Any, ...]  # the row's columns, in RUN_FIELDS order
     incarnation: str
+    effect_count: int = 0
+    definition_checksum: str = ""
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run row as read (RUN_SELECT), its seal checked."""
+
+    run_id: str
+    incarnation: str
+    effect_count: int
+    definition: object
+    definition_checksum: object
+    values: tuple[Any, ...]  # RUN_FIELDS order
+
+    @property
+    def record(self) -> object:
+        return self.values[-2]
+
+    @property
+    def checksum(self) -> object:
+        return self.values[-1]
+
+
+def run_seal(run_id: str, incarnation: str, values: Sequence[Any], effect_count: int,
+             definition_checksum: object) -> str:
+    """The columns_checksum of a run row with these columns (`values` in RUN_FIELDS order)."""
+    row = dict(zip(RUN_FIELDS, values, strict=True))
+    row.update(run_id=run_id, incarnation=incarnation, effect_count=effect_count,
+               definition_checksum=definition_checksum)
+    return row_digest("run", *(row[name] for name in RUN_SEALED))
+
+
+def run_row(path: Path, row: Sequence[Any]) -> RunRow:
+    """A row of RUN_SELECT, or `CorruptRecord` when its columns fail their seal."""
+    run_id, incarnation, effect_count, definition, definition_checksum = row[:5]
+    values = tuple(row[5:-1])
+    if run_seal(run_id, incarnation, values, effect_count, definition_checksum) != row[-1]:
+        raise CorruptRecord(f"run {run_id!r} in {path}: its columns failed their checksum")
+    return RunRow(run_id, incarnation, effect_count, definition, definition_checksum, values)
 
 
 def verified(path: Path, text: object, checksum: object, what: str) -> str:
@@ -109,8 +183,20 @@ def decode_run(path: Path, run_id: str, *, text: object, checksum: object,
     return run
 
 def with_columns(path: Path, run: RunRecord, values: tuple[Any, ...]) -> RunRecord:
-    """The run with the fields a checkpoint moves, as its columns hold them."""
+    """The run with the fields a checkpoint moves, as its columns hold them.
+
+    The columns that copy a field of the texts must agree with them.
+    """
     row = dict(zip(RUN_FIELDS, values, strict=True))
+    requested = run.resume_requested_at
+    copies = {"status": run.status.value, "attempt": run.attempt,
+              "parent_run_id": run.parent.run_id if run.parent else None,
+              "tenant": run.tenant, "created_at": micros(run.created_at),
+              "resume_requested_at": None if requested is None else micros(requested)}
+    for name, value in copies.items():
+        if row[name] != value:
+            raise CorruptRecord(f"run {run.run_id!r} in {path}: its {name} column disagrees "
+                                "with its record")
     try:
         return run.model_copy(update={
             "lease_expires_at": moment(row["lease_expires_at"]),
@@ -124,25 +210,27 @@ def with_columns(path: Path, run: RunRecord, values: tuple[Any, ...]) -> RunReco
 
 
 def checkpoint_row(checkpoint: Checkpoint, body: str,
-                    lease_expires_at: datetime | None) -> tuple[Any, ...]:
+                   lease_expires_at: datetime | None) -> tuple[Any, ...]:
+    """The values of CHECKPOINT_COLUMNS for a checkpoint stored as `body`."""
     data = body.encode()
-    return (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
-            micros(checkpoint.created_at),
-            None if lease_expires_at is None else micros(lease_expires_at),
-            checkpoint.budget.consumed_tokens, body, len(data),
-            hashlib.sha256(data).hexdigest())
+    covered = (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
+               micros(checkpoint.created_at),
+               None if lease_expires_at is None else micros(lease_expires_at),
+               checkpoint.budget.consumed_tokens, len(data), hashlib.sha256(data).hexdigest())
+    return (*covered[:6], body, *covered[6:], row_digest("checkpoint", *covered))
 
 
 def assemble_rows(path: Path, run_id: str,
-                  rows: list[tuple[int, object, object]]) -> tuple[Checkpoint, SavedLists]:
-    """The checkpoint of the last of `rows` ((seq, body, checksum), by seq, from seq 1)."""
-    current = rows[0][0]
+                  rows: Sequence[Sequence[Any]]) -> tuple[Checkpoint, SavedLists]:
+    """The checkpoint of the last of `rows` (CHECKPOINT_SELECT and the body, by seq from
+    seq 1, checked by `checked_checkpoints`)."""
+    current = rows[0][1]
 
     def bodies() -> Iterator[str]:
         nonlocal current
-        for row_seq, body, checksum in rows:
-            current = row_seq
-            yield verified(path, body, checksum, f"checkpoint {row_seq} of run {run_id!r}")
+        for row in rows:
+            current = row[1]
+            yield verified(path, row[9], row[7], f"checkpoint {row[1]} of run {run_id!r}")
 
     try:
         checkpoint, saved = assemble(bodies())
@@ -152,7 +240,7 @@ def assemble_rows(path: Path, run_id: str,
     except (ValueError, LookupError, TypeError, AttributeError) as error:
         raise CorruptRecord(f"checkpoint {current} of run {run_id!r} in {path} "
                             f"did not decode: {error}") from error
-    if checkpoint.run_id != run_id or checkpoint.seq != rows[-1][0]:
-        raise CorruptRecord(f"checkpoint {rows[-1][0]} of run {run_id!r} in {path} "
+    if checkpoint.run_id != run_id or checkpoint.seq != rows[-1][1]:
+        raise CorruptRecord(f"checkpoint {rows[-1][1]} of run {run_id!r} in {path} "
                             f"holds checkpoint {checkpoint.seq} of run {checkpoint.run_id!r}")
     return checkpoint, saved

@@ -1,22 +1,46 @@
-"""The SQLite file behind SqliteRunStore: schema migrations and connection setup.
+"""The SQLite file behind SqliteRunStore: schema migrations, connection setup, errors.
 
 Migrations are an ordered list with a version table; opening a file applies
-the missing ones under the write lock, so processes opening a fresh file at
-once migrate it exactly once. A connection is WAL, fenced by a busy timeout,
-and its file is private (mode 0600) from its first byte.
+the missing ones under the write lock. A connection is WAL, fenced by a busy
+timeout, with the store's `row_digest` function registered.
+
+A new database is built whole under a temporary name (private, mode 0600,
+schema applied) and linked into place, so a file at the store's path is always
+a complete database: an empty (0-byte) file, a file that is not SQLite, a
+directory, a device or a dangling symbolic link there is refused, never
+initialised over or followed. Processes creating the same store at once each
+build one; the first link wins and the others open it.
+
+Every `sqlite3` error is translated in one place (`store_error`, applied by
+`translated`): damage to the file (malformed, not a database, a schema that
+no longer matches) is `CorruptRecord`; anything about reaching the file
+(locked, I/O, permissions, a closed store) is `StoreUnavailable`. Both name
+the file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
+import stat
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from stores.base import StoreError
+from stores.base import CorruptRecord, StoreError, StoreUnavailable
 from stores.records import utc_now
+from stores.sqlite_rows import row_digest
+
+SQLITE_HEADER = b"SQLite format 3\0"
+# sqlite3 errors that mean the file's content is damaged (or is not this
+# store's), as opposed to the file being out of reach for now.
+_DAMAGE = re.compile(r"malformed|not a database|corrupt|no such (table|column|index|trigger)"
+                     r"|already exists|duplicate column|unsupported file format"
+                     r"|constraint failed|datatype mismatch|could not decode", re.IGNORECASE)
+_MESSAGE_CHARS = 200  # sqlite3 messages may quote stored text; quote a little of it
 
 # Ordered schema migrations; version N is _MIGRATIONS[N - 1]. Append only: a
 # released entry is never edited. Each is a tuple of single statements because
@@ -93,8 +117,91 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE INDEX runs_by_resume_request ON runs (status, resume_requested_at)
             WHERE resume_requested_at IS NOT NULL""",
     ),
+    (
+        # Every column a read returns is covered by a checksum (`columns_checksum`,
+        # `sqlite_rows.row_digest` of the covered columns in a fixed order), not
+        # only the texts: a damaged page can no longer change a checkpoint seq, a
+        # lease time or a token count unnoticed. `row_digest` is a function this
+        # store registers on its connections, so a connection without it (the
+        # sqlite3 shell) cannot insert checkpoints or effects at all.
+        #
+        # `effect_count` counts the run's effects (only ever inserted, removed
+        # with the run), so an effect row that went missing is damage, not
+        # absence. `run_count` counts the runs, kept by create_run and
+        # delete_run, so a full listing notices a run row that went missing.
+        "ALTER TABLE runs ADD COLUMN effect_count INTEGER NOT NULL DEFAULT 0",
+        """UPDATE runs SET effect_count = (SELECT count(*) FROM effects
+            WHERE effects.run_id = runs.run_id)""",
+        "ALTER TABLE runs ADD COLUMN columns_checksum TEXT",
+        """UPDATE runs SET columns_checksum = row_digest('run', run_id, incarnation, status,
+            attempt, parent_run_id, tenant, resume_requested_at, lease_expires_at, created_at,
+            checkpoint_seq, consumed_tokens, updated_at, effect_count, definition_checksum,
+            checksum)""",
+        "ALTER TABLE checkpoints ADD COLUMN columns_checksum TEXT",
+        """UPDATE checkpoints SET columns_checksum = row_digest('checkpoint', run_id, seq,
+            attempt, created_at, lease_expires_at, consumed_tokens, size_bytes, checksum)""",
+        # The trigger moves the run's checkpoint columns as before and re-seals
+        # them; a run row that fails its checksum is not moved (the checkpoint
+        # then shows as beyond the run's latest, which reads report).
+        "DROP TRIGGER checkpoint_moves_run",
+        """CREATE TRIGGER checkpoint_moves_run AFTER INSERT ON checkpoints BEGIN
+            UPDATE runs SET checkpoint_seq = NEW.seq, consumed_tokens = NEW.consumed_tokens,
+                updated_at = NEW.created_at,
+                lease_expires_at = coalesce(NEW.lease_expires_at, lease_expires_at),
+                columns_checksum = row_digest('run', run_id, incarnation, status, attempt,
+                    parent_run_id, tenant, resume_requested_at,
+                    coalesce(NEW.lease_expires_at, lease_expires_at), created_at, NEW.seq,
+                    NEW.consumed_tokens, NEW.created_at, effect_count, definition_checksum,
+                    checksum)
+            WHERE run_id = NEW.run_id AND NEW.seq > checkpoint_seq
+                AND columns_checksum = row_digest('run', run_id, incarnation, status, attempt,
+                    parent_run_id, tenant, resume_requested_at, lease_expires_at, created_at,
+                    checkpoint_seq, consumed_tokens, updated_at, effect_count,
+                    definition_checksum, checksum);
+        END""",
+        """CREATE TRIGGER effect_counts_on_run AFTER INSERT ON effects BEGIN
+            UPDATE runs SET effect_count = effect_count + 1,
+                columns_checksum = row_digest('run', run_id, incarnation, status, attempt,
+                    parent_run_id, tenant, resume_requested_at, lease_expires_at, created_at,
+                    checkpoint_seq, consumed_tokens, updated_at, effect_count + 1,
+                    definition_checksum, checksum)
+            WHERE run_id = NEW.run_id;
+        END""",
+        """CREATE TABLE run_count (only INTEGER PRIMARY KEY CHECK (only = 1),
+            runs INTEGER NOT NULL, checksum TEXT NOT NULL)""",
+        """INSERT INTO run_count (only, runs, checksum)
+            SELECT 1, count(*), row_digest('runs', count(*)) FROM runs""",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def store_error(path: Path, error: sqlite3.Error) -> StoreError:
+    """The store error for an sqlite3 error at `path`: the one place they are translated."""
+    message = str(error) or type(error).__name__
+    if len(message) > _MESSAGE_CHARS:
+        message = f"{message[:_MESSAGE_CHARS]!r}..."
+    damaged = not isinstance(error, sqlite3.ProgrammingError | sqlite3.InterfaceError) and (
+        type(error) is sqlite3.DatabaseError or isinstance(error, sqlite3.IntegrityError)
+        or _DAMAGE.search(message) is not None)
+    if damaged:
+        return CorruptRecord(f"{path} is damaged or not an agent-runtime store: {message}")
+    return StoreUnavailable(f"{path} cannot be used: {message}")
+
+
+@contextlib.contextmanager
+def translated(path: Path) -> Iterator[None]:
+    """Raise the store's error for any sqlite3 error in the block (and for an OS error,
+    or text sqlite3 could not decode)."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        raise store_error(path, error) from error
+    except UnicodeDecodeError as error:  # sqlite3 decoding damaged text, or its message
+        raise CorruptRecord(f"{path} is damaged or not an agent-runtime store: text that "
+                            f"is not UTF-8 ({error.reason})") from error
+    except OSError as error:
+        raise StoreUnavailable(f"{path} cannot be used: {error.strerror or error}") from error
 
 
 @contextlib.contextmanager
@@ -113,29 +220,64 @@ def transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[sqlite3.Co
         raise
 
 
-def migrate(conn: sqlite3.Connection, *, version: int = SCHEMA_VERSION) -> None:
-    """Apply the migrations up to `version` (the latest unless a test builds an old file)."""
-    # The version is read under the write lock, so when two processes open a
-    # fresh file at once the second sees the first's work and skips it.
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions the schema's triggers call (see migration 3)."""
+    conn.create_function("row_digest", -1, row_digest, deterministic=True)
+
+
+def migrate(conn: sqlite3.Connection, *, version: int = SCHEMA_VERSION,
+            path: Path | None = None) -> None:
+    """Apply the migrations up to `version` (the latest unless a test builds an old file).
+
+    `path` names the file in errors.
+    """
+    where = path or "the database"
+    register_functions(conn)
+    # The version is read under the write lock, so two connections migrating
+    # one file at once never both apply a migration.
     with transaction(conn, write=True):
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version ("
                      "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
-        current: int = conn.execute(
-            "SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
-        if current > SCHEMA_VERSION:
-            raise StoreError(f"database schema version {current} is newer than this "
-                             f"runtime supports ({SCHEMA_VERSION}); upgrade agent-runtime")
-        for applied in range(current + 1, version + 1):
-            for statement in _MIGRATIONS[applied - 1]:
+        applied = [row[0] for row in conn.execute(
+            "SELECT version FROM schema_version ORDER BY version")]
+        current = len(applied)
+        if not all(type(number) is int for number in applied):
+            raise CorruptRecord(f"{where}: its schema_version table is damaged")
+        if applied and applied[-1] > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"{where}: database schema version {applied[-1]} is newer than this runtime "
+                f"supports ({SCHEMA_VERSION}); upgrade agent-runtime")
+        if not applied and _has_tables(conn):
+            raise CorruptRecord(f"{where}: an SQLite database, but not an agent-runtime store "
+                                "(it has tables and no schema versions)")
+        if applied != list(range(1, current + 1)):
+            raise CorruptRecord(f"{where}: its schema_version table is damaged "
+                                f"(versions {applied})")
+        for number in range(current + 1, version + 1):
+            for statement in _MIGRATIONS[number - 1]:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                         (applied, utc_now().isoformat()))
+                         (number, utc_now().isoformat()))
+
+
+def _is_ours(conn: sqlite3.Connection) -> bool:
+    """Whether the database is empty or has this store's version table."""
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master"
+                                            " WHERE type = 'table'")}
+    return not names or "schema_version" in names
+
+
+def _has_tables(conn: sqlite3.Connection) -> bool:
+    """Whether the database has tables besides the (just created) version table."""
+    found: int = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                              " AND name != 'schema_version'").fetchone()[0]
+    return found > 0
 
 
 def _enable_wal(conn: sqlite3.Connection, busy_timeout_seconds: float) -> str:
-    # Switching a fresh file to WAL needs it to itself, and SQLite answers
-    # "database is locked" at once rather than waiting in the busy handler when
-    # other processes are opening it too: retry, within the busy timeout.
+    # Switching a file to WAL needs it to itself, and SQLite answers "database
+    # is locked" at once rather than waiting in the busy handler when other
+    # processes are opening it too: retry, within the busy timeout.
     deadline = time.monotonic() + busy_timeout_seconds
     delay = 0.005
     while True:
@@ -148,27 +290,85 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_seconds: float) -> str:
         delay = min(delay * 2, 0.1)
 
 
-def connect(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlite3.Connection:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # Create the file ourselves so it is private from its first byte; SQLite
-    # gives the -wal and -shm files it creates the database file's mode.
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+def _checked_location(path: Path) -> bool:
+    """Whether a store file exists at `path`; refuse what must not be opened there."""
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(link.st_mode) and not path.exists():
+        raise StoreUnavailable(f"{path} is a symbolic link to {os.readlink(path)!r}, which "
+                               "does not exist; the store is never created through a link")
+    info = path.stat()
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreUnavailable(f"{path} is a directory, not an SQLite store file")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreUnavailable(f"{path} is not a regular file (a device, pipe or socket)")
+    if info.st_size == 0:
+        raise CorruptRecord(f"{path} is empty (0 bytes), not an agent-runtime store; a new "
+                            "store is created only where no file exists")
+    with path.open("rb") as file:
+        if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            raise CorruptRecord(f"{path} is not an SQLite database (its header is not "
+                                "SQLite's)")
+    return True
+
+
+def _configured(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=busy_timeout_seconds, isolation_level=None,
                            check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+        # The triggers call row_digest; some builds default to refusing
+        # application functions in the schema.
+        conn.execute("PRAGMA trusted_schema = ON")
+        if not _is_ours(conn):  # checked before anything changes the file
+            raise CorruptRecord(f"{path}: an SQLite database, but not an agent-runtime store "
+                                "(it has tables and no schema versions)")
         mode = _enable_wal(conn, busy_timeout_seconds)
         if str(mode).lower() != "wal":
-            raise StoreError(f"{path} cannot use WAL journaling (got {mode!r}); "
-                             "SQLite stores need a local file system")
+            raise StoreUnavailable(f"{path} cannot use WAL journaling (got {mode!r}); "
+                                   "SQLite stores need a local file system")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
-        migrate(conn)
+        migrate(conn, path=path)
     except BaseException:
         conn.close()
         raise
-    for suffix in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{path}{suffix}", 0o600)
     return conn
+
+
+def _create(path: Path, busy_timeout_seconds: float) -> None:
+    """Build a new store beside `path` and link it into place, unless one appears first."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    building = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+    # Created private: SQLite gives its -wal and -shm files the database's mode.
+    os.close(os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    try:
+        # Closing the only connection folds the WAL into the file: it is whole.
+        _configured(building, "FULL", busy_timeout_seconds).close()
+        with contextlib.suppress(FileExistsError):  # another process's store came first
+            os.link(building, path)
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{building}{suffix}")
+
+
+def connect(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlite3.Connection:
+    """An open, migrated connection to the store at `path` (created when no file is there)."""
+    with translated(path):
+        if not _checked_location(path):
+            _create(path, busy_timeout_seconds)
+            _checked_location(path)
+        conn = _configured(path, synchronous, busy_timeout_seconds)
+        real = os.path.realpath(path)  # SQLite names its -wal and -shm after the real file
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f"{real}{suffix}", 0o600)
+        return conn

@@ -31,6 +31,7 @@ from typing import Any
 import anthropic
 
 from agent_runtime.config import RuntimeConfig
+from agent_runtime.excerpts import excerpt
 from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
@@ -166,8 +167,9 @@ def _response(request: ModelRequest, message: Any, *, wrapped: bool) -> ModelRes
             text.append(block.text)
         elif block.type == "tool_use":
             if not isinstance(block.input, dict):
-                raise ModelError("invalid_tool_call", f"the model called tool {block.name!r} "
-                                 "with arguments that are not a JSON object")
+                raise ModelError("invalid_tool_call", f"the model called tool "
+                                 f"{excerpt(block.name)} with arguments that are not a JSON "
+                                 "object")
             calls.append(ToolCallRequest(call_id=block.id, name=block.name,
                                          arguments=dict(block.input)))
     answer_text = "".join(text) or None

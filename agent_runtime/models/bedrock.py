@@ -34,6 +34,7 @@ from typing import Any
 
 from agent_runtime.config import RuntimeConfig
 from agent_runtime.errors import StepFailed
+from agent_runtime.excerpts import excerpt
 from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
@@ -300,14 +301,15 @@ def _translate(error: Exception) -> ModelError | None:
                                  message=message)
             failure.retryable = failure.retryable or retryable
             return failure
-        return ModelError(code, f"{code}: {message}", retryable=retryable)
+        return ModelError(code, f"{code}: {excerpt(message)}", retryable=retryable)
     if isinstance(error, aws.ReadTimeoutError):
         return timeout_error(None)
     if isinstance(error, aws.EndpointConnectionError | aws.ConnectionClosedError
                   | aws.ConnectTimeoutError | aws.HTTPClientError):
-        return ModelError("connection_error", f"cannot reach Bedrock: {error}", retryable=True)
+        return ModelError("connection_error", f"cannot reach Bedrock: {excerpt(str(error))}",
+                          retryable=True)
     if isinstance(error, aws.BotoCoreError):
-        return ModelError("aws_error", f"{type(error).__name__}: {error}")
+        return ModelError("aws_error", f"{type(error).__name__}: {excerpt(str(error))}")
     return None
 
 

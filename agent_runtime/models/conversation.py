@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from agent_runtime.excerpts import excerpt
 from agent_runtime.models.base import ModelError, ToolCallRequest
 
 OUTPUT_TOOL = "structured_output"
@@ -118,11 +119,11 @@ def tool_arguments(raw: Any, *, tool: str) -> dict[str, Any]:
         try:
             value = json.loads(raw)
         except ValueError as error:
-            raise ModelError("invalid_tool_call", f"the model called tool {tool!r} with "
+            raise ModelError("invalid_tool_call", f"the model called tool {excerpt(tool)} with "
                              f"arguments that are not JSON ({error})") from error
     if not isinstance(value, dict):
-        raise ModelError("invalid_tool_call", f"the model called tool {tool!r} with arguments "
-                         "that are not a JSON object")
+        raise ModelError("invalid_tool_call", f"the model called tool {excerpt(tool)} with "
+                         "arguments that are not a JSON object")
     return value
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import openai
 
 from agent_runtime.config import RuntimeConfig
+from agent_runtime.excerpts import excerpt
 from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
@@ -154,7 +155,7 @@ class OpenAIChatModel:
         choice = completion.choices[0]
         message = choice.message
         if getattr(message, "refusal", None) and not message.content:
-            raise ModelError("refusal", f"the model refused: {message.refusal}")
+            raise ModelError("refusal", f"the model refused: {excerpt(message.refusal)}")
         calls = [(call.id, call.function.name, call.function.arguments)
                  for call in message.tool_calls or [] if getattr(call, "function", None)]
         return _response(request, text=message.content, raw_calls=calls,

@@ -21,17 +21,23 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from agent_runtime.excerpts import excerpt
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse, TextListener
 
 T = TypeVar("T")
 
 RETRYABLE_STATUS = frozenset({408, 429})
+# A provider's error code as it may appear in messages and run errors: a short
+# identifier. Anything else (a server of any kind answers OpenAI-compatible
+# calls) is not repeated; the HTTP status stands in for it.
+_PROVIDER_CODE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 def status_retryable(status: int) -> bool:
@@ -170,9 +176,12 @@ def error_body_details(body: Any) -> tuple[str | None, str | None]:
 def http_error(status: int, *, headers: Mapping[str, str] | None, code: str | None,
                message: str | None) -> ModelError:
     """The `ModelError` of an HTTP error response: the provider's code (else
-    `http_<status>`), its message, retryable for throttling and server errors."""
-    code = code or f"http_{status}"
-    text = f"HTTP {status} {code}: {message}" if message else f"HTTP {status} {code}"
+    `http_<status>`), an excerpt of its message (an error body can echo the
+    prompt, or be a whole HTML page), retryable for throttling and server
+    errors."""
+    if code is None or not _PROVIDER_CODE.fullmatch(code):
+        code = f"http_{status}"
+    text = f"HTTP {status} {code}: {excerpt(message)}" if message else f"HTTP {status} {code}"
     return ModelError(code, text, retryable=status_retryable(status),
                       retry_after=retry_after_seconds(headers))
 
@@ -211,12 +220,13 @@ def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> M
         return ModelError("timeout", "the provider did not answer in time "
                           "(limits.providerTimeoutMs)")
     if isinstance(error, errors.connection):
-        return ModelError("connection_error", f"cannot reach {where}: {error}", retryable=True)
+        return ModelError("connection_error", f"cannot reach {where}: {excerpt(str(error))}",
+                          retryable=True)
     if isinstance(error, errors.status):
         status: Any = error
         code, message = error_body_details(status.body)
         return http_error(status.status_code, headers=status.response.headers,
                           code=code, message=message or status.message)
     if isinstance(error, errors.base):
-        return ModelError("invalid_response", f"{type(error).__name__}: {error}")
+        return ModelError("invalid_response", f"{type(error).__name__}: {excerpt(str(error))}")
     return None

@@ -21,11 +21,12 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from stores.records import EffectStatus, Frame
 
 from agent_runtime.errors import StepFailed, SuspendRun
+from agent_runtime.excerpts import EXCERPT_LIMIT, excerpt, fingerprint
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
+from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
 from agent_runtime.state import MODEL_RESPONSE
 from agent_runtime.templates import render
@@ -73,6 +74,37 @@ def _as_message(item: dict[str, Any]) -> dict[str, Any]:
     return {"role": role, "content": item["content"]}
 
 
+def _tool_fields(index: int, name: str) -> dict[str, Any]:
+    """How events name a tool call: its position in the model's response, and
+    its tool by a fingerprint and length. The model chose the name and the
+    call id, so events carry neither (DESIGN 8: events hold ids, timings,
+    counts and error codes)."""
+    return {"call": index, "tool_sha256": fingerprint(name), "tool_length": len(name)}
+
+
+# What `model.completed` says about why the model stopped; a provider's own
+# word for anything else is not repeated in events.
+_FINISH_REASONS = frozenset({"stop", "length", "tool-calls", "content-filter"})
+
+
+def _event_finish_reason(reason: str) -> str:
+    return reason if reason in _FINISH_REASONS else "other"
+
+
+def _schema_failure(problem: Any) -> str:
+    """A schema error without the instance in full: jsonschema's own message
+    repeats the offending value whole (a model's answer can be megabytes, or
+    a prompt echoed back), so name the keyword and the schema path instead."""
+    schema_path = "/".join(str(part) for part in problem.absolute_schema_path) or "(root)"
+    return (f"the value {excerpt(problem.instance)} fails {_short(str(problem.validator))!r} "
+            f"(schema path {_short(schema_path)})")
+
+
+def _short(path: str) -> str:
+    """A path as it is when short and plain (keys may be the model's own), else an excerpt."""
+    return path if len(path) <= EXCERPT_LIMIT and path.isprintable() else excerpt(path)
+
+
 def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
     if step.output_schema is None:
         return response.text or ""
@@ -83,17 +115,21 @@ def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
             text = text.strip("`").removeprefix("json").strip()
         try:
             data = json.loads(text)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # too deep is not JSON we take
             raise StepFailed(
                 "output_schema_invalid",
-                f"step {step_path}: the model's answer is not JSON ({error})") from error
-    validator = jsonschema.Draft202012Validator(step.output_schema)
-    problem = jsonschema.exceptions.best_match(validator.iter_errors(data))
+                f"step {step_path}: the model's answer is not JSON ({error}): "
+                f"{excerpt(text)}") from error
+    try:
+        problem = compile_schema(step.output_schema).first_error(data)
+    except SchemaRefused as error:
+        raise StepFailed("output_schema_invalid", f"step {step_path}: the output could not be "
+                         f"checked against outputSchema: {error.reason}") from error
     if problem is not None:
-        where = "/".join(str(part) for part in problem.absolute_path) or "(root)"
+        where = _short("/".join(str(part) for part in problem.absolute_path) or "(root)")
         raise StepFailed("output_schema_invalid",
                          f"step {step_path}: output does not match outputSchema at {where}: "
-                         f"{problem.message}")
+                         f"{_schema_failure(problem)}")
     return data
 
 
@@ -221,15 +257,15 @@ class PromptStepExecutor:
         ctx.events.emit("model.completed", step_id=request.step_id, step_path=frame.step_path,
                         duration_ms=round((time.monotonic() - started) * 1000),
                         tool_calls=len(response.tool_calls),
-                        finish_reason=response.finish_reason)
+                        finish_reason=_event_finish_reason(response.finish_reason))
         if response.tool_calls:
             frame.continuation["pending"] = [
                 {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
                  "key": key} for call, key in zip(response.tool_calls, keys, strict=True)]
             frame.continuation["next"] = 0
-            for call in response.tool_calls:
+            for index, call in enumerate(response.tool_calls):
                 ctx.events.emit("model.tool.requested", step_id=request.step_id,
-                                step_path=frame.step_path, tool=call.name, call_id=call.call_id)
+                                step_path=frame.step_path, **_tool_fields(index, call.name))
         return response
 
     async def _run_tools(self, step: Any, frame: Frame, ctx: Execution,
@@ -237,7 +273,8 @@ class PromptStepExecutor:
         state = frame.continuation
         pending = state["pending"]
         while state["next"] < len(pending):
-            call = pending[state["next"]]
+            # the call's position in its response: how events tell calls apart
+            call = {**pending[state["next"]], "index": state["next"]}
             ctx.state.budget.check(before="tool call")
             result = await self._dispatch(call, frame, ctx, tools)
             part = {"type": "tool-result", "result": {"callId": call["call_id"],
@@ -252,14 +289,19 @@ class PromptStepExecutor:
         name, key = call["name"], call["key"]
         tool = tools.get(name)
         if tool is None:
+            ctx.events.emit("model.tool.completed", step_id=frame.step_id,
+                            step_path=frame.step_path, error_type="unknown_tool",
+                            **_tool_fields(call["index"], name))
             return {"error": {"type": "unknown_tool",
-                              "message": f"tool {name!r} is not available to this step"}}
+                              "message": f"tool {excerpt(name)} is not available to this "
+                                         "step"}}
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())
         if effect.status is EffectStatus.COMPLETED:
             # Dispatched and recorded by an earlier attempt that died before its checkpoint.
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
-                            step_path=frame.step_path, tool=name, replayed=True)
+                            step_path=frame.step_path, replayed=True,
+                            **_tool_fields(call["index"], name))
             result: dict[str, Any] = effect.result
             return result
         if effect.attempt != ctx.attempt:
@@ -276,7 +318,7 @@ class PromptStepExecutor:
                       tool: Any) -> dict[str, Any]:
         name, key = call["name"], call["key"]
         ctx.events.emit("model.tool.started", step_id=frame.step_id, step_path=frame.step_path,
-                        tool=name, call_id=call["call_id"])
+                        **_tool_fields(call["index"], name))
         started = time.monotonic()
         context = ToolContext(run_id=ctx.run_id, step_path=frame.step_path, idempotency_key=key,
                               attempt=ctx.attempt, tool_name=name,
@@ -294,12 +336,13 @@ class PromptStepExecutor:
         except Exception as error:
             # The model sees the failure and may recover; the run goes on.
             error_type = "tool_error"
-            result = {"error": {"type": error_type, "message": f"{type(error).__name__}: {error}"}}
+            result = {"error": {"type": error_type,
+                                "message": f"{type(error).__name__}: {excerpt(str(error))}"}}
         ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                   result=result, at=ctx.now())
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
-                        tool=name, duration_ms=round((time.monotonic() - started) * 1000),
-                        error_type=error_type)
+                        duration_ms=round((time.monotonic() - started) * 1000),
+                        error_type=error_type, **_tool_fields(call["index"], name))
         return result
 
     async def _settle(self, resolution: dict[str, Any], call: dict[str, Any], frame: Frame,
@@ -315,5 +358,5 @@ class PromptStepExecutor:
         ctx.store.complete_effect(call["key"], run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                   result=result, at=ctx.now())
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
-                        tool=call["name"], resolved=resolution["action"])
+                        resolved=resolution["action"], **_tool_fields(call["index"], call["name"]))
         return result

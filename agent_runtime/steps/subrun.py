@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stores.base import LeaseHeld, RunTerminal
+from stores.file_layout import MAX_RUN_ID_BYTES, check_run_id
 from stores.records import Budget, Frame, ParentRef, RunRecord, RunStatus
 
 from agent_runtime.errors import InvalidInput, ManifestError, StepFailed, SuspendRun
+from agent_runtime.excerpts import excerpt
 from agent_runtime.manifest import AgentManifest, load_agent_manifest
 from agent_runtime.templates import MISSING, resolve_path
 from agent_runtime.variables import resolve_variables
@@ -41,9 +44,23 @@ MANIFEST_DIR = "manifest_dir"
 
 
 def child_run_id_for(parent_run_id: str, step_path: str) -> str:
-    """The child's id: readable, stable across attempts, safe as a directory name."""
+    """The child's id: readable, stable across attempts, safe as a directory name.
+
+    `<parent>.sub-<hash of the step path>`, unless that is no valid run id on
+    the file store (a parent near the length limit, as deep sub-runs are, or
+    ending in a dot): then a readable prefix of the parent and a hash of the
+    parent and step path, which tells children of different parents apart.
+    """
     digest = hashlib.sha256(step_path.encode()).hexdigest()[:12]
-    return f"{parent_run_id}.sub-{digest}"
+    child = f"{parent_run_id}.sub-{digest}"
+    with contextlib.suppress(ValueError):
+        check_run_id(child)
+        return child
+    tail = hashlib.sha256(f"{parent_run_id}\0{step_path}".encode(
+        "utf-8", "surrogatepass")).hexdigest()[:24]
+    readable = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]", "-", parent_run_id))
+    prefix = readable[:MAX_RUN_ID_BYTES - len(f".sub-{tail}")].strip(".-")
+    return f"{prefix}.sub-{tail}" if prefix else f"sub-{tail}"
 
 
 @dataclass(frozen=True)
@@ -105,8 +122,9 @@ class SubRunStepExecutor:
                 manifest = load_agent_manifest(path)
             except ManifestError as error:
                 raise StepFailed("sub_run_invalid",
-                                 f"step {frame.step_path}: manifestRef {step.manifest_ref!r}: "
-                                 f"{error}", {"file": str(path), "field": error.field}
+                                 f"step {frame.step_path}: manifestRef "
+                                 f"{excerpt(step.manifest_ref)}: {error}",
+                                 {"file": str(path), "field": error.field}
                                  ) from None
             options["manifest_path"] = str(path)
         variables = self._mapped_variables(step, ctx)

@@ -13,13 +13,14 @@ exponential backoff, or after the server's `Retry-After` (capped). Any other
 answer outside 2xx fails the step; redirects are not followed. A response
 body over the cap (`webhooks.maxResponseBytes`, default 1 MiB) fails the step.
 
-Destinations: only http and https; a host that resolves to a loopback,
-private, link-local or other non-public address is refused unless the
-runtime config sets `webhooks.allowPrivateNetworks`, and with
-`webhooks.allowedHosts` only those hosts are called. Every resolved address
-is checked and the request goes to a checked address (the name is kept for
-`Host` and TLS), so a name cannot resolve to a public address for the check
-and a private one for the request. Proxies from the environment are not used.
+Destinations: only http and https, only public addresses, checked when the
+manifest is validated and again for every address a name resolves to
+(`agent_runtime.steps.webhook_destinations`).
+
+Headers: declared headers and `idempotencyKey` must be printable ASCII
+(`validate` refuses others by name); the default key is percent-encoded
+where a step id is not. Headers are built and checked before the effect is
+reserved, so a refused request leaves nothing in the ledger.
 
 Exactly once, as far as the receiver deduplicates: the key is reserved in the
 effect ledger before the first request and the outcome recorded there after
@@ -32,21 +33,26 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import ipaddress
 import json
-import socket
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote
 
 import httpx
 from stores.records import EffectStatus, Frame
 
 from agent_runtime.config import WebhookPolicy
 from agent_runtime.errors import StepFailed
+from agent_runtime.excerpts import excerpt
+from agent_runtime.manifest import header_name_problem, header_value_problem
 from agent_runtime.serde import json_value
+from agent_runtime.steps.webhook_destinations import (
+    Destination,
+    destination_refusal,
+    host_allowed,
+    resolve_destination,
+)
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
@@ -64,107 +70,8 @@ SAFE_RESPONSE_HEADERS = ("content-type", "content-length", "etag", "last-modifie
                          "retry-after", "x-request-id", "request-id")
 USER_AGENT = "agent-runtime/0.1"
 
-
-# -- destinations --------------------------------------------------------------
-
-
-def host_allowed(host: str, allowed_hosts: list[str]) -> bool:
-    """`host` equals an entry, or is a subdomain of a `*.domain` entry (case-insensitive)."""
-    host = host.lower().rstrip(".")
-    for entry in allowed_hosts:
-        pattern = entry.lower().rstrip(".")
-        if pattern.startswith("*."):
-            if host.endswith(pattern[1:]):
-                return True
-        elif host == pattern:
-            return True
-    return False
-
-
-def _address_kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """What makes an address non-public, or None for a public one."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    for kind, flag in (("a loopback", address.is_loopback), ("a link-local", address.is_link_local),
-                       ("an unspecified", address.is_unspecified),
-                       ("a multicast", address.is_multicast), ("a private", address.is_private)):
-        if flag:
-            return kind
-    return None if address.is_global else "a non-public"
-
-
-def _address_refusal(host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-                     policy: WebhookPolicy) -> str | None:
-    if policy.allow_private_networks:
-        return None
-    kind = _address_kind(address)
-    if kind is None:
-        return None
-    target = str(address) if host == str(address) else f"{host!r} ({address})"
-    return (f"webhook destination {target} is {kind} address; set "
-            "webhooks.allowPrivateNetworks: true in the runtime config to allow it")
-
-
-def destination_refusal(url: str, policy: WebhookPolicy) -> str | None:
-    """Why `url` may not be called, as far as is known without resolving it: the
-    scheme, `allowedHosts`, and the kind of an IP-literal host. None otherwise."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https"):
-        return f"webhook URLs must be http or https, not {parts.scheme or 'schemeless'}"
-    host = parts.hostname
-    if not host:
-        return "the webhook URL has no host"
-    try:
-        parts.port  # noqa: B018 - raises for a malformed port
-    except ValueError:
-        return "the webhook URL has an invalid port"
-    if policy.allowed_hosts is not None and not host_allowed(host, policy.allowed_hosts):
-        return (f"webhook host {host!r} is not in the runtime config's webhooks.allowedHosts")
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return _address_refusal(host, literal, policy)
-
-
-@dataclass(frozen=True)
-class Destination:
-    """A checked destination: requests go to its `addresses` (in order, the next
-    when one refuses the connection), naming `host`."""
-
-    scheme: str
-    host: str
-    port: int | None
-    addresses: tuple[str, ...]
-
-
-async def resolve_destination(url: str, policy: WebhookPolicy) -> Destination:
-    """Resolve and check every address of `url`'s host; `StepFailed` when refused."""
-    refusal = destination_refusal(url, policy)
-    if refusal is not None:
-        raise StepFailed("webhook_destination_refused", refusal)
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    scheme = parts.scheme.lower()
-    try:
-        addresses = [ipaddress.ip_address(host)]
-    except ValueError:
-        port = parts.port or (443 if scheme == "https" else 80)
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port,
-                                                                 type=socket.SOCK_STREAM)
-        except OSError as error:
-            raise StepFailed("webhook_unresolvable",
-                             f"webhook host {host!r} does not resolve: {error}") from error
-        # sockaddr[0] of an IPv6 link-local address may carry a "%scope" suffix.
-        addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0])
-                                       for info in infos))
-    for address in addresses:
-        refusal = _address_refusal(host, address, policy)
-        if refusal is not None:
-            raise StepFailed("webhook_destination_refused", refusal)
-    return Destination(scheme=scheme, host=host, port=parts.port,
-                       addresses=tuple(str(address) for address in addresses))
+__all__ = ["WebhookStepExecutor", "backoff_seconds", "destination_refusal", "host_allowed",
+           "resolve_destination"]
 
 
 # -- delivery ------------------------------------------------------------------
@@ -219,7 +126,16 @@ def _retryable(status: int) -> bool:
     return status in RETRYABLE_STATUSES or 500 <= status <= 599
 
 
+def _header_text(key: str) -> str:
+    """The key as a header value: a character HTTP cannot carry (a step id's
+    non-ASCII letter) is percent-encoded as UTF-8; ASCII keys are unchanged."""
+    return "".join(char if " " <= char <= "~" else quote(char, safe="", errors="surrogatepass")
+                   for char in key).strip(" ")
+
+
 def _request_headers(step: Any, key: str, destination: Destination) -> dict[str, str]:
+    """The request's headers; `StepFailed` for one HTTP cannot carry (the manifest
+    refuses them, so only a step built around its validation gets here)."""
     # Ours win over declared ones of the same name, whatever their case.
     reserved = {"idempotency-key", "host"}
     headers = {"User-Agent": USER_AGENT}
@@ -229,11 +145,16 @@ def _request_headers(step: Any, key: str, destination: Destination) -> dict[str,
             headers[name] = value
     if step.has_body and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = "application/json"
-    headers["Idempotency-Key"] = key
+    headers["Idempotency-Key"] = _header_text(key)
     default_port = 443 if destination.scheme == "https" else 80
     host = f"[{destination.host}]" if ":" in destination.host else destination.host
     port = destination.port
     headers["Host"] = host if port is None or port == default_port else f"{host}:{port}"
+    for name, value in headers.items():
+        problem = header_name_problem(name) or header_value_problem(value)
+        if problem is not None:
+            raise StepFailed("webhook_invalid_header",
+                             f"webhook header {excerpt(name)}: {problem}")
     return headers
 
 
@@ -273,6 +194,7 @@ class WebhookStepExecutor:
         key = step.idempotency_key or f"{ctx.run_id}:{frame.step_path}"
         # Checked before the effect is reserved: a refused webhook sent nothing.
         destination = await resolve_destination(step.url, policy)
+        headers = _request_headers(step, key, destination)
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())
         if effect.status is EffectStatus.COMPLETED:
@@ -284,7 +206,7 @@ class WebhookStepExecutor:
             return self._settled(recorded, frame)
         started = time.monotonic()
         result, attempts = await ctx.guarded(self._deliver(step, frame, ctx, destination,
-                                                           key=key, policy=policy))
+                                                           headers=headers, policy=policy))
         ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                   result=result, at=ctx.now())
         duration_ms = round((time.monotonic() - started) * 1000)
@@ -309,13 +231,13 @@ class WebhookStepExecutor:
         return result["output"]
 
     async def _deliver(self, step: Any, frame: Frame, ctx: Execution, destination: Destination,
-                       *, key: str, policy: WebhookPolicy) -> tuple[dict[str, Any], int]:
+                       *, headers: dict[str, str],
+                       policy: WebhookPolicy) -> tuple[dict[str, Any], int]:
         """Send until an answer that is not retried; return the ledger result and the
         number of requests sent."""
         method = step.method or DEFAULT_METHOD
         timeout_ms = step.timeout_ms or DEFAULT_TIMEOUT_MS
         attempts = (DEFAULT_RETRIES if step.retries is None else step.retries) + 1
-        headers = _request_headers(step, key, destination)
         content = (json.dumps(step.body, ensure_ascii=False).encode() if step.has_body
                    else None)
         cap = policy.max_response_bytes

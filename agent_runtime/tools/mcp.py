@@ -23,6 +23,13 @@ after a crash. MCP tools therefore count as idempotent (re-called with the
 same key on recovery) unless the host lists them in `nonIdempotentTools`, in
 which case an unsettled call suspends the run with `effect-unknown`.
 
+Input schemas: a tool's schema comes from its server and is checked like
+any schema (`agent_runtime.schemas`) before the tool is offered. One the
+runtime refuses to apply — a reference to another document, a reference
+cycle, a pattern RE2 cannot run, past the size limits — fails the step with
+`mcp_tool_schema_refused` naming the tool and the place; one that is merely
+not valid JSON Schema is left to the server to enforce.
+
 Results: `structuredContent` when the server gives it, else the text content
 joined by newlines (a result with non-text content keeps every block as
 JSON); `isError` becomes a tool error the model sees.
@@ -40,12 +47,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
-import jsonschema
-
 from agent_runtime.config import EnvReference, McpConnectionConfig, RuntimeConfig
 from agent_runtime.errors import ConfigError, StepFailed
 from agent_runtime.manifest import AgentManifest
+from agent_runtime.manifest_input import format_path
 from agent_runtime.models.base import ToolSpec
+from agent_runtime.schemas import CompiledSchema, SchemaInvalid, SchemaRefused, compile_schema
 from agent_runtime.tools.python import ToolArgumentsError, ToolContext
 
 if TYPE_CHECKING:
@@ -166,29 +173,37 @@ class McpTool:
         self.idempotent = server_name not in grant.definition.non_idempotent_tools
         self.description = self.name
         self.parameters: dict[str, Any] = {"type": "object", "properties": {}}
-        self._validator: jsonschema.protocols.Validator | None = None
+        self._schema: CompiledSchema | None = None
         self._connections = connections
 
     def describe(self, info: ServerTool) -> None:
+        """Take the server's description and input schema; `StepFailed` when the
+        schema is one the runtime refuses to apply (see `agent_runtime.schemas`)."""
         self.description = info.description or info.title or self.name
         schema = dict(info.input_schema or {})
         self.parameters = schema or {"type": "object", "properties": {}}
-        validator_class = jsonschema.validators.validator_for(self.parameters)
         try:
-            validator_class.check_schema(self.parameters)
-        except jsonschema.SchemaError:
-            self._validator = None  # the server validates; we cannot
-        else:
-            self._validator = validator_class(self.parameters)
+            self._schema = compile_schema(self.parameters)
+        except SchemaInvalid:
+            self._schema = None  # not a schema we can read: the server validates
+        except SchemaRefused as error:
+            where = format_path(("inputSchema", *error.at))
+            raise StepFailed("mcp_tool_schema_refused",
+                             f"connection {self.grant.connection!r}: the input schema of tool "
+                             f"{self.server_name!r} is refused at {where}: {error.reason}",
+                             {"connection": self.grant.connection}) from error
 
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def check_arguments(self, arguments: dict[str, Any]) -> None:
-        if self._validator is None:
+        if self._schema is None:
             return
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        try:
+            error = self._schema.first_error(arguments)
+        except SchemaRefused as refused:
+            raise ToolArgumentsError(f"{self.name}: {refused.reason}") from refused
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "arguments"
             raise ToolArgumentsError(f"{self.name}: {where}: {error.message}")

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, overload
 
-import jsonschema
 from stores.records import ArtifactRef
 
 from agent_runtime.models.base import ToolSpec
+from agent_runtime.schemas import SchemaRefused, compile_schema
 
 ArtifactSink = Callable[[bytes, str], ArtifactRef]
 
@@ -152,14 +152,17 @@ class Tool:
                                            "additionalProperties": False}
         if required:
             self.parameters["required"] = required
-        self._validator = jsonschema.Draft202012Validator(self.parameters)
+        self._schema = compile_schema(self.parameters)
 
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def check_arguments(self, arguments: dict[str, Any]) -> None:
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        try:
+            error = self._schema.first_error(arguments)
+        except SchemaRefused as refused:
+            raise ToolArgumentsError(f"{self.name}: {refused.reason}") from refused
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "arguments"
             raise ToolArgumentsError(f"{self.name}: {where}: {error.message}")

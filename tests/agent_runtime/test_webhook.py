@@ -17,7 +17,7 @@ from engine_harness import Harness, manifest
 
 from agent_runtime import RunStatus
 from agent_runtime.config import RuntimeConfig, WebhookPolicy, parse_config
-from agent_runtime.errors import ConfigError
+from agent_runtime.errors import ConfigError, ManifestError
 from agent_runtime.events import Event
 from agent_runtime.steps import webhook
 from agent_runtime.steps.webhook import backoff_seconds, destination_refusal, host_allowed
@@ -388,3 +388,44 @@ def test_the_policy_parses_from_the_config() -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config({"version": "1.0", "webhooks": {"allowPrivate": True}}, source="cfg")
     assert refused.value.field == "webhooks.allowPrivate"
+
+
+# -- headers HTTP cannot carry -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("extra", "field", "reason"), [
+    ({"headers": {"X-Note": "caf\u00e9"}}, "steps[0].headers.X-Note", "U+00E9 at position 3"),
+    ({"headers": {"X-Note": "a\r\nX-Injected: 1"}}, "steps[0].headers.X-Note", "U+000D"),
+    ({"headers": {"X-Note": "secret "}}, "steps[0].headers.X-Note", "start or end with a space"),
+    ({"headers": {"Bad Name": "v"}}, 'steps[0].headers["Bad Name"]', "a header name is"),
+    ({"idempotencyKey": "r\u00e9lease-1"}, "steps[0].idempotencyKey", "Idempotency-Key header"),
+])
+def test_headers_http_cannot_carry_are_refused_at_validate(
+        receiver: Receiver, extra: dict[str, Any], field: str, reason: str) -> None:
+    h = Harness(config=ALLOW_LOCAL)
+    with pytest.raises(ManifestError) as refused:
+        h.run(manifest(hook(f"{receiver.url}/hook", **extra)))
+    assert refused.value.field == field and reason in refused.value.reason
+    assert "caf" not in str(refused.value) and "secret" not in str(refused.value)  # not quoted
+    assert receiver.requests == [] and h.store.list_runs().runs == []
+
+
+def test_a_non_ascii_step_id_sends_a_percent_encoded_default_key(receiver: Receiver) -> None:
+    h = Harness(config=ALLOW_LOCAL)
+    result = h.run(manifest(hook(f"{receiver.url}/hook") | {"id": "benachrichtigen-\u00fc"}))
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert receiver.keys() == [f"{result.run_id}:benachrichtigen-%C3%BC"]
+    effect, = h.store.list_effects(result.run_id)  # the ledger keeps the key itself
+    assert effect.key == f"{result.run_id}:benachrichtigen-\u00fc"
+
+
+def test_a_header_that_escaped_validation_fails_the_step_before_the_effect_is_reserved(
+        receiver: Receiver) -> None:
+    agent = manifest(hook(f"{receiver.url}/hook"))
+    step = agent.steps[0].model_copy(update={"headers": {"X-Note": "caf\u00e9"}})
+    h = Harness(config=ALLOW_LOCAL)
+    result = h.run(agent.model_copy(update={"steps": [step]}))
+    assert result.status is RunStatus.FAILED
+    assert result.error["type"] == "webhook_invalid_header"
+    assert "U+00E9" in result.error["message"] and "caf" not in result.error["message"]
+    assert h.store.list_effects(result.run_id) == [] and receiver.requests == []

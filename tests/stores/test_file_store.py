@@ -30,6 +30,7 @@ from stores.base import (
     RunStore,
     StaleAttempt,
     StoreError,
+    StoreUnavailable,
 )
 from stores.file import FileRunStore
 from stores.memory import MemoryRunStore
@@ -144,7 +145,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(store: FileRunStore,
         raise OSError("disk full")
 
     monkeypatch.setattr(atomic_files.os, "fsync", broken_fsync)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StoreUnavailable, match="disk full"):
         store.renew_lease("r1", expected_attempt=attempt, now=at(5), lease_seconds=5)
     assert (run_dir(store) / "run.json").read_bytes() == before
     assert not [name for name in all_names(store.path) if name.endswith(".tmp")]
@@ -211,11 +212,13 @@ def test_well_sealed_garbage_is_corrupt_not_defaulted(store: FileRunStore) -> No
     attempt = started(store)
     store.save_checkpoint(checkpoint("r1", 1, attempt), expected_attempt=attempt)
     cp_path = run_dir(store) / "checkpoints" / "0000000001.json"
-    cp_path.write_bytes(seal('{"format": "checkpoint-delta/1", "head": {}}', {"seq": 1}))
+    cp_path.write_bytes(seal('{"format": "checkpoint-delta/1", "head": {}}',
+                             {"run_id": "r1", "seq": 1}))
     with pytest.raises(CorruptRecord, match=f"{cp_path}.*does not assemble"):
         store.load_latest_checkpoint("r1")
     run_path = run_dir(store) / "run.json"
-    run_path.write_bytes(seal('{"run_id": "r1"}', {"latest_seq": 1, "incarnation": "x"}))
+    run_path.write_bytes(seal('{"run_id": "r1"}', {"latest_seq": 1, "incarnation": "x",
+                                                   "effects": 0}))
     with pytest.raises(CorruptRecord, match=f"{run_path}.*RunRecord"):
         store.load_run("r1")
     run_path.write_bytes(seal(RunRecord(run_id="r1", manifest_hash="m").model_dump_json(), {}))

@@ -30,7 +30,15 @@ from stores.base import (
 )
 from stores.records import Checkpoint, ParentRef, RunRecord, RunStatus, Suspension
 from stores.sqlite import SqliteRunStore
-from stores.sqlite_rows import DEFINITION, NOT_IN_RECORD, digest, micros
+from stores.sqlite_rows import (
+    CHECKPOINT_SELECT,
+    DEFINITION,
+    NOT_IN_RECORD,
+    RUN_SEAL_SQL,
+    digest,
+    micros,
+    row_digest,
+)
 from stores.sqlite_schema import SCHEMA_VERSION, migrate
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -57,6 +65,14 @@ def _raw(path: Path) -> Iterator[sqlite3.Connection]:
     """A plain connection, as an operator or an outside process would open one."""
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
         yield raw
+
+
+def _reseal(raw: sqlite3.Connection) -> None:
+    """Recompute every row's seal, as an edit that knows the store's scheme would."""
+    raw.create_function("row_digest", -1, row_digest)
+    raw.execute(f"UPDATE runs SET columns_checksum = {RUN_SEAL_SQL}")
+    raw.execute(f"UPDATE checkpoints SET columns_checksum = row_digest('checkpoint',"
+                f" {CHECKPOINT_SELECT.removesuffix(', columns_checksum')})")
 
 
 @pytest.fixture
@@ -192,19 +208,25 @@ def test_a_version_1_file_opens_migrated_with_its_runs(path: Path) -> None:
     assert {"runs_by_tenant", "runs_by_resume_request"} <= indexes
 
 
-@pytest.mark.parametrize(("column", "value", "filters"), [
+@pytest.mark.parametrize("change", [
     ("tenant", "acme", {"tenant": "acme"}),
     ("resume_requested_at", 0, {"resume_requested_before": T0}),
 ])
+@pytest.mark.parametrize("resealed", [False, True])
 def test_a_filter_column_that_disagrees_with_the_texts_is_corrupt(
-        store: SqliteRunStore, path: Path, column: str, value: object,
-        filters: dict[str, Any]) -> None:
+        store: SqliteRunStore, path: Path, change: tuple[str, object, dict[str, Any]],
+        resealed: bool) -> None:
+    column, value, filters = change
     _started(store)
     store.suspend_run("r1", expected_attempt=1, reason="sub-run", details={}, at=T0)
     with _raw(path) as raw:
         raw.execute(f"UPDATE runs SET {column} = ? WHERE run_id = 'r1'", (value,))
-    with pytest.raises(CorruptRecord, match="indexed columns disagree"):
-        store.list_runs(**filters)
+        if resealed:  # what only a deliberate edit does: the cross-check still holds
+            _reseal(raw)
+    expected = f"its {column} column disagrees" if resealed else "columns failed their checksum"
+    for read in (lambda: store.list_runs(**filters), lambda: store.load_run("r1")):
+        with pytest.raises(CorruptRecord, match=expected):
+            read()
 
 
 def test_everything_survives_close_and_reopen(path: Path) -> None:
@@ -332,7 +354,7 @@ def test_a_checkpoint_and_its_state_change_roll_back_together(path: Path) -> Non
             raw.execute("CREATE TRIGGER refuse BEFORE UPDATE ON runs"
                         " WHEN NEW.status = 'completed'"
                         " BEGIN SELECT RAISE(ABORT, 'disk trouble'); END")
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(StoreError, match="disk trouble"):
             a.complete_run("r1", expected_attempt=1, output="done", at=T0,
                            checkpoint=_checkpoint(2, transcript=[{"m": 1}, {"m": 2}]))
         assert [info.seq for info in a.list_checkpoints("r1")] == [1]
@@ -398,6 +420,7 @@ def test_text_that_matches_its_checksum_but_does_not_decode_is_corrupt(
         with _raw(path) as raw:
             raw.execute(f"UPDATE {table} SET {column} = ?, checksum = ? WHERE {where}",
                         (text, hashlib.sha256(text.encode()).hexdigest()))
+            _reseal(raw)
     with pytest.raises(CorruptRecord, match=r"checkpoint 1 of run 'r1' in .* did not decode"):
         store.load_latest_checkpoint("r1")
     with pytest.raises(CorruptRecord, match=r"effect 'k1' of run 'r1' in .* did not decode"):

@@ -233,7 +233,7 @@ def test_an_error_body_becomes_a_clear_run_failure(server: FakeProviderServer) -
     assert result.error is not None
     assert result.error["type"] == "model_error"
     assert result.error["details"] == {"code": "invalid_request_error"}
-    assert ("claude/claude-test: HTTP 400 invalid_request_error: max_tokens: 999999 > 64000"
+    assert ('claude/claude-test: HTTP 400 invalid_request_error: "max_tokens: 999999 > 64000"'
             in result.error["message"])
     assert len(server.requests) == 1
 

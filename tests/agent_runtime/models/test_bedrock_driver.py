@@ -183,7 +183,7 @@ def test_an_error_body_becomes_a_clear_run_failure(stubbed: Stubbed) -> None:
     assert result.error is not None
     assert result.error["type"] == "model_error"
     assert result.error["details"] == {"code": "ValidationException"}
-    assert ("HTTP 400 ValidationException: The provided model identifier is invalid."
+    assert ('HTTP 400 ValidationException: "The provided model identifier is invalid."'
             in result.error["message"])
     assert stubbed.waits == []  # a client error is not retried
 

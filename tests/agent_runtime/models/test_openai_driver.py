@@ -294,7 +294,7 @@ def test_an_error_body_becomes_a_clear_run_failure(server: FakeProviderServer) -
     assert result.error["details"] == {"code": "model_not_found"}
     message = result.error["message"]
     assert "local/test-model" in message
-    assert "HTTP 404 model_not_found: The model `test-model` does not exist" in message
+    assert 'HTTP 404 model_not_found: "The model `test-model` does not exist"' in message
     assert len(server.requests) == 1  # a client error is not retried
     record = run.store.load_run(result.run_id)
     assert record is not None and record.error is not None

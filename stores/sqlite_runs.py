@@ -1,0 +1,102 @@
+"""The run rows of SqliteRunStore: read checked, written sealed, remembered decoded.
+
+`RunRows` reads a run row (its seal, texts and cross-checks, see
+`sqlite_rows`; a missing row whose run still owns rows is damage, see
+`sqlite_integrity`) and writes one back fenced by attempt, re-sealing it. It
+remembers the last decoded record per run with the column values it was
+stored with, so an unchanged record text is not decoded again and an update
+sets only the columns that changed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from stores.base import CorruptRecord, StaleAttempt
+from stores.records import RunRecord
+from stores.sqlite_integrity import check_orphans
+from stores.sqlite_rows import (
+    ALWAYS_SET,
+    RUN_FIELDS,
+    RUN_SELECT,
+    StoredRun,
+    decode_run,
+    run_row,
+    run_seal,
+    run_values,
+    verified,
+    with_columns,
+)
+
+
+class RunRows:
+    """Reads and writes run rows; the caller holds the connection's transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # Records are never mutated in place (transitions copy them), so sharing
+        # a decoded one is safe. Keyed by checksum: a rolled-back write leaves
+        # an entry that no stored row matches, so it is never used.
+        self.decoded: dict[str, StoredRun] = {}
+
+    def read(self, conn: sqlite3.Connection,
+             run_id: str) -> tuple[RunRecord | None, str | None, int]:
+        """(run, incarnation, latest checkpoint seq) in one query, the row checked."""
+        found = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE run_id = ?",
+                             (run_id,)).fetchone()
+        if found is None:
+            check_orphans(conn, self.path, run_id)
+            return None, None, 0
+        row = run_row(self.path, found)
+        if row.run_id != run_id:
+            raise CorruptRecord(f"run {run_id!r} in {self.path}: its row holds {row.run_id!r}")
+        cached = self.decoded.get(run_id)
+        if cached is not None and cached.checksum == row.checksum \
+                and cached.incarnation == row.incarnation \
+                and cached.definition_checksum == row.definition_checksum \
+                and verified(self.path, row.record, row.checksum, f"run {run_id!r}"):
+            # The stored text is the text we last decoded (same checksum, and
+            # the checksum still matches the text): skip decoding it again.
+            base = cached.run
+        else:
+            base = decode_run(self.path, run_id, text=row.record, checksum=row.checksum,
+                              definition=row.definition,
+                              definition_checksum=row.definition_checksum)
+        run = with_columns(self.path, base, row.values)
+        self.decoded[run_id] = StoredRun(str(row.checksum), run, row.values,
+                                         str(row.incarnation), row.effect_count,
+                                         str(row.definition_checksum))
+        return run, str(row.incarnation), run.checkpoint_seq or 0
+
+    def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
+        """Write the run back; `fence` is the attempt of the row this transaction read."""
+        before = self.decoded.get(run.run_id)
+        if before is None:  # every write reads the run first: never reached
+            raise StaleAttempt(f"run {run.run_id!r} was not read before its write")
+        values = run_values(run, before.values)
+        # Set only the columns that changed: SQLite rewrites the entries of every
+        # index whose columns an UPDATE sets, so an unchanged status or creation
+        # time must not be named. The columns a checkpoint moves are always set:
+        # a checkpoint inserted in this transaction moved them after the read.
+        changed = [i for i, value in enumerate(values)
+                   if value != before.values[i] or RUN_FIELDS[i] in ALWAYS_SET]
+        assignments = ", ".join(f"{RUN_FIELDS[i]} = ?" for i in changed)
+        seal = run_seal(run.run_id, before.incarnation, values, before.effect_count,
+                        before.definition_checksum)
+        cursor = conn.execute(f"UPDATE runs SET {assignments}, columns_checksum = ?"
+                              " WHERE run_id = ? AND attempt = ?",
+                              (*(values[i] for i in changed), seal, run.run_id, fence))
+        require_fenced(cursor, run.run_id, fence)
+        self.decoded[run.run_id] = StoredRun(values[-1], run, values, before.incarnation,
+                                             before.effect_count, before.definition_checksum)
+
+
+def require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
+    # The run was read and checked under this transaction's write lock, so
+    # its attempt cannot have moved since. The `attempt = ?` condition is
+    # belt and braces: should that ever not hold (a writer that bypasses
+    # BEGIN IMMEDIATE, a bug here), the write is refused instead of
+    # overwriting a newer owner.
+    if cursor.rowcount != 1:
+        raise StaleAttempt(f"run {run_id!r} is no longer at attempt {attempt}")
