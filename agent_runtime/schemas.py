@@ -69,7 +69,7 @@ import referencing.jsonschema
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
-from agent_runtime.excerpts import excerpt
+from agent_runtime.excerpts import EXCERPT_LIMIT, excerpt
 from agent_runtime.schema_keywords import (
     REFERENCE_KEYWORDS,
     TooCostly,
@@ -396,6 +396,27 @@ class CompiledSchema:
                                 "within the schema") from None
         except UnusablePattern as error:  # compile_schema checked them all
             raise SchemaRefused(str(error)) from None
+
+    def failure(self, instance: Any) -> str | None:
+        """How `instance` fails the schema, in words safe to show and log, or None.
+
+        jsonschema's own message repeats the offending value whole (a model's
+        answer can be megabytes, or a prompt echoed back), so this names where
+        in the value, the keyword and the schema path, and quotes the value
+        only as an excerpt. Raises `SchemaRefused` as `first_error` does.
+        """
+        problem = self.first_error(instance)
+        if problem is None:
+            return None
+        where = _plain("/".join(str(part) for part in problem.absolute_path) or "(root)")
+        schema_path = "/".join(str(part) for part in problem.absolute_schema_path) or "(root)"
+        return (f"at {where}: the value {excerpt(problem.instance)} fails "
+                f"{_plain(str(problem.validator))!r} (schema path {_plain(schema_path)})")
+
+
+def _plain(path: str) -> str:
+    """A path as it is when short and printable (keys may be a model's own), else an excerpt."""
+    return path if len(path) <= EXCERPT_LIMIT and path.isprintable() else excerpt(path)
 
 
 def compile_schema(schema: Any, limits: SchemaLimits = DEFAULT_LIMITS) -> CompiledSchema:

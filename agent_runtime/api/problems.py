@@ -15,8 +15,9 @@ offending field when there is one. The mapping:
 * 422 a request that is JSON but wrong: a field of the wrong type, or a
   manifest, variable or option the engine refuses. A manifest's `detail` is
   exactly what `agent-runtime validate` prints for it;
-* 500 only for a damaged store record (`CorruptRecord`), which is logged and
-  not described: nothing a client sends produces a 5xx.
+* 500 only for a damaged store record (`CorruptRecord`), and 503 when the
+  store cannot be used at all (`StoreUnavailable`); both are logged and not
+  described: nothing a client sends produces a 5xx.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from stores.base import (
     RunTerminal,
     StaleAttempt,
     StoreError,
+    StoreUnavailable,
 )
 
 from agent_runtime.api.services import Unauthenticated
@@ -58,7 +60,7 @@ logger = logging.getLogger("agent_runtime.api")
 _SLUGS = {400: "bad-request", 401: "unauthenticated", 404: "not-found",
           405: "method-not-allowed", 409: "conflict", 413: "too-large",
           415: "unsupported-media-type", 421: "misdirected-request", 422: "invalid-input",
-          500: "internal-error"}
+          500: "internal-error", 503: "store-unavailable"}
 # Headers documented under their HTTP spelling; powertools reports them lowercased.
 _HEADER_NAMES = {"idempotency-key": "Idempotency-Key"}
 # Parts of a pydantic error location that name a union member, not a field.
@@ -201,6 +203,11 @@ def register_problem_handlers(resolver: ApiGatewayResolver,
         return problem_response(500, "the server's run store holds a damaged record; the "
                                      "operator has been told")
 
+    def _unavailable(error: StoreUnavailable) -> Response[str]:
+        # The operator's problem (a path, permissions, a lock), not the client's.
+        logger.error("the run store is unavailable: %s", error, exc_info=error)
+        return problem_response(503, "the server's run store is unavailable; try again later")
+
     def _not_found(error: NotFoundError) -> Response[str]:
         event = resolver.current_event
         methods = allowed_methods(event.path)
@@ -229,6 +236,7 @@ def register_problem_handlers(resolver: ApiGatewayResolver,
         ([LeaseHeld, InvalidTransition, RunTerminal, ApprovalConflict, CheckpointConflict,
           StaleAttempt, RunAlreadyExists], _store_conflict),
         (CorruptRecord, _corrupt),
+        (StoreUnavailable, _unavailable),
         (NotFoundError, _not_found),
         (ServiceError, _service_error),
         (Exception, _unexpected),

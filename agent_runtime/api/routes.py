@@ -60,6 +60,7 @@ from agent_runtime.api.wire import (
     to_json,
 )
 from agent_runtime.engine import REQUEST_SHA256
+from agent_runtime.limits import use_limits
 from agent_runtime.run_ids import idempotent_run_id
 
 JSON = "application/json"
@@ -81,7 +82,7 @@ def json_response(status: int, model: BaseModel,
 def _responses(status: int, model: type[BaseModel], description: str, *problems: int,
                body: bool = False) -> dict[int, Any]:
     """A route's documented responses: its success, and the problems it may answer."""
-    common = (400, 401, 404, 413, 422, 500) + ((415,) if body else ())
+    common = (400, 401, 404, 413, 422, 500, 503) + ((415,) if body else ())
     return {status: {"description": description, "content": {JSON: {"model": model}}},
             **problem_schema_responses(*sorted({*common, *problems}))}
 
@@ -292,7 +293,8 @@ class RunRoutes:
             earlier = services.store.load_run(run_id)
             if earlier is not None:
                 return self._repeat(earlier, tenant, fingerprint)
-        agent = agent_from_request(body.manifest)
+        with use_limits(services.runtime.config.limits):  # the host's input limits
+            agent = agent_from_request(body.manifest)
         options: dict[str, Any] = {}
         if body.options is not None and body.options.model is not None:
             options["model"] = body.options.model

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from stores.records import EffectStatus, Frame
 
 from agent_runtime.errors import StepFailed, SuspendRun
-from agent_runtime.excerpts import EXCERPT_LIMIT, excerpt, fingerprint
+from agent_runtime.excerpts import excerpt, fingerprint
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
 from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
@@ -91,20 +91,6 @@ def _event_finish_reason(reason: str) -> str:
     return reason if reason in _FINISH_REASONS else "other"
 
 
-def _schema_failure(problem: Any) -> str:
-    """A schema error without the instance in full: jsonschema's own message
-    repeats the offending value whole (a model's answer can be megabytes, or
-    a prompt echoed back), so name the keyword and the schema path instead."""
-    schema_path = "/".join(str(part) for part in problem.absolute_schema_path) or "(root)"
-    return (f"the value {excerpt(problem.instance)} fails {_short(str(problem.validator))!r} "
-            f"(schema path {_short(schema_path)})")
-
-
-def _short(path: str) -> str:
-    """A path as it is when short and plain (keys may be the model's own), else an excerpt."""
-    return path if len(path) <= EXCERPT_LIMIT and path.isprintable() else excerpt(path)
-
-
 def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
     if step.output_schema is None:
         return response.text or ""
@@ -121,15 +107,13 @@ def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
                 f"step {step_path}: the model's answer is not JSON ({error}): "
                 f"{excerpt(text)}") from error
     try:
-        problem = compile_schema(step.output_schema).first_error(data)
+        failure = compile_schema(step.output_schema).failure(data)
     except SchemaRefused as error:
         raise StepFailed("output_schema_invalid", f"step {step_path}: the output could not be "
                          f"checked against outputSchema: {error.reason}") from error
-    if problem is not None:
-        where = _short("/".join(str(part) for part in problem.absolute_path) or "(root)")
+    if failure is not None:
         raise StepFailed("output_schema_invalid",
-                         f"step {step_path}: output does not match outputSchema at {where}: "
-                         f"{_schema_failure(problem)}")
+                         f"step {step_path}: output does not match outputSchema {failure}")
     return data
 
 

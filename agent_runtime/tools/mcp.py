@@ -53,7 +53,7 @@ from agent_runtime.manifest import AgentManifest
 from agent_runtime.manifest_input import format_path
 from agent_runtime.models.base import ToolSpec
 from agent_runtime.schemas import CompiledSchema, SchemaInvalid, SchemaRefused, compile_schema
-from agent_runtime.tools.python import ToolArgumentsError, ToolContext
+from agent_runtime.tools.python import ToolContext, check_arguments
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -200,13 +200,7 @@ class McpTool:
     def check_arguments(self, arguments: dict[str, Any]) -> None:
         if self._schema is None:
             return
-        try:
-            error = self._schema.first_error(arguments)
-        except SchemaRefused as refused:
-            raise ToolArgumentsError(f"{self.name}: {refused.reason}") from refused
-        if error is not None:
-            where = "/".join(str(part) for part in error.absolute_path) or "arguments"
-            raise ToolArgumentsError(f"{self.name}: {where}: {error.message}")
+        check_arguments(self.name, self._schema, arguments)
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         self.check_arguments(arguments)

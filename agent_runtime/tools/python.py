@@ -21,7 +21,7 @@ from typing import Any, Literal, Union, get_args, get_origin, overload
 from stores.records import ArtifactRef
 
 from agent_runtime.models.base import ToolSpec
-from agent_runtime.schemas import SchemaRefused, compile_schema
+from agent_runtime.schemas import CompiledSchema, SchemaRefused, compile_schema
 
 ArtifactSink = Callable[[bytes, str], ArtifactRef]
 
@@ -52,6 +52,17 @@ class ToolContext:
 
 class ToolArgumentsError(ValueError):
     """The model called a tool with arguments that break its schema."""
+
+
+def check_arguments(tool: str, schema: CompiledSchema, arguments: dict[str, Any]) -> None:
+    """Raise `ToolArgumentsError` when `arguments` break the tool's schema; the
+    message quotes the model's values only as excerpts."""
+    try:
+        failure = schema.failure(arguments)
+    except SchemaRefused as refused:
+        raise ToolArgumentsError(f"{tool}: {refused.reason}") from refused
+    if failure is not None:
+        raise ToolArgumentsError(f"{tool}: arguments {failure}")
 
 
 _SIMPLE_TYPES: dict[Any, dict[str, Any]] = {
@@ -159,13 +170,7 @@ class Tool:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def check_arguments(self, arguments: dict[str, Any]) -> None:
-        try:
-            error = self._schema.first_error(arguments)
-        except SchemaRefused as refused:
-            raise ToolArgumentsError(f"{self.name}: {refused.reason}") from refused
-        if error is not None:
-            where = "/".join(str(part) for part in error.absolute_path) or "arguments"
-            raise ToolArgumentsError(f"{self.name}: {where}: {error.message}")
+        check_arguments(self.name, self._schema, arguments)
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         """Call the function; a plain function runs in a worker thread so the

@@ -15,6 +15,7 @@ from agent_runtime.cli import main as cli_main
 from stores.base import CorruptRecord, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import RunRecord
+from stores.sqlite import SqliteRunStore
 
 HELLO = {"manifest": manifest_text("hello.agent.yaml"), "options": ECHO}
 
@@ -288,6 +289,19 @@ def test_a_damaged_record_is_a_500_that_says_nothing_internal(
     assert reply.problem["type"].endswith(":internal-error")
     assert "checksum mismatch" in caplog.text
 
+
+
+def test_an_unusable_store_is_a_503_that_says_nothing_internal(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = SqliteRunStore(tmp_path / "runs.sqlite")
+    api = Api(store)
+    store.close()  # a closed store: StoreUnavailable on every call
+    with caplog.at_level(logging.ERROR, logger="agent_runtime.api"):
+        reply = api.get("/runs/run_1")
+    assert reply.status == 503
+    assert str(tmp_path) not in reply.text
+    assert reply.problem["type"].endswith(":store-unavailable")
+    assert "unavailable" in caplog.text
 
 HOSTILE = [
     ("POST", "/runs", '{"manifest": {"schemaVersion": "1.0", "steps": ' + "[" * 140
