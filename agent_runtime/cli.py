@@ -56,7 +56,12 @@ from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits
 from agent_runtime.manifest import LoadedManifest, load_manifest_file, manifest_hash
 from agent_runtime.manifest_input import quote
-from agent_runtime.reconcile import DEFAULT_MAX_TAKEOVERS, Reconciler, print_summary
+from agent_runtime.reconcile import (
+    DEFAULT_MAX_TAKEOVERS,
+    DEFAULT_RESUME_GRACE_SECONDS,
+    Reconciler,
+    print_summary,
+)
 from agent_runtime.reports import (
     print_effects,
     print_record,
@@ -184,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--max-takeovers", type=count(0), default=DEFAULT_MAX_TAKEOVERS,
                            metavar="N", help="fail a run that died again after N takeovers "
                            f"instead of resuming it (default: {DEFAULT_MAX_TAKEOVERS})")
+    reconcile.add_argument("--resume-grace", type=seconds,
+                           default=DEFAULT_RESUME_GRACE_SECONDS, metavar="SECONDS",
+                           help="resume a suspended run whose resume was requested (or whose "
+                           "sub-run finished) at least this long ago "
+                           f"(default: {DEFAULT_RESUME_GRACE_SECONDS:g})")
     reconcile.add_argument("--lease-seconds", type=seconds, default=30.0, metavar="S",
                            help="lease of the runs it resumes (default: 30)")
     reconcile.add_argument("--events", metavar="FILE|none", default=DEFAULT_EVENTS,
@@ -441,8 +451,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     try:
         with open_run_store(args) as store:
             reconciler = Reconciler(
-                store, max_takeovers=args.max_takeovers, event_sinks=sinks,
-                runtime_for=lambda record: build_runtime(run_args, store,
+                store, max_takeovers=args.max_takeovers, resume_grace=args.resume_grace,
+                event_sinks=sinks, runtime_for=lambda record: build_runtime(run_args, store,
                                                     run_options(run_args, record.options),
                                                     extra_sinks=sinks)[0])
             if args.interval is None:

@@ -1,4 +1,4 @@
-"""Reconciliation: finish the runs whose owner died (DESIGN section 7).
+"""Reconciliation: finish the runs whose owner died, resume the runs asked to (DESIGN section 7).
 
     reconciler = Reconciler(store, runtime_for=lambda run: AgentRuntime(store=store, ...))
     summary = reconciler.reconcile_sync()      # one pass; `agent-runtime reconcile`
@@ -12,8 +12,15 @@ A pass lists the `created` runs queued longer than `queued_seconds` and the
   `LivenessCheck` decides. An owner that is alive, or that this host cannot
   see (another host, another engine, an unreadable owner), is left alone: an
   expired lease alone proves nothing, the owner may be stopped or starved;
-* a run already taken over `max_takeovers` times is failed with `crash_loop`
-  instead of resumed again: something in it keeps killing its owner.
+* a run already taken over `max_takeovers` times in a row (no checkpoint in
+  between: a checkpoint resets the store's `takeovers`) is failed with
+  `crash_loop` instead of resumed again: something in it keeps killing its owner.
+
+Then come the `suspended` runs that should go on but nobody resumed (the
+resume outbox): those whose resume request (`request_resume`, an approval)
+is older than `resume_grace`, and `sub-run` parents whose child finished more
+than `resume_grace` ago, even if the request for them was lost. The grace
+lets the fast path (the request's own resume, an EventBridge event) win.
 
 A takeover resumes the run from its latest checkpoint through the
 `AgentRuntime` that `runtime_for(run)` builds with the run's remembered options,
@@ -23,7 +30,8 @@ Several reconcilers may run at once: the store's reservation is atomic and
 every write is fenced by attempt, so of two that pick the same run exactly
 one acts and the other reports `lost-race`, which is not an error.
 
-Events: `reconcile.started`, `reconcile.resumed`, `reconcile.skipped` (reason
+Events: `reconcile.started`, `reconcile.resumed` (reason `resume-requested` or
+`child-finished` for a suspended run), `reconcile.skipped` (reason
 `owner-alive`, `owner-unknown` or `lost-race`), `reconcile.failed-run`,
 `reconcile.error` and `reconcile.completed` (counts). The reconciler is not a
 run: an event about a run carries its id and the attempt the action concerns,
@@ -40,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NoReturn, Protocol, TextIO
 
@@ -54,11 +62,15 @@ from agent_runtime.reports import to_json_text
 
 DEFAULT_MAX_TAKEOVERS = 3
 DEFAULT_QUEUED_SECONDS = 60.0
+DEFAULT_RESUME_GRACE_SECONDS = 30.0
 
 OWNER_ALIVE = "owner-alive"
 OWNER_UNKNOWN = "owner-unknown"
 LOST_RACE = "lost-race"
-
+# Why a suspended run is resumed.
+RESUME_REQUESTED = "resume-requested"
+CHILD_FINISHED = "child-finished"
+SUB_RUN = "sub-run"
 
 
 class LostRace(Exception):
@@ -216,10 +228,10 @@ class ResumeAction(Protocol):
     async def __call__(self, run: RunRecord) -> Resumed:
         """Reserve a new attempt of `run` and continue it, or have an executor do so.
 
-        `run` is `created`, or `running` with an owner confirmed gone (take it
-        over: `allow_running_takeover`). Raises one of `RACE_ERRORS` when
-        someone else got there first; any other exception is reported as an
-        error of this run and the pass goes on.
+        `run` is `created`, `suspended` with a resume due, or `running` with an
+        owner confirmed gone (take it over: `allow_running_takeover`). Raises
+        one of `RACE_ERRORS` when someone else got there first; any other
+        exception is reported as an error of this run and the pass goes on.
         """
         ...
 
@@ -247,7 +259,9 @@ class _PassEvents:
 
 
 class Reconciler:
-    """Finds runs whose owner died and resumes them, or fails those that keep dying.
+    """Finds runs whose owner died and resumes them, or fails those that keep dying,
+    and resumes suspended runs whose resume is due (a request older than
+    `resume_grace` seconds, a `sub-run` parent whose child finished).
 
     `runtime_for(run)` builds the runtime that resumes a run (its models,
     tools and config; the CLI uses the run's remembered options). Without it a
@@ -260,6 +274,7 @@ class Reconciler:
                  liveness: LivenessCheck | None = None,
                  max_takeovers: int = DEFAULT_MAX_TAKEOVERS,
                  queued_seconds: float = DEFAULT_QUEUED_SECONDS,
+                 resume_grace: float = DEFAULT_RESUME_GRACE_SECONDS,
                  event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
                  page_size: int = 100) -> None:
         if max_takeovers < 0:
@@ -272,31 +287,66 @@ class Reconciler:
         self.liveness: LivenessCheck = liveness or ProcessLiveness()
         self.max_takeovers = max_takeovers
         self.queued_seconds = queued_seconds
+        self.resume_grace = resume_grace
         self.page_size = page_size
 
     def _plain_runtime(self, run: RunRecord) -> AgentRuntime:
         return AgentRuntime(store=self.store, event_sinks=self.event_sinks, clock=self.clock)
 
     def candidates(self) -> Iterable[RunRecord]:
-        """Running runs whose lease expired, then runs queued longer than `queued_seconds`."""
+        """Running runs whose lease expired, runs queued longer than `queued_seconds`,
+        then suspended runs whose resume is due (`resume_due`), each once."""
         now = self.clock.now()
         for status, before in ((RunStatus.RUNNING, now),
                                (RunStatus.CREATED, now - timedelta(seconds=self.queued_seconds))):
-            cursor: str | None = None
-            while True:
-                page = self.store.list_runs(statuses=[status], lease_expired_before=before,
-                                            limit=self.page_size, cursor=cursor)
-                yield from page.runs
-                cursor = page.cursor
-                if cursor is None:
-                    break
+            yield from self._pages(statuses=[status], lease_expired_before=before)
+        seen: set[str] = set()
+        for run in self._pages(statuses=[RunStatus.SUSPENDED],
+                               resume_requested_before=self._resume_cutoff()):
+            seen.add(run.run_id)
+            yield run
+        # A parent whose request was lost (written before the child's terminal
+        # write landed, or not at all): found by its child, a page at a time.
+        for run in self._pages(statuses=[RunStatus.SUSPENDED]):
+            if run.run_id not in seen and run.suspension is not None \
+                    and run.suspension.reason == SUB_RUN and self.resume_due(run) is not None:
+                yield run
+
+    def _pages(self, **filters: Any) -> Iterable[RunRecord]:
+        cursor: str | None = None
+        while True:
+            page = self.store.list_runs(**filters, limit=self.page_size, cursor=cursor)
+            yield from page.runs
+            cursor = page.cursor
+            if cursor is None:
+                return
+
+    def _resume_cutoff(self) -> datetime:
+        return self.clock.now() - timedelta(seconds=self.resume_grace)
+
+    def resume_due(self, run: RunRecord) -> str | None:
+        """Why the suspended `run` should be resumed now (`RESUME_REQUESTED`,
+        `CHILD_FINISHED`), or None when it waits on something still."""
+        if run.status is not RunStatus.SUSPENDED:
+            return None
+        cutoff = self._resume_cutoff()
+        if run.resume_requested_at is not None and run.resume_requested_at < cutoff:
+            return RESUME_REQUESTED
+        suspension = run.suspension
+        if suspension is None or suspension.reason != SUB_RUN:
+            return None
+        child_id = suspension.details.get("child_run_id")
+        child = self.store.load_run(child_id) if isinstance(child_id, str) else None
+        if child is not None and child.status.terminal and child.updated_at < cutoff:
+            return CHILD_FINISHED
+        return None
 
     async def reconcile(self) -> ReconcileSummary:
         """One pass over every candidate run."""
         events = _PassEvents(self.event_sinks, self.clock)
         summary = ReconcileSummary(events.reconcile_id)
         events.emit("reconcile.started", max_takeovers=self.max_takeovers,
-                    queued_seconds=self.queued_seconds)
+                    queued_seconds=self.queued_seconds, resume_grace=self.resume_grace)
         for listed in self.candidates():
             summary.outcomes.append(await self._reconcile_run(listed, events))
         events.emit("reconcile.completed", counts=summary.counts())
@@ -339,7 +389,12 @@ class Reconciler:
                 return self._skipped(events, run, OWNER_UNKNOWN, owner.detail)
             if run.takeovers >= self.max_takeovers:
                 return self._fail_crash_loop(events, run, owner.detail)
-        return await self._resume(events, run)
+        due: str | None = None
+        if run.status is RunStatus.SUSPENDED:
+            due = self.resume_due(run)
+            if due is None:
+                return self._skipped(events, run, LOST_RACE, "no resume due any more")
+        return await self._resume(events, run, due)
 
     def _skipped(self, events: _PassEvents, run: RunRecord, reason: str,
                  detail: str) -> RunOutcome:
@@ -358,11 +413,11 @@ class Reconciler:
     def _fail_crash_loop(self, events: _PassEvents, run: RunRecord, why: str) -> RunOutcome:
         deaths = run.takeovers + 1
         error = RunError(type="crash_loop", message=(
-            f"the run's owner died {deaths} times before it finished (taken over "
-            f"{run.takeovers} times, the limit is {self.max_takeovers}); failed instead of "
-            "resumed again"), details={"takeovers": run.takeovers,
-                                       "max_takeovers": self.max_takeovers,
-                                       "last_owner": run.lease_owner, "owner_status": why})
+            f"the run's owner died {deaths} times in a row without saving a checkpoint "
+            f"(taken over {run.takeovers} times, the limit is {self.max_takeovers}); failed "
+            "instead of resumed again"),
+            details={"takeovers": run.takeovers, "max_takeovers": self.max_takeovers,
+                     "last_owner": run.lease_owner, "owner_status": why})
         try:
             # Fenced by the attempt that died: a newer owner's run is not failed.
             self.store.fail_run(run.run_id, expected_attempt=run.attempt, error=error,
@@ -380,7 +435,8 @@ class Reconciler:
                                    allow_running_takeover=run.status is RunStatus.RUNNING)
         return Resumed(result.attempt, result.status)
 
-    async def _resume(self, events: _PassEvents, run: RunRecord) -> RunOutcome:
+    async def _resume(self, events: _PassEvents, run: RunRecord,
+                      reason: str | None = None) -> RunOutcome:
         # One run's broken options (a missing config, a tools file that no
         # longer imports) or a damaged record must not stop the pass.
         try:
@@ -392,9 +448,10 @@ class Reconciler:
         takeovers = run.takeovers + (run.status is RunStatus.RUNNING)
         events.emit("reconcile.resumed", run_id=run.run_id, attempt=resumed.attempt,
                     status=None if resumed.status is None else resumed.status.value,
-                    from_status=run.status.value, takeovers=takeovers, detail=resumed.detail)
-        return RunOutcome(run.run_id, Action.RESUMED, resumed.attempt, status=resumed.status,
-                          detail=resumed.detail, takeovers=takeovers)
+                    from_status=run.status.value, takeovers=takeovers, detail=resumed.detail,
+                    reason=reason)
+        return RunOutcome(run.run_id, Action.RESUMED, resumed.attempt, reason=reason,
+                          status=resumed.status, detail=resumed.detail, takeovers=takeovers)
 
 
 # -- what the CLI prints ---------------------------------------------------------
@@ -427,7 +484,10 @@ def _pretty(outcome: RunOutcome) -> str:
 
 
 __all__ = [
+    "CHILD_FINISHED",
     "DEFAULT_MAX_TAKEOVERS",
+    "DEFAULT_RESUME_GRACE_SECONDS",
+    "RESUME_REQUESTED",
     "Action",
     "Liveness",
     "LivenessCheck",

@@ -5,13 +5,16 @@ Settings come from environment variables, which template.yaml sets:
     AGENT_RUNTIME_STORE                   the run store: TABLE?bucket=B&kms_key=K&retention_days=D
                                           (stores/dynamodb_location.py)
     AGENT_RUNTIME_STATE_MACHINE_ARN       the run state machine (start, reconciler)
-    AGENT_RUNTIME_EVENT_BUS               where resume-requested events go (default: default)
+    AGENT_RUNTIME_EVENT_BUS               the stack's bus: resume-requested and run-finished
+                                          events go there (default: default)
     AGENT_RUNTIME_LEASE_SECONDS           an attempt's lease, renewed at every checkpoint (120)
     AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS  Advance stops at a commit point this long before its
                                           Lambda would time out (120)
     AGENT_RUNTIME_MAX_TAKEOVERS           takeovers before a run is failed as crash_loop (3)
     AGENT_RUNTIME_QUEUED_SECONDS          how long a created run may wait before the
                                           reconciler starts it (60)
+    AGENT_RUNTIME_RESUME_GRACE_SECONDS    how old a resume request (or a sub-run's end) is
+                                          before the reconciler resumes the run (30)
     AGENT_RUNTIME_CONFIG_PARAMETER        an SSM parameter holding the runtime config (YAML
                                           or JSON; a SecureString is decrypted), or
     AGENT_RUNTIME_CONFIG                  a path to a runtime config file (e.g. in a layer)
@@ -54,6 +57,7 @@ LEASE_SECONDS = "AGENT_RUNTIME_LEASE_SECONDS"
 ADVANCE_MARGIN_SECONDS = "AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS"
 MAX_TAKEOVERS = "AGENT_RUNTIME_MAX_TAKEOVERS"
 QUEUED_SECONDS = "AGENT_RUNTIME_QUEUED_SECONDS"
+RESUME_GRACE_SECONDS = "AGENT_RUNTIME_RESUME_GRACE_SECONDS"
 CONFIG_PARAMETER = "AGENT_RUNTIME_CONFIG_PARAMETER"
 CONFIG_FILE = "AGENT_RUNTIME_CONFIG"
 
@@ -77,6 +81,7 @@ class Settings:
     queued_seconds: float
     config_parameter: str
     config_file: str
+    resume_grace_seconds: float = 30.0
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -91,7 +96,8 @@ class Settings:
                    max_takeovers=int(_number(MAX_TAKEOVERS, 3)),
                    queued_seconds=_number(QUEUED_SECONDS, 60.0),
                    config_parameter=os.environ.get(CONFIG_PARAMETER, ""),
-                   config_file=os.environ.get(CONFIG_FILE, ""))
+                   config_file=os.environ.get(CONFIG_FILE, ""),
+                   resume_grace_seconds=_number(RESUME_GRACE_SECONDS, 30.0))
 
     def require_state_machine(self) -> str:
         if not self.state_machine_arn:

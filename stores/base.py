@@ -166,7 +166,9 @@ class RunStore(Protocol):
         otherwise `LeaseHeld`. Terminal runs raise `RunTerminal`. The returned
         record keeps the last `suspension` (with its `decision`) and has no
         pending resume request (`resume_requested_at`, `resume_reason` cleared);
-        a takeover of a running run counts one more in `takeovers`. Of
+        a takeover of a running run counts one more in `takeovers`, and a new
+        checkpoint (saved alone or with a state change) resets it to 0, so it
+        counts consecutive takeovers without progress. Of
         concurrent reservations of one run exactly one succeeds.
         """
         ...

@@ -330,8 +330,10 @@ class DynamoDbRunStore:
             return False
         body, saved = encode_body(checkpoint, previous)
         rev = secrets.token_hex(8)
+        # `takeovers` too: a checkpoint is progress, it resets the count.
         sets = {"checkpoint_seq": n(seq), "consumed_tokens": n(updated.consumed_tokens),
-                "updated_at": n(micros(updated.updated_at)), "rev": s(rev)}
+                "updated_at": n(micros(updated.updated_at)), "takeovers": n(updated.takeovers),
+                "rev": s(rev)}
         if lease_expires_at is not None:
             sets |= {"lease_expires_at": n(micros(lease_expires_at)), "due_at": n(due_at(updated))}
         # Conditioned on exactly the prediction: this incarnation, running at

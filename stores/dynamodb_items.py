@@ -77,7 +77,7 @@ DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "budget
                      "tenant", "options", "created_at"}
 # The fields kept as attributes of META rather than in its `state` JSON.
 ATTRIBUTE_FIELDS = {"status", "attempt", "lease_expires_at", "checkpoint_seq", "consumed_tokens",
-                    "updated_at"}
+                    "updated_at", "takeovers"}
 
 
 def partition(run_id: str) -> str:
@@ -191,6 +191,7 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
         "state": texts.encode(state), "status": s(run.status.value), "attempt": n(run.attempt),
         "checkpoint_seq": n(run.checkpoint_seq or 0), "consumed_tokens": n(run.consumed_tokens),
         "updated_at": n(micros(run.updated_at)), "due_at": n(due_at(run)),
+        "takeovers": n(run.takeovers),
     }
     if run.lease_expires_at is not None:
         item["lease_expires_at"] = n(micros(run.lease_expires_at))
@@ -230,6 +231,8 @@ def decode_run(item: Item, definition: dict[str, Any], texts: Texts) -> RunRecor
             "updated_at": moment(int(item["updated_at"]["N"])),
             "lease_expires_at": None if lease is None else moment(int(lease["N"])),
         }
+        if "takeovers" in item:  # items written before it was an attribute keep it in `state`
+            attributes["takeovers"] = int(item["takeovers"]["N"])
         run = RunRecord.model_validate({**definition, **state, **attributes})
     except (KeyError, TypeError, ValueError, OverflowError) as error:
         # ValueError covers pydantic's ValidationError.

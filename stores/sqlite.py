@@ -320,7 +320,11 @@ class SqliteRunStore:
         authoritative error or handles an identical re-save.
         """
         known = self._rows.decoded.get(checkpoint.run_id)
-        if known is None:
+        # A checkpoint after a takeover resets `takeovers`, which lives in the
+        # record text the trigger does not touch: the reading path rewrites it.
+        # (Takeovers change only with the attempt, so a record known at this
+        # attempt knows them.)
+        if known is None or known.run.attempt != expected_attempt or known.run.takeovers:
             return False
         previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
         if previous is None and checkpoint.seq != 1:

@@ -120,6 +120,9 @@ def next_checkpoint(run: RunRecord | None, checkpoint: Checkpoint, *, expected_a
         "checkpoint_seq": checkpoint.seq,
         "consumed_tokens": checkpoint.budget.consumed_tokens,
         "updated_at": checkpoint.created_at,
+        # Progress: the attempt that saved it is alive, so the takeovers that
+        # led here are not a crash loop (`takeovers` counts consecutive ones).
+        "takeovers": 0,
     }
     if lease_expires_at is not None:
         update["lease_expires_at"] = lease_expires_at
@@ -190,8 +193,11 @@ def _checkpoint_fields(run: RunRecord, checkpoint: Checkpoint | None) -> dict[st
     """
     if checkpoint is None or checkpoint.seq < (run.checkpoint_seq or 0):
         return {}
-    return {"checkpoint_seq": checkpoint.seq,
-            "consumed_tokens": checkpoint.budget.consumed_tokens}
+    fields: dict[str, Any] = {"checkpoint_seq": checkpoint.seq,
+                              "consumed_tokens": checkpoint.budget.consumed_tokens}
+    if checkpoint.seq > (run.checkpoint_seq or 0):
+        fields["takeovers"] = 0  # progress, as in next_checkpoint
+    return fields
 
 
 def suspend(run: RunRecord | None, run_id: str, *, expected_attempt: int, reason: str,

@@ -3,10 +3,11 @@
 Each pass runs the `Reconciler` (DESIGN section 7) with the local liveness
 check, so runs stranded by a crash of an earlier server (or of any local
 process) are taken over once their lease expired and their owner's pid is
-gone, and `created` runs nobody started are started. Then it looks for
+gone, and `created` runs nobody started are started. The same pass resumes
 `suspended` runs whose resume was requested (an approval answered, a resume
-asked for) a little while ago but which no worker picked up: a request that
-found the pool full, or a server that stopped before getting to it.
+asked for) a little while ago but which no worker picked up — a request that
+found the pool full, or a server that stopped before getting to it — and
+`sub-run` parents whose child finished (the reconciler's resume outbox).
 
 Runs are not executed on the loop's thread: they are handed to the
 `LocalLauncher`'s workers, so a long run never delays the next pass.
@@ -17,16 +18,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from datetime import timedelta
 
 from stores.base import RunStore
-from stores.records import RunRecord, RunStatus
+from stores.records import RunRecord
 
 from agent_runtime.api.local_launcher import LocalLauncher
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.events import EventSink
 from agent_runtime.reconcile import (
+    CHILD_FINISHED,
     DEFAULT_MAX_TAKEOVERS,
+    RESUME_REQUESTED,
+    Action,
     LivenessCheck,
     LostRace,
     Reconciler,
@@ -39,6 +42,7 @@ DEFAULT_INTERVAL_SECONDS = 30.0
 REQUESTED_GRACE_SECONDS = 5.0
 
 logger = logging.getLogger("agent_runtime.serve")
+_REQUESTED = frozenset({RESUME_REQUESTED, CHILD_FINISHED})
 
 
 class WorkersBusy(Exception):
@@ -63,8 +67,8 @@ class ReconcileLoop:
         self.clock: Clock = clock or SystemClock()
         # Takeovers go to the workers, not to this thread.
         self.reconciler = Reconciler(store, resume=self._hand_over, liveness=liveness,
-                                     max_takeovers=max_takeovers, event_sinks=event_sinks,
-                                     clock=self.clock)
+                                     max_takeovers=max_takeovers, resume_grace=requested_grace,
+                                     event_sinks=event_sinks, clock=self.clock)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -77,7 +81,7 @@ class ReconcileLoop:
         return Resumed(run.attempt + 1, None, "handed to a worker")
 
     def pass_once(self) -> ReconcileSummary:
-        """One reconciler pass, then the requested resumes nobody picked up."""
+        """One reconciler pass (with the requested resumes nobody picked up)."""
         summary = self.reconciler.reconcile_sync()
         counts = summary.counts()
         if counts["candidates"]:
@@ -88,28 +92,16 @@ class ReconcileLoop:
             if outcome.detail and outcome.action.value in ("error", "failed-run"):
                 logger.warning("reconcile: run %s: %s: %s", outcome.run_id,
                                outcome.action.value, outcome.detail)
-        self.resume_requested()
+            elif outcome.action is Action.RESUMED and outcome.reason in _REQUESTED:
+                logger.info("reconcile: run %s: %s, handed to a worker", outcome.run_id,
+                            outcome.reason)
         return summary
 
     def resume_requested(self) -> list[str]:
-        """Hand over suspended runs whose resume request is older than the grace period."""
-        before = self.clock.now() - timedelta(seconds=self.requested_grace)
-        handed: list[str] = []
-        cursor: str | None = None
-        while True:
-            page = self.store.list_runs(statuses=[RunStatus.SUSPENDED],
-                                        resume_requested_before=before, cursor=cursor)
-            for run in page.runs:
-                if self.launcher.is_pending(run.run_id):
-                    continue
-                if not self.launcher.take_over(run):
-                    return handed  # busy: the next pass goes on
-                logger.info("reconcile: run %s: resume requested at %s, handed to a worker",
-                            run.run_id, run.resume_requested_at)
-                handed.append(run.run_id)
-            cursor = page.cursor
-            if cursor is None:
-                return handed
+        """One pass; the suspended runs it handed over because their resume was due
+        (requested longer than the grace period ago, or a sub-run's child finished)."""
+        return [outcome.run_id for outcome in self.pass_once().outcomes
+                if outcome.action is Action.RESUMED and outcome.reason in _REQUESTED]
 
     # -- the thread ------------------------------------------------------------
 

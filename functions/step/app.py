@@ -19,12 +19,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime import AgentRuntime, RunResult
 from functions import environment
 from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
+from functions.run_events import FINISHED_STATUSES, announce_run_finished
 from functions.telemetry import LogEventSink, count, logger
 from stores.base import InvalidTransition, LeaseHeld, RunNotFound, RunTerminal
 from stores.records import Budget, RunRecord, RunStatus
@@ -131,6 +133,9 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     count(_ADVANCE_METRICS[status])
     logger.info("advance ended", extra={"status": status, "usage": result.usage,
                                         "error_type": (result.error or {}).get("type")})
+    if status in FINISHED_STATUSES:
+        announce_run_finished(services.events, services.store, result,
+                              bus=services.settings.event_bus)
     if result.status.terminal:
         _resume_parent(services, request.run_id)
     return _result(request.run_id, request.attempt, status)
@@ -166,18 +171,36 @@ def _step_status(result: RunResult, attempt: int) -> str:
 
 
 def _resume_parent(services: environment.Services, run_id: str) -> None:
-    """A finished sub-run resumes the parent suspended on it (a resume-requested event)."""
-    record = services.store.load_run(run_id)
+    """A finished sub-run resumes the parent suspended on it.
+
+    The request goes into the store first (the outbox the reconciler reads),
+    then a resume-requested event, the fast path. A refused event is logged,
+    not raised: the stored request has the reconciler resume the parent.
+    """
+    store = services.store
+    record = store.load_run(run_id)
     if record is None or record.parent is None:
         return
-    parent = services.store.load_run(record.parent.run_id)
+    parent = store.load_run(record.parent.run_id)
     if parent is None or parent.status is not RunStatus.SUSPENDED or parent.suspension is None \
             or parent.suspension.reason != "sub-run" \
             or parent.suspension.details.get("child_run_id") != run_id:
         return
-    request_resume(services.events, ResumeRequested(
-        run_id=parent.run_id, attempt=parent.attempt, reason=SUB_RUN_FINISHED,
-        child_run_id=run_id), bus=services.settings.event_bus)
+    try:
+        store.request_resume(parent.run_id, at=services.clock.now(), reason=SUB_RUN_FINISHED)
+    except (RunNotFound, InvalidTransition):
+        return  # the parent moved on (resumed, cancelled) since it was read
+    try:
+        request_resume(services.events, ResumeRequested(
+            run_id=parent.run_id, attempt=parent.attempt, reason=SUB_RUN_FINISHED,
+            child_run_id=run_id), bus=services.settings.event_bus)
+    except (ClientError, BotoCoreError, RuntimeError) as error:
+        count("ParentResumeEventFailed")
+        logger.warning("the parent's resume-requested event was not sent; the reconciler "
+                       "resumes it from the stored request",
+                       extra={"parent_run_id": parent.run_id,
+                              "error_type": type(error).__name__})
+        return
     count("ParentResumeRequested")
 
 

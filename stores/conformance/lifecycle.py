@@ -126,6 +126,22 @@ class LifecycleConformance:
         assert run.takeovers == 1  # the previous owner died running
         assert store.load_run(RUN) == run
 
+    def test_a_checkpoint_resets_takeovers(self, store: RunStore) -> None:
+        # `takeovers` counts consecutive takeovers without progress (crash_loop).
+        start_run(store, attempts=3)  # two takeovers, no checkpoint in between
+        assert observe_takeovers(store) == 2
+        store.save_checkpoint(make_checkpoint(seq=1, attempt=3), expected_attempt=3,
+                              lease_expires_at=at(3000))
+        assert observe_takeovers(store) == 0
+        store.save_checkpoint(make_checkpoint(seq=2, attempt=3), expected_attempt=3)
+        run = store.resume_run(RUN, owner="owner-4", now=at(5000), lease_seconds=LEASE_SECONDS,
+                               allow_running_takeover=True)
+        assert run.takeovers == observe_takeovers(store) == 1
+        # A checkpoint that comes with a state change resets it too.
+        store.suspend_run(RUN, expected_attempt=4, reason="interrupted", details={},
+                          at=at(5001), checkpoint=make_checkpoint(seq=3, attempt=4))
+        assert observe_takeovers(store) == 0
+
     def test_resume_run_from_suspended_is_not_a_takeover(self, store: RunStore) -> None:
         suspend_for_approval(store)
         run = store.resume_run(RUN, owner="o", now=at(100), lease_seconds=60)
@@ -314,3 +330,9 @@ class LifecycleConformance:
         with pytest.raises(RunTerminal):
             store.cancel_run(RUN, at=at(500))
         assert observe(store) == before
+
+
+def observe_takeovers(store: RunStore) -> int:
+    run = store.load_run(RUN)
+    assert run is not None
+    return run.takeovers

@@ -20,6 +20,8 @@ from agent_runtime import AgentRuntime, RunStatus, ToolContext, tool
 from agent_runtime.errors import ConfigError
 from agent_runtime.manifest import manifest_hash, manifest_json
 from agent_runtime.reconcile import (
+    CHILD_FINISHED,
+    RESUME_REQUESTED,
     Action,
     Liveness,
     LostRace,
@@ -29,8 +31,9 @@ from agent_runtime.reconcile import (
     ReconcileSummary,
     Resumed,
 )
+from agent_runtime.steps.subrun import child_run_id_for
 from agent_runtime.testing import scripted
-from stores.records import EngineRef, RunRecord
+from stores.records import Checkpoint, EngineRef, RunRecord
 
 DEAD = "host-a:111"
 ALIVE = "host-a:222"
@@ -145,7 +148,8 @@ def test_a_run_whose_owner_died_resumes_from_its_checkpoint() -> None:
     assert outcome.attempt == 2 and outcome.takeovers == 1
     record = h.store.load_run("r1")
     assert record is not None and record.status is RunStatus.COMPLETED
-    assert record.output == "three" and record.takeovers == 1
+    # The new attempt's checkpoints were progress: no takeover in a row is left.
+    assert record.output == "three" and record.takeovers == 0
     assert ("run.resumed", 2) in [(e.type, e.attempt) for e in h.events.events]
     # `first` was checkpointed before the crash: not asked again
     assert [r.step_id for r in model.requests[asked_before:]] == ["second", "third"]
@@ -266,7 +270,7 @@ def test_two_reconcilers_with_the_same_stale_listing_resume_the_run_once() -> No
     assert "now completed, attempt 2" in (late.detail or "")
     assert len(model.requests) == 3  # each step asked once
     record = h.store.load_run("r")
-    assert record is not None and (record.attempt, record.takeovers) == (2, 1)
+    assert record is not None and (record.attempt, record.takeovers) == (2, 0)
 
 
 @pytest.mark.parametrize("winner", ["finishes", "holds"])
@@ -422,3 +426,139 @@ def test_a_resume_action_can_hand_the_run_to_another_executor() -> None:
     assert "status" not in resumed.data and resumed.data["detail"] == "execution handed-a2"
     record = h.store.load_run("handed")
     assert record is not None and record.status is RunStatus.RUNNING and record.attempt == 1
+
+
+# -- the resume outbox ---------------------------------------------------------
+
+APPROVAL_AGENT = manifest({"id": "confirm", "type": "approval", "prompt": "Go?"},
+                          {"id": "after", "type": "prompt", "prompt": "a",
+                           "includeInFinalOutput": True})
+SUB_RUN_AGENT = manifest(
+    {"id": "delegate", "type": "sub-run", "manifest": {
+        "schemaVersion": "1.0", "id": "child", "variables": [],
+        "steps": [{"id": "confirm", "type": "approval", "prompt": "Go?"},
+                  {"id": "after", "type": "prompt", "prompt": "a"}]}},
+    {"id": "finish", "type": "prompt", "prompt": "f", "includeInFinalOutput": True})
+
+
+def test_an_approved_run_nobody_resumed_is_resumed_once_the_grace_is_over() -> None:
+    h = Harness(scripted(by_step={"after": [{"text": "done"}]}))
+    run = h.run(APPROVAL_AGENT, run_id="approved")
+    h.runtime.approve(run.run_id)  # recorded; the resume that should follow never came
+    rec = reconciler(h, resume_grace=30)
+    h.clock.advance(10)
+    assert rec.reconcile_sync().outcomes == []  # the request's own resume may still come
+    h.clock.advance(21)
+    outcome = by_run(rec.reconcile_sync())["approved"]
+    assert (outcome.action, outcome.reason, outcome.status) == (
+        Action.RESUMED, RESUME_REQUESTED, RunStatus.COMPLETED)
+    record = h.store.load_run("approved")
+    assert record is not None and record.output == "done"
+    assert record.resume_requested_at is None  # served: out of the outbox
+    resumed = next(e for e in h.events.events if e.type == "reconcile.resumed")
+    assert (resumed.data["reason"], resumed.data["from_status"]) == (RESUME_REQUESTED,
+                                                                     "suspended")
+    assert rec.reconcile_sync().outcomes == []
+
+
+def test_a_run_suspended_without_a_request_is_left_alone() -> None:
+    h = Harness()
+    h.run(APPROVAL_AGENT, run_id="waiting")
+    h.clock.advance(3600)
+    assert reconciler(h).reconcile_sync().outcomes == []
+
+
+def test_a_sub_run_family_is_finished_by_the_reconciler_alone() -> None:
+    h = Harness(scripted(by_step={"after": [{"text": "a"}], "finish": [{"text": "done"}]}))
+    parent = h.run(SUB_RUN_AGENT, run_id="parent")
+    child_id = child_run_id_for(parent.run_id, "delegate")
+    h.runtime.approve(child_id)  # the child's request; nobody resumes it, nor the parent
+    rec = reconciler(h, resume_grace=30)
+    h.clock.advance(31)
+    first = by_run(rec.reconcile_sync())
+    # The child goes on; the parent waits until the child's end is older than the grace.
+    assert list(first) == [child_id]
+    assert (first[child_id].reason, first[child_id].status) == (RESUME_REQUESTED,
+                                                                RunStatus.COMPLETED)
+    record = h.store.load_run("parent")
+    assert record is not None and record.status is RunStatus.SUSPENDED
+    assert record.resume_requested_at is None  # no request for the parent was ever filed
+    h.clock.advance(31)
+    second = by_run(rec.reconcile_sync())
+    assert list(second) == ["parent"]
+    assert (second["parent"].reason, second["parent"].status) == (CHILD_FINISHED,
+                                                                  RunStatus.COMPLETED)
+    record = h.store.load_run("parent")
+    assert record is not None and record.output == "done"
+
+
+def test_a_sub_run_parent_whose_child_still_waits_is_left_alone() -> None:
+    h = Harness()
+    h.run(SUB_RUN_AGENT, run_id="parent")
+    h.clock.advance(3600)
+    assert reconciler(h).reconcile_sync().outcomes == []
+
+
+def test_a_parent_with_a_request_and_a_finished_child_is_resumed_once() -> None:
+    h = Harness(scripted(by_step={"after": [{"text": "a"}], "finish": [{"text": "done"}]}))
+    h.run(SUB_RUN_AGENT, run_id="parent")
+    child_id = child_run_id_for("parent", "delegate")
+    h.runtime.approve(child_id)
+    h.resume(child_id)
+    h.store.request_resume("parent", at=h.clock.now(), reason="sub-run-finished")
+    h.clock.advance(31)
+    summary = reconciler(h).reconcile_sync()
+    assert [(o.run_id, o.reason) for o in summary.outcomes] == [("parent", RESUME_REQUESTED)]
+    assert h.store.load_run("parent").status is RunStatus.COMPLETED  # type: ignore[union-attr]
+
+
+# -- crash loops count takeovers without progress ------------------------------
+
+
+class DiesAfterReserving:
+    """A ResumeAction whose new owner reserves, saves `checkpoints` checkpoints, and dies."""
+
+    def __init__(self, h: Harness, checkpoints: int) -> None:
+        self.h = h
+        self.checkpoints = checkpoints
+
+    async def __call__(self, run: RunRecord) -> Resumed:
+        store = self.h.store
+        record = store.resume_run(run.run_id, owner=DEAD, now=self.h.clock.now(),
+                                  lease_seconds=30, allow_running_takeover=True)
+        for _ in range(self.checkpoints):
+            latest = store.load_run(run.run_id)
+            assert latest is not None
+            store.save_checkpoint(Checkpoint(run_id=run.run_id,
+                                             seq=(latest.checkpoint_seq or 0) + 1,
+                                             attempt=record.attempt,
+                                             manifest_hash=record.manifest_hash),
+                                  expected_attempt=record.attempt)
+        return Resumed(record.attempt, None, "died")
+
+
+def test_takeovers_each_followed_by_progress_never_fail_the_run() -> None:
+    h = Harness()
+    stranded(h, "r", DEAD)
+    rec = reconciler(h, resume=DiesAfterReserving(h, checkpoints=1), max_takeovers=3)
+    for _ in range(5):
+        outcome = by_run(rec.reconcile_sync())["r"]
+        assert outcome.action is Action.RESUMED
+        record = h.store.load_run("r")
+        assert record is not None and record.takeovers == 0  # the checkpoint reset it
+        h.clock.advance(31)
+    record = h.store.load_run("r")
+    assert record is not None and (record.status, record.attempt) == (RunStatus.RUNNING, 6)
+
+    # Then three takeovers in a row without a checkpoint: the next death fails it.
+    rec.resume = DiesAfterReserving(h, checkpoints=0)
+    for takeovers in (1, 2, 3):
+        assert by_run(rec.reconcile_sync())["r"].action is Action.RESUMED
+        assert h.store.load_run("r").takeovers == takeovers  # type: ignore[union-attr]
+        h.clock.advance(31)
+    outcome = by_run(rec.reconcile_sync())["r"]
+    assert (outcome.action, outcome.takeovers) == (Action.FAILED_RUN, 3)
+    record = h.store.load_run("r")
+    assert record is not None and record.error is not None
+    assert (record.status, record.error.type) == (RunStatus.FAILED, "crash_loop")
+    assert "in a row without saving a checkpoint" in record.error.message

@@ -304,7 +304,7 @@ def test_a_pass_hands_a_run_whose_owner_died_to_a_worker(world: World,
     settle(launcher)
     record = world.store.load_run(run.run_id)
     assert record is not None and record.status is RunStatus.COMPLETED
-    assert record.takeovers == 1
+    assert record.takeovers == 0  # taken over once, then progress reset the count
 
 
 def test_a_pass_leaves_a_live_owners_run_alone(world: World, launcher: LocalLauncher) -> None:

@@ -151,7 +151,8 @@ def test_reconcile_once_finishes_a_run_whose_owner_was_killed(workdir: Path) -> 
     assert summary["runs"] == [{"run_id": "killed", "action": "resumed", "attempt": 2,
                                 "status": "completed", "takeovers": 1}]
     record = _record(workdir, "killed")
-    assert (record.status, record.output, record.takeovers) == (RunStatus.COMPLETED, "four", 1)
+    # takeovers counts takeovers in a row: the new attempt's checkpoints reset it
+    assert (record.status, record.output, record.takeovers) == (RunStatus.COMPLETED, "four", 0)
     # `first` was answered and checkpointed before the kill: never asked again;
     # `second` was in flight: asked again by the new attempt. Nothing else repeats.
     assert _steps(workdir) == ["first", "second", "second", "third", "fourth"]
@@ -243,7 +244,7 @@ def test_two_reconcilers_racing_for_a_run_resume_it_once(workdir: Path) -> None:
     assert all(run.get("reason") == "lost-race" for run in outcomes
                if run["action"] != "resumed")
     record = _record(workdir, "contested")
-    assert (record.status, record.attempt, record.takeovers) == (RunStatus.COMPLETED, 2, 1)
+    assert (record.status, record.attempt, record.takeovers) == (RunStatus.COMPLETED, 2, 0)
     assert _steps(workdir) == ["first", "second", "second", "third", "fourth"]
 
 

@@ -19,8 +19,11 @@ deployment cannot drift apart:
   resolved), which the handlers read from os.environ;
 * the HTTP API's function, called with API Gateway's events (events/api-*.json,
   `http_event`) through Lambda's API, as API Gateway calls it;
-* the resume-requested rule's event pattern. moto's EventBridge cannot invoke
-  a Lambda target, so the rule targets an SQS queue here and
+* the stack's event bus, the resume-requested rule on it (event pattern,
+  retry policy, dead-letter queue) and the start function's on-failure
+  destination (`create_resume_route`; with another `Names.stack` it builds a
+  second stack's in the same account). moto's EventBridge cannot invoke a
+  Lambda target, so the rule targets an SQS queue here and
   `deliver_resume_requests` hands what it received to the start function, as
   the rule's Lambda target would.
 
@@ -63,6 +66,7 @@ from tests.stores.aws.aws_template import (
     clients,
     create_resources,
     load_template,
+    properties,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,6 +223,19 @@ class Lambdas:
         return json.dumps(payload).encode()
 
 
+@dataclass(frozen=True)
+class ResumeRoute:
+    """A stack's bus and what its resume-requested rule delivers to: `queue_url`
+    stands in for the start function; the rule's dead letters and the start
+    function's failures go to their queues."""
+
+    bus: str
+    bus_arn: str
+    queue_url: str
+    dead_letter_queue_url: str
+    start_failed_queue_url: str
+
+
 @dataclass
 class Stack:
     """The deployed stack: resource names, clients, and how to drive it."""
@@ -231,8 +248,12 @@ class Stack:
     lambda_client: Any
     events: Any
     sqs: Any
-    queue_url: str
+    route: ResumeRoute
     lambdas: Lambdas
+
+    @property
+    def queue_url(self) -> str:
+        return self.route.queue_url
 
     def invoke(self, function: str, event: Any) -> Any:
         """Invoke a deployed function through Lambda's API; its decoded answer."""
@@ -319,6 +340,50 @@ def _zip() -> bytes:
     return buffer.getvalue()
 
 
+def _queue(sqs: Any, names: Names, template: dict[str, Any], logical_id: str,
+           name: str) -> str:
+    """The template's queue `logical_id`, named `name`: its URL, with its refs recorded."""
+    props = names.resolve(properties(template, logical_id), template)
+    attributes = {key: str(value).lower() if isinstance(value, bool) else str(value)
+                  for key, value in props.items()}
+    url: str = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    names.refs[logical_id] = url
+    names.attributes[(logical_id, "Arn")] = arn
+    names.attributes[(logical_id, "QueueName")] = name
+    return url
+
+
+def create_resume_route(session: boto3.session.Session, names: Names) -> ResumeRoute:
+    """The template's EventBus, its resume-requested rule (targeting a queue that
+    stands in for the start function) and both dead-letter queues, named after
+    `names.stack`; their refs are recorded in `names`."""
+    template = load_template()
+    events = session.client("events", region_name=REGION)
+    sqs = session.client("sqs", region_name=REGION)
+    bus = names.resolve(properties(template, "EventBus")["Name"], template)
+    bus_arn = events.create_event_bus(Name=bus)["EventBusArn"]
+    names.refs["EventBus"] = bus
+    names.attributes[("EventBus", "Arn")] = bus_arn
+    dead_letters = _queue(sqs, names, template, "ResumeRequestedDeadLetterQueue",
+                          f"{bus}-resume-dead-letters")
+    start_failed = _queue(sqs, names, template, "StartFailedQueue", f"{bus}-start-failed")
+    queue_url = sqs.create_queue(QueueName=f"{bus}-start")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    start = properties(template, "StartFunction")["Events"]["ResumeRequested"]["Properties"]
+    rule = names.resolve(start, template)
+    events.put_rule(Name=f"{bus}-resume-requested", EventBusName=rule["EventBusName"],
+                    EventPattern=json.dumps(rule["Pattern"]))
+    events.put_targets(Rule=f"{bus}-resume-requested", EventBusName=rule["EventBusName"],
+                       Targets=[{"Id": "start", "Arn": queue_arn,
+                                 "RetryPolicy": rule["RetryPolicy"],
+                                 "DeadLetterConfig": rule["DeadLetterConfig"]}])
+    return ResumeRoute(bus=bus, bus_arn=bus_arn, queue_url=queue_url,
+                       dead_letter_queue_url=dead_letters, start_failed_queue_url=start_failed)
+
+
 def deploy(session: boto3.session.Session, lambdas: Lambdas, *,
            parameters: dict[str, Any] | None = None) -> Stack:
     """template.yaml's run store, functions, state machine and rule, in moto."""
@@ -363,26 +428,24 @@ def deploy(session: boto3.session.Session, lambdas: Lambdas, *,
     names.refs["RunStateMachine"] = state_machine_arn
     names.attributes[("RunStateMachine", "Name")] = machine_name
 
+    route = create_resume_route(session, names)
+    invoke_config = names.resolve(functions["StartFunction"]["EventInvokeConfig"], template)
+    lambda_client.put_function_event_invoke_config(
+        FunctionName="StartFunction",
+        MaximumRetryAttempts=invoke_config["MaximumRetryAttempts"],
+        MaximumEventAgeInSeconds=invoke_config["MaximumEventAgeInSeconds"],
+        DestinationConfig={"OnFailure": {
+            "Destination": invoke_config["DestinationConfig"]["OnFailure"]["Destination"]}})
+
     variables: dict[str, str] = {}
     for props in functions.values():
         for key, value in names.resolve(props["Environment"]["Variables"], template).items():
             variables[key] = str(value)
 
-    events = session.client("events", region_name=REGION)
-    sqs = session.client("sqs", region_name=REGION)
-    queue_url = sqs.create_queue(QueueName=f"resume-requested-{suffix}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-        "Attributes"]["QueueArn"]
-    rule = functions["StartFunction"]["Events"]["ResumeRequested"]["Properties"]
-    bus = names.resolve(rule["EventBusName"], template)
-    events.put_rule(Name=f"resume-requested-{suffix}", EventBusName=bus,
-                    EventPattern=json.dumps(rule["Pattern"]))
-    events.put_targets(Rule=f"resume-requested-{suffix}", EventBusName=bus,
-                       Targets=[{"Id": "start", "Arn": queue_arn}])
     return Stack(resources=resources, names=names, state_machine_arn=state_machine_arn,
                  environment=variables, stepfunctions=stepfunctions,
-                 lambda_client=lambda_client, events=events, sqs=sqs, queue_url=queue_url,
-                 lambdas=lambdas)
+                 lambda_client=lambda_client, events=session.client("events", region_name=REGION),
+                 sqs=session.client("sqs", region_name=REGION), route=route, lambdas=lambdas)
 
 
 @dataclass

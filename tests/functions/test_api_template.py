@@ -99,11 +99,15 @@ def test_the_api_logs_every_request_and_throttles() -> None:
 
 def test_the_api_function_reads_and_writes_runs_and_puts_only_its_own_events() -> None:
     role = resource("ApiRole")["Properties"]
-    assert role["ManagedPolicyArns"] == [{"Ref": "RunStoreAccessPolicy"}]
+    store, *tracing = role["ManagedPolicyArns"]
+    assert store == {"Ref": "RunStoreAccessPolicy"}
+    assert [entry["Fn::If"][0] for entry in tracing] == ["TracingOn"]
     statements = role["Policies"][0]["PolicyDocument"]["Statement"]
     (put,) = [entry for entry in statements
               if isinstance(entry, dict) and entry.get("Action") == "events:PutEvents"]
-    assert put["Condition"] == {"StringEquals": {"events:source": "agent-runtime"}}
+    assert put["Resource"] == {"Fn::GetAtt": ["EventBus", "Arn"]}
+    assert put["Condition"] == {"StringEquals": {"events:source": "agent-runtime",
+                                                 "events:detail-type": "resume-requested"}}
     runs = resource("RunStoreAccessPolicy")["Properties"]["PolicyDocument"]["Statement"][0]
     assert {"Fn::Sub": "${RunsTable.Arn}/index/by-tenant"} in runs["Resource"]
 

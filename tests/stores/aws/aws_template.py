@@ -73,6 +73,8 @@ class Names:
     refs: dict[str, str]
     attributes: dict[tuple[str, str], str]
     parameters: dict[str, Any]
+    # AWS::StackName: another name stands up a second stack's resources.
+    stack: str = STACK
 
     def resolve(self, value: Any, template: dict[str, Any]) -> Any:
         """`value` with the template's intrinsics evaluated."""
@@ -95,7 +97,7 @@ class Names:
         return {key: self.resolve(item, template) for key, item in value.items()}
 
     def _ref(self, name: str) -> Any:
-        pseudo = {"AWS::StackName": STACK, "AWS::AccountId": ACCOUNT, "AWS::Region": REGION,
+        pseudo = {"AWS::StackName": self.stack, "AWS::AccountId": ACCOUNT, "AWS::Region": REGION,
                   "AWS::Partition": "aws"}
         if name in pseudo:
             return pseudo[name]

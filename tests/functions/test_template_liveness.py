@@ -1,0 +1,157 @@
+"""What template.yaml promises about liveness and capacity (DESIGN section 10):
+the stack's own event bus, dead letters, reserved concurrency, tracing and the
+alarms, read from the template itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_stack import FUNCTION
+from test_template import _statements, resources
+
+from agent_runtime.reconcile import Action
+from functions.reconciler.app import _METRICS as RECONCILER_METRICS
+from tests.stores.aws.aws_template import load_template
+
+FUNCTIONS = ("ReserveFunction", "AdvanceFunction", "StartFunction", "ReconcilerFunction",
+             "ApiFunction")
+ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
+                            {"Ref": "AWS::NoValue"}]}
+ALARMS = {
+    "RunExecutionsFailedAlarm": ("AWS/States", "ExecutionsFailed",
+                                 {"StateMachineArn": {"Ref": "RunStateMachine"}}),
+    **{f"{name.removesuffix('Function')}{metric}Alarm": (
+        "AWS/Lambda", metric, {"FunctionName": {"Ref": name}})
+       for name in FUNCTIONS for metric in ("Errors", "Throttles")},
+    "ResumeRequestedDeadLettersAlarm": (
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible",
+        {"QueueName": {"Fn::GetAtt": ["ResumeRequestedDeadLetterQueue", "QueueName"]}}),
+    "StartFailuresAlarm": (
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible",
+        {"QueueName": {"Fn::GetAtt": ["StartFailedQueue", "QueueName"]}}),
+}
+
+
+def properties(name: str) -> dict[str, Any]:
+    props: dict[str, Any] = load_template()["Resources"][name]["Properties"]
+    return props
+
+
+def _dimensions(alarm: dict[str, Any]) -> dict[str, Any]:
+    return {entry["Name"]: entry["Value"] for entry in alarm["Dimensions"]}
+
+
+@pytest.mark.parametrize("name", sorted(ALARMS))
+def test_each_alarm_watches_its_metric_and_notifies_the_topic(name: str) -> None:
+    namespace, metric, dimensions = ALARMS[name]
+    alarm = properties(name)
+    assert (alarm["Namespace"], alarm["MetricName"]) == (namespace, metric)
+    assert _dimensions(alarm) == dimensions
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["Threshold"] == 0
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == ALARM_ACTIONS
+
+
+def test_the_alarms_are_these_and_the_topic_is_optional() -> None:
+    alarms = resources("AWS::CloudWatch::Alarm")
+    assert set(alarms) == {*ALARMS, "RunsFailedByReconcilerAlarm"}
+    template = load_template()
+    assert template["Parameters"]["AlarmTopicArn"]["Default"] == ""
+    assert template["Conditions"]["HasAlarmTopic"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}
+
+
+def test_the_reconciler_alarm_watches_the_metric_the_reconciler_publishes() -> None:
+    """functions/telemetry.py publishes in POWERTOOLS_METRICS_NAMESPACE with the
+    dimension service = POWERTOOLS_SERVICE_NAME (the stack's name)."""
+    variables = load_template()["Globals"]["Function"]["Environment"]["Variables"]
+    alarm = properties("RunsFailedByReconcilerAlarm")
+    assert alarm["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"]
+    assert alarm["MetricName"] == RECONCILER_METRICS[Action.FAILED_RUN]
+    assert _dimensions(alarm) == {"service": variables["POWERTOOLS_SERVICE_NAME"]}
+    assert variables["POWERTOOLS_SERVICE_NAME"] == {"Ref": "AWS::StackName"}
+    assert alarm["AlarmActions"] == ALARM_ACTIONS
+
+
+def test_the_stack_has_its_own_bus_and_the_resume_rule_listens_on_it() -> None:
+    template = load_template()
+    bus = template["Resources"]["EventBus"]
+    assert bus["Type"] == "AWS::Events::EventBus"
+    assert bus["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}-runs"}
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["AGENT_RUNTIME_EVENT_BUS"] == {"Ref": "EventBus"}
+    rule = properties("StartFunction")["Events"]["ResumeRequested"]["Properties"]
+    assert rule["EventBusName"] == {"Ref": "EventBus"}
+    assert "EventBusName" not in template["Parameters"]
+    # Schedules live on the default bus.
+    schedule = properties("ReconcilerFunction")["Events"]["Schedule"]["Properties"]
+    assert "EventBusName" not in schedule
+
+
+def test_every_put_events_is_scoped_to_the_stacks_bus_and_source() -> None:
+    puts = [(name, statement) for name, statement in _statements(load_template())
+            if "events:PutEvents" in (statement["Action"] if isinstance(statement["Action"], list)
+                                      else [statement["Action"]])]
+    assert {name for name, _ in puts} == {"AdvanceRole", "ApiRole"}
+    for name, statement in puts:
+        assert statement["Resource"] == {"Fn::GetAtt": ["EventBus", "Arn"]}, name
+        assert statement["Condition"]["StringEquals"]["events:source"] == "agent-runtime", name
+    detail_types = {name: statement["Condition"]["StringEquals"]["events:detail-type"]
+                    for name, statement in puts}
+    assert detail_types == {"AdvanceRole": ["resume-requested", "run-finished"],
+                            "ApiRole": "resume-requested"}
+
+
+def test_the_rule_has_a_dead_letter_queue_and_the_start_function_an_on_failure_queue() -> None:
+    rule = properties("StartFunction")["Events"]["ResumeRequested"]["Properties"]
+    assert rule["DeadLetterConfig"] == {
+        "Arn": {"Fn::GetAtt": ["ResumeRequestedDeadLetterQueue", "Arn"]}}
+    invoke = properties("StartFunction")["EventInvokeConfig"]
+    assert invoke["DestinationConfig"]["OnFailure"] == {
+        "Type": "SQS", "Destination": {"Fn::GetAtt": ["StartFailedQueue", "Arn"]}}
+    for queue in ("ResumeRequestedDeadLetterQueue", "StartFailedQueue"):
+        assert properties(queue)["SqsManagedSseEnabled"] is True, queue
+    # EventBridge may send to the dead-letter queue for this rule only.
+    (allow,) = [statement for statement in properties(
+        "ResumeRequestedDeadLetterQueuePolicy")["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Allow"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"}
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": {
+        "Fn::GetAtt": ["StartFunctionResumeRequested", "Arn"]}}}
+    # Lambda sends to the destination with the function's role.
+    sends = [statement for name, statement in _statements(load_template())
+             if name == "StartRole" and statement["Action"] == "sqs:SendMessage"]
+    assert sends == [{"Effect": "Allow", "Action": "sqs:SendMessage",
+                      "Resource": {"Fn::GetAtt": ["StartFailedQueue", "Arn"]}}]
+
+
+def test_advance_is_capped_and_the_reconciler_runs_alone_within_its_schedule() -> None:
+    template = load_template()
+    assert properties("AdvanceFunction")["ReservedConcurrentExecutions"] == {
+        "Ref": "MaxConcurrentRuns"}
+    assert template["Parameters"]["MaxConcurrentRuns"]["Default"] >= 1
+    reconciler = properties("ReconcilerFunction")
+    assert reconciler["ReservedConcurrentExecutions"] == 1
+    # EventBridge's shortest schedule is a minute: passes never overlap.
+    assert reconciler["Timeout"] < 60
+
+
+def test_tracing_is_a_parameter_of_the_functions_and_the_state_machine() -> None:
+    template = load_template()
+    assert template["Parameters"]["Tracing"]["AllowedValues"] == [
+        "Active", "PassThrough", "Disabled"]
+    assert template["Parameters"]["Tracing"]["Default"] == "Disabled"
+    assert template["Globals"]["Function"]["Tracing"] == {"Ref": "Tracing"}
+    assert properties("RunStateMachine")["Tracing"] == {
+        "Enabled": {"Fn::If": ["TracingActive", True, False]}}
+    # Every role that traces may write to X-Ray (the functions have their own roles,
+    # so SAM adds nothing).
+    xray = {"Fn::If": ["TracingOn", {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/"
+                                                 "AWSXRayDaemonWriteAccess"},
+                       {"Ref": "AWS::NoValue"}]}
+    roles = {function["Properties"]["Role"]["Fn::GetAtt"][0]
+             for function in resources(FUNCTION).values()} | {"RunStateMachineRole"}
+    for role in roles:
+        assert xray in properties(role)["ManagedPolicyArns"], role
