@@ -54,22 +54,23 @@ from agent_runtime.errors import Conflict, InvalidInput, ManifestError, NotFound
 from agent_runtime.events import EventSink, JsonlEventSink
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits
-from agent_runtime.manifest import LoadedManifest, load_manifest_file, manifest_hash
+from agent_runtime.manifest import manifest_hash
 from agent_runtime.manifest_input import quote
 from agent_runtime.reconcile import (
     DEFAULT_MAX_TAKEOVERS,
     DEFAULT_RESUME_GRACE_SECONDS,
     Reconciler,
-    print_summary,
 )
 from agent_runtime.reports import (
     print_effects,
+    print_reconcile_summary,
     print_record,
     print_result,
     print_runs,
     to_json_text,
 )
 from agent_runtime.results import RunResult
+from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 from agent_runtime.variables import read_variables_option, resolve_variables
 
 
@@ -457,11 +458,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
                                                     extra_sinks=sinks)[0])
             if args.interval is None:
                 summary = reconciler.reconcile_sync()
-                print_summary(summary, args.format, sys.stdout)
+                print_reconcile_summary(summary, args.format, sys.stdout)
                 return EXIT_FAILED if summary.errors else EXIT_COMPLETED
             try:
-                reconciler.reconcile_every(
-                    args.interval, lambda summary: print_summary(summary, args.format, sys.stdout))
+                reconciler.reconcile_every(args.interval, lambda summary: print_reconcile_summary(
+                    summary, args.format, sys.stdout))
             except KeyboardInterrupt:
                 print("reconcile: interrupted; a run it was resuming keeps its latest checkpoint "
                       "for the next pass", file=sys.stderr)

@@ -36,12 +36,10 @@ from agent_runtime.execution import Execution
 from agent_runtime.limits import use_limits
 from agent_runtime.manifest import (
     AgentManifest,
-    LoadedManifest,
     ProfileModelRef,
     PromptStep,
     WebhookStep,
     iter_steps,
-    load_manifest_file,
     manifest_hash,
     manifest_json,
     parse_agent_manifest,
@@ -51,6 +49,7 @@ from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.results import RunResult
 from agent_runtime.run_ids import generate_run_id
+from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals

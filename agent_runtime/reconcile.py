@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, NoReturn, Protocol, TextIO
+from typing import Any, NoReturn, Protocol
 
 from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, StaleAttempt
 from stores.records import RunError, RunRecord, RunStatus
@@ -58,7 +58,6 @@ from stores.records import RunError, RunRecord, RunStatus
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.events import Event, EventSink
-from agent_runtime.reports import to_json_text
 
 DEFAULT_MAX_TAKEOVERS = 3
 DEFAULT_QUEUED_SECONDS = 60.0
@@ -457,32 +456,6 @@ class Reconciler:
 # -- what the CLI prints ---------------------------------------------------------
 
 
-def print_summary(summary: ReconcileSummary, fmt: str, out: TextIO) -> None:
-    """`json`: one object per pass on one line; `pretty`: a line per run and the counts."""
-    if fmt == "json":
-        out.write(to_json_text(summary.to_json()) + "\n")
-    else:
-        for outcome in summary.outcomes:
-            out.write(_pretty(outcome) + "\n")
-        counts = summary.counts()
-        out.write(f"reconcile: {counts['candidates']} candidates, {counts['resumed']} resumed, "
-                  f"{counts['skipped']} skipped, {counts['failed_runs']} failed, "
-                  f"{counts['errors']} errors\n")
-    out.flush()
-
-
-def _pretty(outcome: RunOutcome) -> str:
-    if outcome.action is Action.RESUMED:
-        if outcome.status is None:
-            return f"resumed {outcome.run_id}: attempt {outcome.attempt} started ({outcome.detail})"
-        return f"resumed {outcome.run_id}: attempt {outcome.attempt} ended {outcome.status.value}"
-    if outcome.action is Action.SKIPPED:
-        return f"skipped {outcome.run_id}: {outcome.reason} ({outcome.detail})"
-    if outcome.action is Action.FAILED_RUN:
-        return f"failed {outcome.run_id}: crash_loop: {outcome.detail}"
-    return f"error {outcome.run_id}: {outcome.detail}"
-
-
 __all__ = [
     "CHILD_FINISHED",
     "DEFAULT_MAX_TAKEOVERS",
@@ -499,5 +472,4 @@ __all__ = [
     "ResumeAction",
     "Resumed",
     "RunOutcome",
-    "print_summary",
 ]

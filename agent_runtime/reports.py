@@ -19,6 +19,7 @@ from stores.records import CheckpointInfo, EffectRecord, RunRecord
 
 from agent_runtime.events import Event
 from agent_runtime.excerpts import escape_json_text, printable
+from agent_runtime.reconcile import Action, ReconcileSummary, RunOutcome
 from agent_runtime.results import RunResult
 
 
@@ -160,3 +161,30 @@ def print_effects(effects: list[EffectRecord], fmt: str, out: TextIO) -> None:
             result = result[:57] + "..."
         out.write(f"{_field(effect.key):<34} {effect.status.value:<10} {effect.attempt:>7}  "
                   f"{_field(result)}\n")
+
+
+def print_reconcile_summary(summary: ReconcileSummary, fmt: str, out: TextIO) -> None:
+    """`json`: one object per pass on one line; `pretty`: a line per run and the counts."""
+    if fmt == "json":
+        out.write(to_json_text(summary.to_json()) + "\n")
+    else:
+        for outcome in summary.outcomes:
+            out.write(_reconciled(outcome) + "\n")
+        counts = summary.counts()
+        out.write(f"reconcile: {counts['candidates']} candidates, {counts['resumed']} resumed, "
+                  f"{counts['skipped']} skipped, {counts['failed_runs']} failed, "
+                  f"{counts['errors']} errors\n")
+    out.flush()
+
+
+def _reconciled(outcome: RunOutcome) -> str:
+    run, detail = _field(outcome.run_id), _field(outcome.detail)
+    if outcome.action is Action.RESUMED:
+        if outcome.status is None:
+            return f"resumed {run}: attempt {outcome.attempt} started ({detail})"
+        return f"resumed {run}: attempt {outcome.attempt} ended {outcome.status.value}"
+    if outcome.action is Action.SKIPPED:
+        return f"skipped {run}: {outcome.reason} ({detail})"
+    if outcome.action is Action.FAILED_RUN:
+        return f"failed {run}: crash_loop: {detail}"
+    return f"error {run}: {detail}"

@@ -40,7 +40,8 @@ from agent_runtime.manifest_input import (
 )
 
 if TYPE_CHECKING:  # the manifest models are built from the rules below
-    from agent_runtime.manifest import AgentManifest, VariableOverride
+    from agent_runtime.manifest import AgentManifest
+    from agent_runtime.run_manifest import VariableOverride
 
 VariableType = Literal["string", "number", "boolean", "object", "array", "json"]
 

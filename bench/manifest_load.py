@@ -25,7 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from agent_runtime.manifest import load_manifest_file, manifest_hash
+from agent_runtime.manifest import manifest_hash
+from agent_runtime.run_manifest import load_manifest_file
 
 STEP = """  - id: step-{i}
     type: prompt

@@ -30,7 +30,8 @@ from stores.records import Budget, Frame, ParentRef, RunRecord, RunStatus
 
 from agent_runtime.errors import InvalidInput, ManifestError, StepFailed, SuspendRun
 from agent_runtime.excerpts import excerpt
-from agent_runtime.manifest import AgentManifest, load_agent_manifest
+from agent_runtime.manifest import AgentManifest
+from agent_runtime.run_manifest import load_agent_manifest
 from agent_runtime.templates import MISSING, resolve_path
 from agent_runtime.variables import resolve_variables
 

@@ -34,7 +34,8 @@ from agent_runtime.limits import (
     read_bounded,
     use_limits,
 )
-from agent_runtime.manifest import load_manifest_file, parse_agent_manifest
+from agent_runtime.manifest import parse_agent_manifest
+from agent_runtime.run_manifest import load_manifest_file
 from agent_runtime.testing import scripted
 from agent_runtime.variables import parse_variables_json
 

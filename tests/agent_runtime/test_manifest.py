@@ -24,14 +24,12 @@ from agent_runtime.manifest import (
     SubRunStep,
     WebhookStep,
     iter_steps,
-    load_agent_manifest,
-    load_manifest_file,
     manifest_hash,
     manifest_json,
     parse_agent_manifest,
-    parse_run_manifest,
 )
 from agent_runtime.manifest_input import MAX_DEPTH, MAX_NODES
+from agent_runtime.run_manifest import load_agent_manifest, load_manifest_file, parse_run_manifest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 AGENT_FIXTURES = sorted(FIXTURES.glob("*.agent.yaml"))

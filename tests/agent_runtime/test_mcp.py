@@ -22,7 +22,8 @@ from mcp_types import CallToolResult, ImageContent, TextContent
 from agent_runtime import RunStatus
 from agent_runtime.config import RuntimeConfig, parse_config
 from agent_runtime.errors import ConfigError, StepFailed
-from agent_runtime.manifest import AgentManifest, load_agent_manifest, parse_agent_manifest
+from agent_runtime.manifest import AgentManifest, parse_agent_manifest
+from agent_runtime.run_manifest import load_agent_manifest
 from agent_runtime.testing import scripted
 from agent_runtime.tools.mcp import McpConnections, McpToolError, connection_grants, tool_output
 from stores.memory import MemoryRunStore

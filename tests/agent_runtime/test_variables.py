@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 
 from agent_runtime.errors import VariableError
-from agent_runtime.manifest import (
-    AgentManifest,
-    VariableOverride,
-    load_manifest_file,
-    manifest_hash,
-    parse_agent_manifest,
-)
+from agent_runtime.manifest import AgentManifest, manifest_hash, parse_agent_manifest
+from agent_runtime.run_manifest import VariableOverride, load_manifest_file
 from agent_runtime.variables import parse_variables_json, read_variables_option, resolve_variables
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
