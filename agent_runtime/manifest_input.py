@@ -227,7 +227,8 @@ YAML_LOADER = YAML_LOADERS[-1]
 """The loader `parse_document` uses (tests switch it to prove both refuse the same)."""
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object hook that refuses a key written twice (instead of keeping the last)."""
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
@@ -255,7 +256,7 @@ def parse_document(text: str, *, source: str, json_format: bool = False,
         raise error(f"larger than the limit of {describe_size(bound)}", source=source)
     try:
         if json_format:
-            return json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_bounded_int)
+            return json.loads(text, object_pairs_hook=unique_pairs, parse_int=_bounded_int)
         return yaml.load(text, Loader=_LOADERS[YAML_LOADER])  # safe: no arbitrary objects
     except json.JSONDecodeError as exc:
         raise error(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",

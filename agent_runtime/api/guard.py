@@ -23,6 +23,7 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 )
 
 from agent_runtime.api.problems import ApiProblem
+from agent_runtime.manifest_input import unique_pairs
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver
@@ -102,22 +103,13 @@ def _body_text(event: BaseProxyEvent, limit: int) -> str | None:
     return text
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {json.dumps(key)[:60]}")
-        result[key] = value
-    return result
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
 def _cache_json(event: BaseProxyEvent, text: str) -> None:
     try:
-        value = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+        value = json.loads(text, object_pairs_hook=unique_pairs, parse_constant=_no_constant)
     except RecursionError:
         raise ApiProblem(400, f"the body is nested deeper than {MAX_BODY_DEPTH} levels") \
             from None
