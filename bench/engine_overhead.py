@@ -1,0 +1,386 @@
+"""End-to-end cost per loop iteration: our engine against its floor and two peers, in one run.
+
+The workload is the issue's: a collection loop of N iterations with one
+prompt step per iteration, answered by the scripted model (no network), in
+two variants: `plain` (one model request per iteration) and `tool` (the model
+asks for one Python tool call, then answers: two requests and one effect per
+iteration). Subjects:
+
+- `engine`: our engine on the in-memory store (no I/O): the engine's own cost;
+- `sqlite`: our engine on `SqliteRunStore` (WAL, synchronous=FULL);
+- `floor`: raw SQLite doing the same commits with the same bytes as `sqlite`
+  did (captured from its connection), one INSERT per commit, nothing else;
+- `langgraph`: LangGraph's `SqliteSaver`, a graph whose node runs once per
+  iteration (two nodes for `tool`) appending the same-sized transcript entry;
+- `dbos`: DBOS on SQLite, a workflow with one step per iteration (two for
+  `tool`).
+
+Each measurement runs in a fresh child process (so peak RSS is its own and
+no import or cache state leaks between subjects). Rounds are block-paired:
+every round measures every subject once, in a rotating order, and the ratios
+are taken within a round, then the median over rounds is printed, so load
+drift on a shared machine cancels out of the ratios.
+
+    python bench/engine_overhead.py [--sizes 100,1000,5000] [--rounds 3]
+        [--variants plain,tool] [--subjects engine,sqlite,floor,langgraph,dbos]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from operator import add
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+SUBJECTS = ("engine", "sqlite", "floor", "langgraph", "dbos")
+ENTRY_TEXT = "x" * 110  # a transcript entry of ~200 bytes, as bench/step_overhead.py
+
+
+# -- our engine ----------------------------------------------------------------
+
+
+def _manifest(size: int, variant: str) -> dict[str, Any]:
+    ask: dict[str, Any] = {"id": "ask", "type": "prompt", "prompt": "Handle item {{ item }}."}
+    if variant == "tool":
+        ask["tools"] = ["lookup"]
+    return {"schemaVersion": "1.0", "id": "bench-loop", "name": "bench loop",
+            "model": {"provider": "scripted", "model": "bench"},
+            "variables": [{"key": "items", "type": "array", "value": list(range(size))}],
+            "limits": {"maxToolCallsPerIteration": 2},
+            "steps": [{"id": "each", "type": "loop", "outputVariable": "handled",
+                       "loop": {"source": "items", "itemVariable": "item",
+                                "outputMode": "array"},
+                       "steps": [ask]}]}
+
+
+def _runtime(store: Any, size: int, variant: str) -> Any:
+    from agent_runtime import tool
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.models.scripted import Script
+
+    @tool
+    def lookup(item: int) -> dict[str, object]:
+        """Look an item up.
+
+        Args:
+            item: The item.
+        """
+        return {"item": item, "text": ENTRY_TEXT}
+
+    usage = {"inputTokens": 40, "outputTokens": 20}
+    entries: list[dict[str, Any]] = []
+    for index in range(size):
+        if variant == "tool":
+            entries.append({"toolCalls": [{"name": "lookup", "arguments": {"item": index}}],
+                            "usage": usage})
+        entries.append({"text": ENTRY_TEXT, "usage": usage})
+    runtime = AgentRuntime(store=store, tools=[lookup])
+    runtime.scripted.add_script("bench", Script(by_step={"ask": entries}))
+    return runtime
+
+
+def _run_engine(store: Any, size: int, variant: str) -> float:
+    runtime = _runtime(store, size, variant)
+    manifest = _manifest(size, variant)
+    started = time.perf_counter()
+    result = asyncio.run(runtime.run(manifest=manifest))
+    elapsed = time.perf_counter() - started
+    if result.status.value != "completed":
+        raise SystemExit(f"bench run ended {result.status.value}: {result.error}")
+    return elapsed
+
+
+class _CommitLog:
+    """How many commits one SQLite connection made, from its statement trace.
+
+    The connection is in autocommit mode, so a write outside BEGIN ... COMMIT
+    is a commit of its own. SQLite traces a statement again for each trigger
+    program it runs; an identical consecutive line is that, not a new write."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self._in_transaction = False
+        self._previous = ""
+
+    def trace(self, statement: str) -> None:
+        if statement == self._previous:
+            return
+        self._previous = statement
+        head = statement.lstrip()[:7].upper()
+        if head.startswith("BEGIN"):
+            self._in_transaction = True
+        elif head.startswith(("COMMIT", "END")):
+            self._in_transaction = False
+            self.commits += 1
+        elif not self._in_transaction and head.startswith(("INSERT", "UPDATE", "REPLACE",
+                                                            "DELETE")):
+            self.commits += 1
+
+
+def _stored_bytes(path: Path) -> int:
+    """The bytes of run state our store keeps: checkpoint bodies and effect records."""
+    conn = sqlite3.connect(path)
+    try:
+        bodies = conn.execute("SELECT coalesce(sum(length(body)), 0) FROM checkpoints")
+        records = conn.execute("SELECT coalesce(sum(length(record)), 0) FROM effects")
+        return int(bodies.fetchone()[0]) + int(records.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def measure_engine(size: int, variant: str, _directory: Path) -> dict[str, Any]:
+    from stores.memory import MemoryRunStore
+
+    elapsed = _run_engine(MemoryRunStore(), size, variant)
+    return {"seconds": elapsed}
+
+
+def measure_sqlite(size: int, variant: str, directory: Path) -> dict[str, Any]:
+    from stores.sqlite import SqliteRunStore
+
+    log = _CommitLog()
+    path = directory / "ours.sqlite"
+    with SqliteRunStore(path, synchronous="FULL") as store:
+        # The bench reads the store's own connection to learn what the floor must write.
+        store._conn.set_trace_callback(log.trace)
+        elapsed = _run_engine(store, size, variant)
+    written = {"bytes": _stored_bytes(path), "commits": log.commits}
+    (directory / "commits.json").write_text(json.dumps(written))
+    return {"seconds": elapsed, **written}
+
+
+def measure_floor(_size: int, _variant: str, directory: Path) -> dict[str, Any]:
+    """The same commits with the same bytes, as bare INSERTs (needs `sqlite` first)."""
+    written: dict[str, int] = json.loads((directory / "commits.json").read_text())
+    share, extra = divmod(written["bytes"], max(1, written["commits"]))
+    conn = sqlite3.connect(directory / "floor.sqlite", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE writes (id INTEGER PRIMARY KEY, body TEXT)")
+    bodies = ["b" * (share + (1 if index < extra else 0)) for index in range(written["commits"])]
+    started = time.perf_counter()
+    for body in bodies:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO writes (body) VALUES (?)", (body,))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return {"seconds": elapsed, **written}
+
+
+# -- peers -----------------------------------------------------------------------
+
+
+class LoopState(TypedDict):
+    """LangGraph's state for the loop: the transcript grows by one entry per node."""
+
+    transcript: Annotated[list[dict[str, object]], add]
+    done: int
+
+
+def measure_langgraph(size: int, variant: str, directory: Path) -> dict[str, Any] | None:
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.graph import END, StateGraph
+    except ImportError:
+        return None
+    def entry(index: int, kind: str) -> dict[str, object]:
+        return {"id": f"t{index:06d}-{kind}", "type": "message", "text": ENTRY_TEXT}
+
+    def model(state: LoopState) -> dict[str, object]:
+        return {"transcript": [entry(state["done"], "model")], "done": state["done"] + 1}
+
+    def call_tool(state: LoopState) -> dict[str, object]:
+        return {"transcript": [entry(state["done"], "tool")]}
+
+    def route(state: LoopState) -> str:
+        return END if state["done"] >= size else "first"
+
+    graph = StateGraph(LoopState)
+    if variant == "tool":
+        graph.add_node("first", call_tool)
+        graph.add_node("model", model)
+        graph.add_edge("first", "model")
+        graph.add_conditional_edges("model", route)
+    else:
+        graph.add_node("first", model)
+        graph.add_conditional_edges("first", route)
+    graph.set_entry_point("first")
+    conn = sqlite3.connect(directory / "langgraph.sqlite", check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    app = graph.compile(checkpointer=SqliteSaver(conn))
+    started = time.perf_counter()
+    app.invoke({"transcript": [], "done": 0},
+               {"configurable": {"thread_id": "bench"}, "recursion_limit": 3 * size + 10})
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return {"seconds": elapsed}
+
+
+def measure_dbos(size: int, variant: str, directory: Path) -> dict[str, Any] | None:
+    try:
+        from dbos import DBOS
+    except ImportError:
+        return None
+    import logging
+
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    DBOS(config={"name": "bench", "run_admin_server": False,
+                 "system_database_url": f"sqlite:///{directory / 'dbos.sqlite'}"})
+
+    @DBOS.step()
+    def model(index: int) -> dict[str, object]:
+        return {"id": f"t{index:06d}", "type": "message", "text": ENTRY_TEXT}
+
+    @DBOS.step()
+    def call_tool(index: int) -> dict[str, object]:
+        return {"item": index, "text": ENTRY_TEXT}
+
+    @DBOS.workflow()
+    def loop(count: int) -> int:
+        transcript = []
+        for index in range(count):
+            if variant == "tool":
+                transcript.append(call_tool(index))
+            transcript.append(model(index))
+        return len(transcript)
+
+    DBOS.launch()
+    started = time.perf_counter()
+    loop(size)
+    elapsed = time.perf_counter() - started
+    DBOS.destroy()
+    return {"seconds": elapsed}
+
+
+MEASURES = {"engine": measure_engine, "sqlite": measure_sqlite, "floor": measure_floor,
+            "langgraph": measure_langgraph, "dbos": measure_dbos}
+
+
+def child(subject: str, size: int, variant: str, directory: str) -> None:
+    """One measurement in this (fresh) process; prints one JSON line."""
+    found = MEASURES[subject](size, variant, Path(directory))
+    if found is not None:
+        found["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps(found))
+
+
+# -- the parent: rounds, ratios, report ---------------------------------------------
+
+
+def _measure(subject: str, size: int, variant: str, directory: Path) -> dict[str, Any] | None:
+    command = [sys.executable, __file__, "--child", subject, str(size), variant, str(directory)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    if done.returncode != 0:
+        raise SystemExit(f"{subject} N={size} {variant} failed:\n{done.stderr[-2000:]}")
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "null"
+    result: dict[str, Any] | None = json.loads(last)
+    return result
+
+
+def one_round(size: int, variant: str, subjects: list[str], turn: int
+              ) -> dict[str, dict[str, Any]]:
+    """Every subject once; `floor` right after `sqlite`, whose commits it replays."""
+    order = [s for s in subjects if s != "floor"]
+    order = order[turn % len(order):] + order[:turn % len(order)]
+    if "floor" in subjects:
+        order.insert(order.index("sqlite") + 1 if "sqlite" in order else 0, "floor")
+    found: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="agent-runtime-engine-bench-") as directory:
+        for subject in order:
+            measured = _measure(subject, size, variant, Path(directory))
+            if measured is not None:
+                found[subject] = measured
+    return found
+
+
+def _median(rounds: list[dict[str, dict[str, Any]]], subject: str, key: str) -> float | None:
+    values = [r[subject][key] for r in rounds if subject in r and key in r[subject]]
+    return statistics.median(values) if values else None
+
+
+def _ratio(rounds: list[dict[str, dict[str, Any]]], top: str, bottom: str) -> float | None:
+    values = [r[top]["seconds"] / r[bottom]["seconds"] for r in rounds
+              if top in r and bottom in r]
+    return statistics.median(values) if values else None
+
+
+def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
+           subjects: list[str], baseline: dict[str, float],
+           peaks: dict[str, dict[int, float]]) -> None:
+    steps = size * (2 if variant == "tool" else 1)
+    print(f"\nN={size} iterations, variant={variant} ({steps} model requests), "
+          f"median of {len(rounds)} block-paired rounds")
+    for subject in subjects:
+        seconds = _median(rounds, subject, "seconds")
+        if seconds is None:
+            print(f"  {subject:10s} not installed (pip install -e '.[bench]')")
+            continue
+        rss = _median(rounds, subject, "peak_rss_kib") or 0
+        line = (f"  {subject:10s} {seconds / size * 1e6:10.1f} us/iteration"
+                f"  peak RSS {rss / 1024:7.1f} MiB")
+        written = _median(rounds, subject, "bytes")
+        if written is not None:
+            commits = _median(rounds, subject, "commits") or 0
+            line += (f"  {written / size:8.0f} bytes/iteration"
+                     f"  {commits / size:4.1f} commits/iteration")
+        print(line)
+    for top, bottom, target in (("sqlite", "floor", "<= 2"), ("sqlite", "langgraph", "<= 0.25"),
+                                ("sqlite", "dbos", "<= 0.25")):
+        ratio = _ratio(rounds, top, bottom)
+        if ratio is not None:
+            print(f"  ratio {top} / {bottom:10s} {ratio:6.2f}  (target {target})")
+    engine = _median(rounds, "engine", "seconds")
+    if engine is not None:
+        per_iteration = engine / size
+        first = baseline.setdefault(variant, per_iteration)
+        print(f"  engine us/iteration vs the smallest N: {per_iteration / first:5.2f}x "
+              "(target <= 1.25 at N=5,000)")
+    peak = _median(rounds, "sqlite", "peak_rss_kib")
+    if peak is not None:
+        peaks.setdefault(variant, {})[size] = peak
+        if size == 5000 and 1000 in peaks[variant]:
+            print(f"  sqlite peak RSS at N=5,000 vs N=1,000: {peak / peaks[variant][1000]:5.2f}x "
+                  "(target <= 1.5)")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default="plain,tool")
+    parser.add_argument("--subjects", default=",".join(SUBJECTS))
+    args = parser.parse_args()
+    subjects = [s for s in args.subjects.split(",") if s]
+    unknown = sorted(set(subjects) - set(SUBJECTS))
+    if unknown:
+        parser.error(f"--subjects: unknown {', '.join(unknown)} (known: {', '.join(SUBJECTS)})")
+    if "floor" in subjects and "sqlite" not in subjects:
+        parser.error("--subjects: floor replays sqlite's commits, so it needs sqlite too")
+    sizes = [int(size) for size in args.sizes.split(",")]
+    baseline: dict[str, float] = {}
+    peaks: dict[str, dict[int, float]] = {}
+    for variant in args.variants.split(","):
+        for size in sizes:
+            rounds = [one_round(size, variant, subjects, turn) for turn in range(args.rounds)]
+            report(size, variant, rounds, subjects=subjects, baseline=baseline,
+                   peaks=peaks)
+
+
+if __name__ == "__main__":
+    main()
