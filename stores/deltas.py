@@ -40,18 +40,42 @@ _STABLE_FIELDS = ("run_id", "attempt", "manifest_hash", "contract_version", "run
 
 @dataclass
 class SavedLists:
-    """What the next body is encoded against: the last saved checkpoint of a run."""
+    """What the next body is encoded against: the last saved checkpoint of a run.
+
+    `lists` refers to the saved checkpoint's own lists, not copies; `counts`
+    says how many of their entries were saved, so a list its owner appended
+    to since is still read as it was saved."""
 
     seq: int
     lists: dict[str, list[Any]]
     stable: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def count(self, name: str) -> int:
+        return self.counts.get(name, len(self.lists.get(name, [])))
 
 
 def _list_items(checkpoint: Checkpoint, name: str) -> list[Any]:
-    items = getattr(checkpoint, name)
+    items: list[Any] = getattr(checkpoint, name)
     if name == "artifacts":
         return [item.model_dump(mode="json") for item in items]
-    return list(items)
+    return items
+
+
+def _extends(items: list[Any], before: list[Any], count: int) -> bool:
+    """Whether `items` starts with the entries of `before`.
+
+    The engine's checkpoints share the entries of its own append-only lists,
+    and saved entries are never replaced (the contract), so the same first and
+    last saved objects at their places mean the same prefix: a check in
+    constant time, where comparing every entry would make each save cost more
+    than the one before. Entries that are not the same objects (a checkpoint
+    loaded back, or built by other code) are compared by value."""
+    if len(items) < count:
+        return False
+    if count == 0 or (items[0] is before[0] and items[count - 1] is before[count - 1]):
+        return True
+    return items[:count] == before[:count]
 
 
 def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[str, SavedLists]:
@@ -60,17 +84,16 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
         previous = None
     lists: dict[str, Any] = {}
     saved: dict[str, list[Any]] = {}
+    counts: dict[str, int] = {}
     for name in APPEND_ONLY_FIELDS:
         items = _list_items(checkpoint, name)
         saved[name] = items
+        counts[name] = len(items)
         base = 0
         if previous is not None:
-            before = previous.lists.get(name, [])
-            # Element comparison is cheap when the engine passes the same
-            # objects again (the identity shortcut of list equality), which
-            # it does: its checkpoints share the entries of its own lists.
-            if len(items) >= len(before) and items[: len(before)] == before:
-                base = len(before)
+            before_count = previous.count(name)
+            if _extends(items, previous.lists.get(name, []), before_count):
+                base = before_count
                 if base == len(items):
                     continue  # unchanged: nothing to store
         lists[name] = {"base": base, "items": items[base:]}
@@ -85,7 +108,7 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
     # json module, several times faster on the hot path.
     body = (f'{{"format":"{BODY_FORMAT}","head":{head},'
             f'"lists":{pydantic_core.to_json(lists).decode()}}}')
-    return body, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable)
+    return body, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable, counts=counts)
 
 
 class DeltaFormatError(ValueError):
@@ -138,7 +161,12 @@ def assemble(bodies: Iterable[str | bytes]) -> tuple[Checkpoint, SavedLists]:
     except ValidationError as error:
         raise DeltaFormatError(f"checkpoint body is not a valid checkpoint: {error}") from error
     stable = {name: getattr(checkpoint, name) for name in _STABLE_FIELDS}
-    return checkpoint, SavedLists(seq=checkpoint.seq, lists=lists, stable=stable)
+    # The checkpoint's own entries, so a caller that resumes from this
+    # checkpoint hands the same objects back and the next save is a delta
+    # found in constant time.
+    saved = {name: _list_items(checkpoint, name) for name in APPEND_ONLY_FIELDS}
+    return checkpoint, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable,
+                                  counts={name: len(items) for name, items in saved.items()})
 
 
 class SavedListsCache:

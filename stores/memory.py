@@ -1,7 +1,11 @@
 """MemoryRunStore: one process, no durability, the full contract.
 
 Every record is kept encoded and decoded on the way out, exactly as a durable
-store would, so a value that does not survive JSON fails in a unit test.
+store would, so a value that does not survive JSON fails in a unit test. A
+run's definition (manifest, variables, options) is encoded once, when the run
+is created, apart from its state: it never changes, and the writes of a
+running run (checkpoints, leases, effects) then cost the same whatever the
+size of its manifest.
 """
 
 from __future__ import annotations
@@ -39,10 +43,15 @@ class _StoredCheckpoint:
         self.body = body
 
 
+# The fields of a run fixed at its creation: kept apart from the ones writes change.
+_DEFINITION = frozenset({"manifest", "variables", "options"})
+
+
 class MemoryRunStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._runs: dict[str, str] = {}
+        # run id -> (state JSON, definition JSON)
+        self._runs: dict[str, tuple[str, str]] = {}
         self._checkpoints: dict[str, list[_StoredCheckpoint]] = {}
         self._effects: dict[tuple[str, str], str] = {}
         self._approvals: dict[tuple[str, str], str] = {}
@@ -51,11 +60,25 @@ class MemoryRunStore:
     # -- reads ---------------------------------------------------------------
 
     def _run(self, run_id: str) -> RunRecord | None:
-        text = self._runs.get(run_id)
-        return None if text is None else decode_record(RunRecord, text)
+        """The whole record, as a reader sees it."""
+        stored = self._runs.get(run_id)
+        if stored is None:
+            return None
+        state, definition = stored
+        return decode_record(RunRecord, f"{state[:-1]},{definition[1:]}")
+
+    def _state(self, run_id: str) -> RunRecord | None:
+        """The record without its definition: what the lifecycle rules read and write."""
+        stored = self._runs.get(run_id)
+        return None if stored is None else decode_record(RunRecord, stored[0])
 
     def _put_run(self, run: RunRecord) -> None:
-        self._runs[run.run_id] = encode_record(run)
+        """Write a run's state; its definition is the one written at creation."""
+        state = run.model_dump_json(exclude=set(_DEFINITION))
+        stored = self._runs.get(run.run_id)
+        definition = (stored[1] if stored is not None
+                      else run.model_dump_json(include=set(_DEFINITION)))
+        self._runs[run.run_id] = (state, definition)
 
     def load_run(self, run_id: str) -> RunRecord | None:
         with self._lock:
@@ -83,7 +106,7 @@ class MemoryRunStore:
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._lock:
-            transitions.require_run(self._run(run_id), run_id)
+            transitions.require_run(self._state(run_id), run_id)
             return [
                 CheckpointInfo(seq=row.seq, attempt=row.attempt, created_at=row.created_at,
                                size_bytes=len(row.body.encode()))
@@ -100,7 +123,8 @@ class MemoryRunStore:
             for run_id in sorted(self._runs, reverse=newest_first):
                 if not transitions.beyond(run_id, cursor, newest_first=newest_first):
                     continue
-                run = decode_record(RunRecord, self._runs[run_id])
+                run = self._run(run_id)
+                assert run is not None  # listed under the lock
                 if transitions.matches(run, statuses=statuses,
                                        lease_expired_before=lease_expired_before,
                                        parent_run_id=parent_run_id, tenant=tenant,
@@ -130,7 +154,7 @@ class MemoryRunStore:
     def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
                     lease_seconds: float) -> None:
         with self._lock:
-            self._put_run(transitions.renew(self._run(run_id), run_id,
+            self._put_run(transitions.renew(self._state(run_id), run_id,
                                             expected_attempt=expected_attempt, now=now,
                                             lease_seconds=lease_seconds))
 
@@ -169,7 +193,7 @@ class MemoryRunStore:
         with self._lock:
             run_id = checkpoint.run_id
             updated = transitions.next_checkpoint(
-                self._run(run_id), checkpoint, expected_attempt=expected_attempt,
+                self._state(run_id), checkpoint, expected_attempt=expected_attempt,
                 lease_expires_at=lease_expires_at, latest_seq=self._latest_seq(run_id),
                 stored_at_seq=self._stored_at(run_id, checkpoint.seq))
             if updated is None:
@@ -182,7 +206,7 @@ class MemoryRunStore:
                     checkpoint: Checkpoint | None = None) -> None:
         with self._lock:
             transitions.check_checkpoint_owner(run_id, checkpoint)
-            updated = transitions.suspend(self._run(run_id), run_id,
+            updated = transitions.suspend(self._state(run_id), run_id,
                                           expected_attempt=expected_attempt, reason=reason,
                                           details=details, at=at, checkpoint=checkpoint)
             if self._checkpoint_is_new(run_id, checkpoint) and checkpoint is not None:
@@ -195,7 +219,7 @@ class MemoryRunStore:
         with self._lock:
             transitions.check_checkpoint_owner(run_id, checkpoint)
             stored = None if checkpoint is None else self._stored_at(run_id, checkpoint.seq)
-            updated = transitions.finish(self._run(run_id), run_id, status=status,
+            updated = transitions.finish(self._state(run_id), run_id, status=status,
                                          expected_attempt=expected_attempt, at=at,
                                          output=output, error=error,
                                          stored_checkpoint=stored, checkpoint=checkpoint)
@@ -217,14 +241,14 @@ class MemoryRunStore:
 
     def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
         with self._lock:
-            updated = transitions.cancel(self._run(run_id), run_id, at=at,
+            updated = transitions.cancel(self._state(run_id), run_id, at=at,
                                          expected_attempt=expected_attempt)
             if updated is not None:
                 self._put_run(updated)
 
     def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
         with self._lock:
-            updated = transitions.request_resume(self._run(run_id), run_id, at=at, reason=reason)
+            updated = transitions.request_resume(self._state(run_id), run_id, at=at, reason=reason)
             if updated is not None:
                 self._put_run(updated)
 
@@ -234,7 +258,7 @@ class MemoryRunStore:
             text = self._approvals.get((run_id, approval_id))
             existing = None if text is None else decode_record(ApprovalDecision, text)
             change = transitions.record_approval(
-                self._run(run_id), run_id, approval_id, approved=approved, response=response,
+                self._state(run_id), run_id, approval_id, approved=approved, response=response,
                 responded_by=responded_by, at=at, existing=existing)
             if change is None:
                 return
@@ -245,7 +269,7 @@ class MemoryRunStore:
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
                      at: datetime) -> EffectRecord:
         with self._lock:
-            effect = transitions.reserve_effect(self._run(run_id), run_id, key,
+            effect = transitions.reserve_effect(self._state(run_id), run_id, key,
                                                 expected_attempt=expected_attempt, at=at)
             text = self._effects.get((run_id, key))
             if text is not None:
@@ -258,7 +282,7 @@ class MemoryRunStore:
         with self._lock:
             text = self._effects.get((run_id, key))
             existing = None if text is None else decode_record(EffectRecord, text)
-            updated = transitions.settle_effect(self._run(run_id), run_id, key,
+            updated = transitions.settle_effect(self._state(run_id), run_id, key,
                                                 expected_attempt=expected_attempt,
                                                 result=result, at=at, existing=existing)
             if updated is not None:
@@ -266,7 +290,7 @@ class MemoryRunStore:
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._lock:
-            transitions.require_run(self._run(run_id), run_id)
+            transitions.require_run(self._state(run_id), run_id)
             return sorted(
                 (decode_record(EffectRecord, text)
                  for (owner, _), text in self._effects.items() if owner == run_id),
@@ -274,7 +298,7 @@ class MemoryRunStore:
 
     def delete_run(self, run_id: str) -> None:
         with self._lock:
-            run = self._run(run_id)
+            run = self._state(run_id)
             if run is None:
                 return
             transitions.check_deletable(run)

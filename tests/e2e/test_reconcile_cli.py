@@ -69,7 +69,7 @@ def _steps(workdir: Path) -> list[str]:
     return [json.loads(line)["step_id"] for line in log.read_text().splitlines() if line.strip()]
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60,
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 300,
               child: subprocess.Popen[Any] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -77,6 +77,17 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60,
             assert child.poll() is None, f"the process ended before {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def _resumed_in_passes(stdout: Path) -> int:
+    """Runs resumed so far by the passes of `reconcile --interval --format json`."""
+    resumed = 0
+    for line in stdout.read_text().splitlines():
+        try:
+            resumed += json.loads(line)["counts"]["resumed"]
+        except (ValueError, KeyError):
+            continue  # a line still being written
+    return resumed
 
 
 def _spawn(workdir: Path, *args: str, name: str) -> subprocess.Popen[bytes]:
@@ -177,7 +188,7 @@ def test_reconcile_leaves_a_live_owner_alone_even_after_its_lease_expired(
             summary = _reconcile(workdir)
         finally:
             child.send_signal(signal.SIGCONT)
-        assert child.wait(timeout=60) == 0
+        assert child.wait(timeout=300) == 0
         output = (workdir / "stopped.stdout").read_text()
 
     [outcome] = summary["runs"]
@@ -256,8 +267,12 @@ def test_reconcile_interval_takes_over_killed_runs_until_interrupted(workdir: Pa
         _kill_at_second_step(workdir, "watched")
         _wait_for(lambda: _record(workdir, "watched").status is RunStatus.COMPLETED,
                   "the reconciler to finish the run", child=reconciler)
+        # The pass that resumed the run prints its summary when it ends, which
+        # on a loaded machine can be a while after the run completed.
+        _wait_for(lambda: _resumed_in_passes(workdir / "watcher.stdout") >= 1,
+                  "the pass that resumed the run to report it", child=reconciler)
         reconciler.send_signal(signal.SIGINT)
-        assert reconciler.wait(timeout=60) == 0
+        assert reconciler.wait(timeout=300) == 0
     finally:
         reconciler.kill()
         reconciler.wait()
