@@ -43,6 +43,7 @@ import importlib
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
@@ -100,10 +101,21 @@ class ModelProfile(_Strict):
 
 class McpAuth(_Strict):
     """How an HTTP connection authenticates: `none`, or `bearer` with a token from the
-    environment. (The reference's `oauth` and `client_credentials` are not supported.)"""
+    environment. The reference's `oauth` and `client_credentials` are refused by
+    name: this runtime has no token exchange to run them."""
 
-    type: Literal["none", "bearer"]
+    type: str
     token: EnvReference | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _supported(cls, value: str) -> str:
+        if value in ("oauth", "client_credentials"):
+            raise ValueError(f"{value} MCP auth is not supported by this runtime; use "
+                             "bearer with token: {env: NAME}")
+        if value not in ("none", "bearer"):
+            raise ValueError(f"{value!r} is not an MCP auth type: use none or bearer")
+        return value
 
 
 class McpConnectionConfig(_Strict):
@@ -187,9 +199,13 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
     try:
         config = RuntimeConfig.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        reason = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(reason, source=source, field=_path_of(first["loc"])) from error
+        problems = [("unknown field" if problem["type"] == "extra_forbidden"
+                     else problem["msg"].removeprefix("Value error, "), _path_of(problem["loc"]))
+                    for problem in error.errors()]
+        reason, field = problems[0]
+        if len(problems) > 1:
+            reason += " (also: " + "; ".join(f"{at}: {why}" for why, at in problems[1:]) + ")"
+        raise ConfigError(reason, source=source, field=field) from error
     for name, profile in config.models.items():
         if config.driver_of(profile.provider) is None:
             raise ConfigError(f"model profile {name!r} names unknown provider "
@@ -199,6 +215,10 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
         if provider.driver == "openai-compatible" and provider.base_url is None:
             raise ConfigError("an openai-compatible provider needs baseURL", source=source,
                               field=f"providers.{name}.baseURL")
+        if isinstance(provider.base_url, str) and url_has_credentials(provider.base_url):
+            raise ConfigError("give the endpoint without URL credentials (user:password@); "
+                              "send them with apiKey or headers as env references",
+                              source=source, field=f"providers.{name}.baseURL")
     for name, connection in config.connections.items():
         _check_connection(connection, source=source, at=f"connections.{name}")
     for name, target in config.tools.items():
@@ -206,6 +226,16 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
             raise ConfigError("a tool is named as \"module:function\"", source=source,
                               field=f"tools.{name}")
     return config
+
+
+def url_has_credentials(url: str) -> bool:
+    """Whether `url` embeds a user or password (`https://user:secret@host/`): a
+    credential written into a file, and logged wherever the URL is."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
 
 
 def _check_connection(connection: McpConnectionConfig, *, source: str, at: str) -> None:

@@ -19,7 +19,6 @@ import asyncio
 import os
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import Budget, Checkpoint, ParentRef, RunError, RunRecord, RunStatus
 
+from agent_runtime.capabilities import ResolvedModel, capability_problem, step_capabilities
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
@@ -58,16 +58,6 @@ from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
 from agent_runtime.variables import resolve_variables
-
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    adapter: ModelAdapter
-    provider: str
-    model: str
-    options: dict[str, Any]
-    # The profile's `capabilities.streaming`; None when it does not say.
-    streaming: bool | None = None
 
 
 def default_owner() -> str:
@@ -204,6 +194,10 @@ class AgentRuntime:
                 self.resolve_model(step.model, manifest, options)
             except StepFailed as failure:
                 raise ConfigError(failure.message, source=source, field=f"{path}.model") from None
+            problem = capability_problem(step, step_capabilities(step, manifest, self.config,
+                                                                 options.get("model")))
+            if problem is not None:
+                raise ConfigError(problem[1], source=source, field=f"{path}.{problem[0]}")
             try:
                 self.resolve_tools(step.tools or [], manifest)
             except StepFailed as failure:

@@ -258,10 +258,6 @@ class Execution:
                                    "at": self.now().isoformat()})
             self.events.emit("step.skipped", step_id=step.id, step_path=frame.step_path)
             return
-        limit = self.manifest.limits.max_steps if self.manifest.limits else None
-        if fresh and limit is not None and self.state.executed_steps >= limit:
-            raise StepFailed("max_steps_exceeded",
-                             f"limits.maxSteps is {limit}; step {frame.step_path} would exceed it")
         executor = self.runtime.steps.get(step.type)
         if executor is None:
             raise StepFailed("unsupported_step",

@@ -410,6 +410,14 @@ class AgentManifest(SchemaModel):
                                  "connections", index, field)
             names.add(alias)
         _unique_step_ids(self.steps)
+        declared = sum(1 for _ in iter_steps(self.steps))
+        if self.limits is not None and self.limits.max_steps is not None \
+                and declared > self.limits.max_steps:
+            # As the reference: the steps written, loop children once each, not
+            # the steps run (a loop's iterations are bounded by maxIterations).
+            raise rule_error(f"the manifest declares {declared} steps (loop children "
+                             f"included), more than its limit of {self.limits.max_steps}",
+                             "limits", "maxSteps")
         return self
 
 
@@ -450,7 +458,31 @@ def parse_agent_manifest(data: Any, *, source: str) -> AgentManifest:
     try:
         return AgentManifest.model_validate(data, by_name=False)
     except ValidationError as exc:
-        raise manifest_error_from_validation(exc, source=source) from None
+        raise manifest_error_from_validation(exc, source=source,
+                                             more=duplicate_step_ids(data)) from None
+
+
+def duplicate_step_ids(data: Any, prefix: str = "steps") -> Iterator[tuple[str, str]]:
+    """Duplicate sibling step ids in raw manifest data, as (path, reason).
+
+    The models check this only once every field of a step list is valid; read
+    from the raw data, a duplicate is reported alongside the other problems.
+    """
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        return
+    seen: set[str] = set()
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        step_id = step.get("id")
+        if isinstance(step_id, str) and step_id:
+            if step_id in seen:
+                yield (f"{prefix}[{index}].id",
+                       f"duplicate step id {step_id!r} among sibling steps")
+            seen.add(step_id)
+        if step.get("type") == "loop":
+            yield from duplicate_step_ids(step, f"{prefix}[{index}].steps")
 
 
 def manifest_json(manifest: AgentManifest) -> dict[str, Any]:

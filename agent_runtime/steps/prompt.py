@@ -33,7 +33,7 @@ from agent_runtime.templates import render
 from agent_runtime.tools import ToolArgumentsError, ToolContext
 
 if TYPE_CHECKING:
-    from agent_runtime.engine import ResolvedModel
+    from agent_runtime.capabilities import ResolvedModel
     from agent_runtime.execution import Execution
 
 DEFAULT_MAX_TOOL_CALLS = 25
