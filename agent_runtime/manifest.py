@@ -34,6 +34,7 @@ from pydantic import (
 
 from agent_runtime.conditions import compile_condition
 from agent_runtime.errors import ConditionSyntaxError
+from agent_runtime.manifest_duplicates import duplicate_names
 from agent_runtime.manifest_input import (
     JsonObject,
     NonEmptyStr,
@@ -459,30 +460,7 @@ def parse_agent_manifest(data: Any, *, source: str) -> AgentManifest:
         return AgentManifest.model_validate(data, by_name=False)
     except ValidationError as exc:
         raise manifest_error_from_validation(exc, source=source,
-                                             more=duplicate_step_ids(data)) from None
-
-
-def duplicate_step_ids(data: Any, prefix: str = "steps") -> Iterator[tuple[str, str]]:
-    """Duplicate sibling step ids in raw manifest data, as (path, reason).
-
-    The models check this only once every field of a step list is valid; read
-    from the raw data, a duplicate is reported alongside the other problems.
-    """
-    steps = data.get("steps") if isinstance(data, dict) else None
-    if not isinstance(steps, list):
-        return
-    seen: set[str] = set()
-    for index, step in enumerate(steps):
-        if not isinstance(step, dict):
-            continue
-        step_id = step.get("id")
-        if isinstance(step_id, str) and step_id:
-            if step_id in seen:
-                yield (f"{prefix}[{index}].id",
-                       f"duplicate step id {step_id!r} among sibling steps")
-            seen.add(step_id)
-        if step.get("type") == "loop":
-            yield from duplicate_step_ids(step, f"{prefix}[{index}].steps")
+                                             more=duplicate_names(data)) from None
 
 
 def manifest_json(manifest: AgentManifest) -> dict[str, Any]:
