@@ -45,7 +45,16 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from agent_runtime.errors import ConfigError, ConfigNotFound, ManifestError
 from agent_runtime.limits import CONFIG_BYTES, InputLimits, decode_utf8, read_bounded
@@ -83,13 +92,29 @@ class ProviderConfig(_Strict):
 
 
 class ModelCapabilities(_Strict):
+    """What a profile's model can do; each refuses the steps it cannot run
+    (`agent_runtime.capabilities`), and `streaming` picks how drivers call it.
+
+    The reference's `reasoning` and `maxInputTokens` describe a model without
+    changing what its runtime does; here they are refused by name rather than
+    accepted and ignored."""
+
     streaming: bool | None = None
     tools: bool | None = None
     structured_output: bool | None = Field(default=None, alias="structuredOutput")
-    reasoning: bool | None = None
     image_input: bool | None = Field(default=None, alias="imageInput")
-    max_input_tokens: int | None = Field(default=None, alias="maxInputTokens", gt=0)
     max_output_tokens: int | None = Field(default=None, alias="maxOutputTokens", gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_descriptive_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in ("reasoning", "maxInputTokens"):
+                if name in data:
+                    raise PydanticCustomError(
+                        "no_effect", "{name} has no effect in this runtime (nor in the "
+                        "reference's): remove it", {"name": name})
+        return data
 
 
 class ModelProfile(_Strict):
