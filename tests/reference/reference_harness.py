@@ -16,6 +16,7 @@ from agent_runtime.manifest import AgentManifest, parse_agent_manifest
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.steps import default_steps
 from agent_runtime.testing import FakeClock, scripted
+from stores.base import RunStore
 from stores.memory import MemoryRunStore
 from stores.records import Frame
 
@@ -61,9 +62,9 @@ class StandInChild:
 
 class Host:
     def __init__(self, *, model: ScriptedModel | None = None, child: StandInChild | None = None,
-                 store: MemoryRunStore | None = None, config: RuntimeConfig | None = None,
+                 store: RunStore | None = None, config: RuntimeConfig | None = None,
                  **runtime: Any) -> None:
-        self.store = store or MemoryRunStore()
+        self.store: RunStore = store if store is not None else MemoryRunStore()
         self.clock = FakeClock()
         self.events = ListEventSink()
         self.model = model or scripted()
