@@ -532,6 +532,8 @@ def test_max_tool_calls_per_iteration_fails_a_larger_response() -> None:
 
 
 def test_a_run_manifest_file_sets_id_variables_and_budget(tmp_path: Path) -> None:
+    """Also core/src/agent-runtime.test.ts: "starts a run from a validated agent run manifest
+    that references an agent"."""
     (tmp_path / "brief.agent.json").write_text(json.dumps({
         "schemaVersion": "1.0",
         "variables": [{"key": "audience", "type": "string", "value": "everyone"}],
