@@ -186,7 +186,8 @@ class _Parser:
 
     def parse(self) -> _Node:
         if self.tokens[0].kind == "end":
-            raise _error(self.expression, 0, "empty expression")
+            # A blank condition is true, as the reference's evaluator has it.
+            return _node("literal", True)
         node = self._expression(0)
         if (token := self.tokens[self.index]).kind != "end":
             raise self._unexpected(token)

@@ -43,8 +43,18 @@ import importlib
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from agent_runtime.errors import ConfigError, ConfigNotFound, ManifestError
 from agent_runtime.limits import CONFIG_BYTES, InputLimits, decode_utf8, read_bounded
@@ -82,13 +92,29 @@ class ProviderConfig(_Strict):
 
 
 class ModelCapabilities(_Strict):
+    """What a profile's model can do; each refuses the steps it cannot run
+    (`agent_runtime.capabilities`), and `streaming` picks how drivers call it.
+
+    The reference's `reasoning` and `maxInputTokens` describe a model without
+    changing what its runtime does; here they are refused by name rather than
+    accepted and ignored."""
+
     streaming: bool | None = None
     tools: bool | None = None
     structured_output: bool | None = Field(default=None, alias="structuredOutput")
-    reasoning: bool | None = None
     image_input: bool | None = Field(default=None, alias="imageInput")
-    max_input_tokens: int | None = Field(default=None, alias="maxInputTokens", gt=0)
     max_output_tokens: int | None = Field(default=None, alias="maxOutputTokens", gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_descriptive_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in ("reasoning", "maxInputTokens"):
+                if name in data:
+                    raise PydanticCustomError(
+                        "no_effect", "{name} has no effect in this runtime (nor in the "
+                        "reference's): remove it", {"name": name})
+        return data
 
 
 class ModelProfile(_Strict):
@@ -100,10 +126,21 @@ class ModelProfile(_Strict):
 
 class McpAuth(_Strict):
     """How an HTTP connection authenticates: `none`, or `bearer` with a token from the
-    environment. (The reference's `oauth` and `client_credentials` are not supported.)"""
+    environment. The reference's `oauth` and `client_credentials` are refused by
+    name: this runtime has no token exchange to run them."""
 
-    type: Literal["none", "bearer"]
+    type: str
     token: EnvReference | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _supported(cls, value: str) -> str:
+        if value in ("oauth", "client_credentials"):
+            raise ValueError(f"{value} MCP auth is not supported by this runtime; use "
+                             "bearer with token: {env: NAME}")
+        if value not in ("none", "bearer"):
+            raise ValueError(f"{value!r} is not an MCP auth type: use none or bearer")
+        return value
 
 
 class McpConnectionConfig(_Strict):
@@ -187,9 +224,13 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
     try:
         config = RuntimeConfig.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        reason = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(reason, source=source, field=_path_of(first["loc"])) from error
+        problems = [("unknown field" if problem["type"] == "extra_forbidden"
+                     else problem["msg"].removeprefix("Value error, "), _path_of(problem["loc"]))
+                    for problem in error.errors()]
+        reason, field = problems[0]
+        if len(problems) > 1:
+            reason += " (also: " + "; ".join(f"{at}: {why}" for why, at in problems[1:]) + ")"
+        raise ConfigError(reason, source=source, field=field) from error
     for name, profile in config.models.items():
         if config.driver_of(profile.provider) is None:
             raise ConfigError(f"model profile {name!r} names unknown provider "
@@ -199,6 +240,10 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
         if provider.driver == "openai-compatible" and provider.base_url is None:
             raise ConfigError("an openai-compatible provider needs baseURL", source=source,
                               field=f"providers.{name}.baseURL")
+        if isinstance(provider.base_url, str) and url_has_credentials(provider.base_url):
+            raise ConfigError("give the endpoint without URL credentials (user:password@); "
+                              "send them with apiKey or headers as env references",
+                              source=source, field=f"providers.{name}.baseURL")
     for name, connection in config.connections.items():
         _check_connection(connection, source=source, at=f"connections.{name}")
     for name, target in config.tools.items():
@@ -206,6 +251,16 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
             raise ConfigError("a tool is named as \"module:function\"", source=source,
                               field=f"tools.{name}")
     return config
+
+
+def url_has_credentials(url: str) -> bool:
+    """Whether `url` embeds a user or password (`https://user:secret@host/`): a
+    credential written into a file, and logged wherever the URL is."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
 
 
 def _check_connection(connection: McpConnectionConfig, *, source: str, at: str) -> None:

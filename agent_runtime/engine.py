@@ -19,15 +19,16 @@ import asyncio
 import os
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore
+from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore, RunTerminal
 from stores.memory import MemoryRunStore
 from stores.records import Budget, Checkpoint, ParentRef, RunError, RunRecord, RunStatus
 
+from agent_runtime.capabilities import ResolvedModel, capability_problem, step_capabilities
+from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
@@ -47,7 +48,7 @@ from agent_runtime.manifest import (
 from agent_runtime.models import build_adapter
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
-from agent_runtime.results import RunResult
+from agent_runtime.results import TERMINAL, RunResult, finished_result
 from agent_runtime.run_ids import generate_run_id
 from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 from agent_runtime.state import RunState
@@ -57,16 +58,6 @@ from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
 from agent_runtime.variables import resolve_variables
-
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    adapter: ModelAdapter
-    provider: str
-    model: str
-    options: dict[str, Any]
-    # The profile's `capabilities.streaming`; None when it does not say.
-    streaming: bool | None = None
 
 
 def default_owner() -> str:
@@ -82,16 +73,6 @@ ORIGIN_OPTIONS = (FORKED_FROM, REQUEST_SHA256)
 
 def _without_origin(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return {key: value for key, value in (options or {}).items() if key not in ORIGIN_OPTIONS}
-
-
-class ForkSourceMissing(Exception):
-    """A forked run's first attempt found no checkpoint to start from."""
-
-
-def _unstartable(error: Exception) -> tuple[str, str]:
-    """The recorded error (type, message) of an attempt that cannot begin."""
-    return ("corrupt_record" if isinstance(error, CorruptRecord) else "fork_source_missing",
-            str(error))
 
 
 class AgentRuntime:
@@ -213,6 +194,10 @@ class AgentRuntime:
                 self.resolve_model(step.model, manifest, options)
             except StepFailed as failure:
                 raise ConfigError(failure.message, source=source, field=f"{path}.model") from None
+            problem = capability_problem(step, step_capabilities(step, manifest, self.config,
+                                                                 options.get("model")))
+            if problem is not None:
+                raise ConfigError(problem[1], source=source, field=f"{path}.{problem[0]}")
             try:
                 self.resolve_tools(step.tools or [], manifest)
             except StepFailed as failure:
@@ -347,13 +332,20 @@ class AgentRuntime:
                     f"the manifest changed since run {run_id!r} started ({record.manifest_hash} "
                     f"-> {given_hash}); a changed manifest is a new definition: start a new run",
                     source=source)
-        reserved = self.store.resume_run(run_id, owner=self.owner, now=self.clock.now(),
-                                         lease_seconds=self.lease_seconds,
-                                         allow_running_takeover=allow_running_takeover)
+        if record.status in TERMINAL:
+            return finished_result(record)
+        # Checked before an attempt is reserved: nothing runs from a damaged checkpoint.
+        check_checkpoint(record, self.store.load_latest_checkpoint(run_id), agent)
+        try:
+            reserved = self.store.resume_run(run_id, owner=self.owner, now=self.clock.now(),
+                                             lease_seconds=self.lease_seconds,
+                                             allow_running_takeover=allow_running_takeover)
+        except RunTerminal:  # it finished since it was read
+            return finished_result(self.store.load_run(run_id) or record)
         try:
             execution = self._execution(reserved, agent, budget=budget)
         except (ForkSourceMissing, CorruptRecord) as cannot:
-            return self._fail_unstarted(reserved, *_unstartable(cannot))
+            return self._fail_unstarted(reserved, *unstartable(cannot))
         execution.resolutions = dict(effect_resolutions or {})
         return await self._execute(execution)
 
@@ -398,17 +390,12 @@ class AgentRuntime:
             raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
         if record.status is not RunStatus.RUNNING or (
                 expected_attempt is not None and record.attempt != expected_attempt):
-            return RunResult(run_id=run_id, status=record.status, attempt=record.attempt,
-                             output=record.output,
-                             suspension=None if record.suspension is None
-                             else record.suspension.model_dump(mode="json"),
-                             error=None if record.error is None
-                             else record.error.model_dump(mode="json"))
+            return finished_result(record)
         try:
             execution = self._execution(record, self.stored_manifest(record), budget=budget,
                                         deadline=deadline)
         except (ForkSourceMissing, CorruptRecord) as cannot:
-            return self._fail_unstarted(record, *_unstartable(cannot))
+            return self._fail_unstarted(record, *unstartable(cannot))
         return await self._execute(execution)
 
     def create_fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,

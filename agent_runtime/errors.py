@@ -91,6 +91,20 @@ class StepFailed(AgentRuntimeError):
         self.details = details or {}
 
 
+class CheckpointUnavailable(AgentRuntimeError):
+    """The store could not save a checkpoint (or a run's final write) for a reason other
+    than lost ownership: a full disk, a dropped connection, a broken store.
+
+    The run cannot go on without its commit point, so it fails as
+    `checkpoint_unavailable`; no later step runs.
+    """
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        self.run_id = run_id
+        self.cause = cause
+        super().__init__(f"run {run_id}: checkpoint unavailable: {type(cause).__name__}: {cause}")
+
+
 class RunSignal(BaseException):
     """Control flow that user tool code must not swallow with `except Exception`."""
 

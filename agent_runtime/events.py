@@ -15,6 +15,7 @@ the known ones is `other`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import uuid
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent_runtime.excerpts import escape_json_text
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -149,5 +152,11 @@ class EventEmitter:
                           step_id=step_id, step_path=step_path,
                           data={k: v for k, v in data.items() if v is not None})
         for sink in self._sinks:
-            sink.emit(event)
+            try:
+                sink.emit(event)
+            except Exception:
+                # Events are observations, not the run's record: a sink that
+                # fails (a full disk, a closed pipe) must not fail or mask the run.
+                logger.warning("event sink %s failed on %s of run %s", type(sink).__name__,
+                               type_, self._run_id, exc_info=True)
         return event

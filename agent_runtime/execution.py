@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +26,8 @@ from stores.records import ArtifactRef, Frame, RunError, RunRecord, RunStatus, u
 
 from agent_runtime.conditions import evaluate_condition
 from agent_runtime.errors import (
+    AgentRuntimeError,
+    CheckpointUnavailable,
     ConditionEvaluationError,
     DeadlineReached,
     EndRun,
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 # How an operator may settle an effect whose outcome is unknown.
 SETTLE_ACTIONS = ("retry", "result", "skip")
 
@@ -49,11 +53,12 @@ SETTLE_ACTIONS = ("retry", "result", "skip")
 SEQUENCES_PER_CHECKPOINT = 1_000_000
 
 
-@dataclass
-class LostOwnership(Exception):
+class LostOwnership(AgentRuntimeError):
     """The store refused a write: another attempt took over, or the run was cancelled."""
 
-    cause: StoreError
+    def __init__(self, cause: StoreError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def join_path(prefix: str, *parts: object) -> str:
@@ -168,6 +173,9 @@ class Execution:
             # this attempt (a retried Lambda invocation) saved it first: it owns
             # the run now, and this one stops without touching it.
             raise LostOwnership(error) from error
+        except Exception as error:
+            # Without its commit point the run cannot go on: no later step runs.
+            raise CheckpointUnavailable(self.run_id, error) from error
         self._last_renewal = time.monotonic()
         self.events.emit("checkpoint.saved", seq=self.state.seq)
         if self.deadline is not None and now >= self.deadline:
@@ -250,10 +258,6 @@ class Execution:
                                    "at": self.now().isoformat()})
             self.events.emit("step.skipped", step_id=step.id, step_path=frame.step_path)
             return
-        limit = self.manifest.limits.max_steps if self.manifest.limits else None
-        if fresh and limit is not None and self.state.executed_steps >= limit:
-            raise StepFailed("max_steps_exceeded",
-                             f"limits.maxSteps is {limit}; step {frame.step_path} would exceed it")
         executor = self.runtime.steps.get(step.type)
         if executor is None:
             raise StepFailed("unsupported_step",
@@ -302,6 +306,8 @@ class Execution:
             return await self._attempt(started)
         except LostOwnership as lost:
             return self._lost_result(lost.cause)
+        except CheckpointUnavailable as unavailable:
+            return self._fail_unsaved(unavailable)
 
     async def _attempt(self, started: float) -> RunResult:
         steps = self.manifest.steps
@@ -325,7 +331,7 @@ class Execution:
                                        details=failure.details))
         except DeadlineReached:
             return self.result(RunStatus.RUNNING)
-        except LostOwnership:
+        except (LostOwnership, CheckpointUnavailable):
             raise
         except Exception as error:
             # A bug in a step, tool adapter or provider driver: fail the run with
@@ -367,9 +373,30 @@ class Execution:
             write(*args, **kwargs)
         except (StaleAttempt, RunTerminal) as error:
             raise LostOwnership(error) from error
+        except Exception as error:
+            raise CheckpointUnavailable(self.run_id, error) from error
+
+    def _fail_unsaved(self, unavailable: CheckpointUnavailable) -> RunResult:
+        """Fail the run as `checkpoint_unavailable` without a checkpoint (the store refused
+        one). When the store refuses that too, the result still says so, and the run's
+        lease expires for the reconciler; no store error escapes to the caller."""
+        error = RunError(type="checkpoint_unavailable", message=str(unavailable))
+        try:
+            self.store.fail_run(self.run_id, expected_attempt=self.attempt, error=error,
+                                at=self.now())
+        except (StaleAttempt, RunTerminal) as lost:
+            return self._lost_result(lost)
+        except Exception as second:
+            logger.warning("run %s: failing it after %s also failed: %s", self.run_id,
+                           unavailable, second)
+        self.events.emit("run.failed", error_type=error.type)
+        return self.result(RunStatus.FAILED, error=error)
 
     def _lost_result(self, cause: StoreError) -> RunResult:
-        current = self.store.load_run(self.run_id)
+        try:
+            current = self.store.load_run(self.run_id)
+        except Exception:  # the store failed again: report what is known
+            current = None
         status = current.status if current is not None else RunStatus.FAILED
         self.events.emit("run.superseded", reason=type(cause).__name__,
                          status=status.value)

@@ -34,6 +34,7 @@ from pydantic import (
 
 from agent_runtime.conditions import compile_condition
 from agent_runtime.errors import ConditionSyntaxError
+from agent_runtime.manifest_duplicates import duplicate_names
 from agent_runtime.manifest_input import (
     JsonObject,
     NonEmptyStr,
@@ -410,6 +411,14 @@ class AgentManifest(SchemaModel):
                                  "connections", index, field)
             names.add(alias)
         _unique_step_ids(self.steps)
+        declared = sum(1 for _ in iter_steps(self.steps))
+        if self.limits is not None and self.limits.max_steps is not None \
+                and declared > self.limits.max_steps:
+            # As the reference: the steps written, loop children once each, not
+            # the steps run (a loop's iterations are bounded by maxIterations).
+            raise rule_error(f"the manifest declares {declared} steps (loop children "
+                             f"included), more than its limit of {self.limits.max_steps}",
+                             "limits", "maxSteps")
         return self
 
 
@@ -450,7 +459,8 @@ def parse_agent_manifest(data: Any, *, source: str) -> AgentManifest:
     try:
         return AgentManifest.model_validate(data, by_name=False)
     except ValidationError as exc:
-        raise manifest_error_from_validation(exc, source=source) from None
+        raise manifest_error_from_validation(exc, source=source,
+                                             more=duplicate_names(data)) from None
 
 
 def manifest_json(manifest: AgentManifest) -> dict[str, Any]:

@@ -471,20 +471,28 @@ def _shown(value: Any) -> str:
     return describe(value)
 
 
-def manifest_error_from_validation(exc: ValidationError, *, source: str) -> ManifestError:
-    """The first validation problem, located the way the user wrote the manifest.
+# Enough to fix a manifest in one pass; past it the count says how many remain.
+MAX_REPORTED_PROBLEMS = 20
 
-    `field` and the start of the reason are the first problem's; up to two
-    more are summarised after it so one run of `validate` shows a few at once.
+
+def manifest_error_from_validation(exc: ValidationError, *, source: str,
+                                   more: Iterable[tuple[str, str]] = ()) -> ManifestError:
+    """Every validation problem, located the way the user wrote the manifest.
+
+    `field` and the start of the reason are the first problem's; the others
+    follow it, so one run of `validate` shows them all. `more` adds problems
+    (path, reason) found outside pydantic, such as rules of a model whose
+    fields already failed.
     """
     problems = []
     for error in exc.errors(include_url=False):
         reason, path = _reason(error, _user_loc(tuple(error["loc"])))
         problems.append((format_path(path), reason))
+    problems.extend(problem for problem in more if problem not in problems)
     field, reason = problems[0]
-    others = [f"{p}: {r}" if p else r for p, r in problems[1:3]]
-    if len(problems) > 3:
-        others.append(f"{len(problems) - 3} more")
+    others = [f"{p}: {r}" if p else r for p, r in problems[1:MAX_REPORTED_PROBLEMS]]
+    if len(problems) > MAX_REPORTED_PROBLEMS:
+        others.append(f"{len(problems) - MAX_REPORTED_PROBLEMS} more")
     if others:
         reason += f" (also: {'; '.join(others)})"
     return ManifestError(reason, source=source, field=field or None)

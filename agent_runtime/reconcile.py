@@ -432,6 +432,9 @@ class Reconciler:
         runtime = self.runtime_for(run)
         result = await runtime.run(run_id=run.run_id, resume=True,
                                    allow_running_takeover=run.status is RunStatus.RUNNING)
+        if not result.executed:  # another executor finished it first
+            raise RunTerminal(f"run {run.run_id} is now {result.status.value}, "
+                              f"attempt {result.attempt}")
         return Resumed(result.attempt, result.status)
 
     async def _resume(self, events: _PassEvents, run: RunRecord,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stores.records import RunStatus
+from stores.records import RunRecord, RunStatus
 
 
 @dataclass
@@ -20,6 +20,9 @@ class RunResult:
     suspension: dict[str, Any] | None = None
     usage: dict[str, int] = field(default_factory=dict)
     error: dict[str, Any] | None = None
+    # False when the call found the run not running and executed nothing:
+    # the result is what the run's record holds.
+    executed: bool = True
 
     def to_json(self) -> dict[str, Any]:
         body = {"run_id": self.run_id, "status": self.status.value, "attempt": self.attempt,
@@ -27,3 +30,17 @@ class RunResult:
         if self.error is not None:
             body["error"] = self.error
         return body
+
+
+TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+def finished_result(record: RunRecord) -> RunResult:
+    """The result a run's record holds: what resuming a run that is not running
+    (finished, or suspended) answers, instead of a store error."""
+    return RunResult(run_id=record.run_id, status=record.status, attempt=record.attempt,
+                     output=record.output,
+                     suspension=None if record.suspension is None
+                     else record.suspension.model_dump(mode="json"),
+                     error=None if record.error is None else record.error.model_dump(mode="json"),
+                     executed=False)

@@ -48,7 +48,6 @@ class RunState:
     results: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     model_requests: int = 0
     step_requests: Counter[str] = field(default_factory=Counter)
-    executed_steps: int = 0
 
     @classmethod
     def initial(cls, variables: dict[str, Any], max_total_tokens: int | None) -> RunState:
@@ -72,8 +71,6 @@ class RunState:
     def add_result(self, entry: dict[str, Any]) -> None:
         self.step_results.append(entry)
         self.results[(entry["kind"], entry["step_path"])] = entry
-        if entry["kind"] == STEP and entry["status"] == COMPLETED:
-            self.executed_steps += 1
 
     def result(self, kind: str, step_path: str) -> dict[str, Any] | None:
         return self.results.get((kind, step_path))

@@ -252,7 +252,10 @@ def run_view(record: RunRecord) -> RunView:
         parent=None if record.parent is None
         else Parent(run_id=record.parent.run_id, step_path=record.parent.step_path),
         suspension=None if suspension is None else SuspensionView(
-            reason=suspension.reason, details=camel_keys(suspension.details),
+            # An approval's `details` is the step's metadata, the user's value: kept as written.
+            reason=suspension.reason, details={
+                **camel_keys({k: v for k, v in suspension.details.items() if k != "details"}),
+                **{k: v for k, v in suspension.details.items() if k == "details"}},
             # The decision's `response` is the user's value: only its own keys change.
             decision=None if suspension.decision is None
             else _top_level_camel(suspension.decision)),

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent_runtime.errors import AgentRuntimeError
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -101,7 +103,7 @@ class ModelAdapter(Protocol):
         ...
 
 
-class ModelError(Exception):
+class ModelError(AgentRuntimeError):
     """A provider call failed in a way the run should report (not a crash of ours).
 
     `code` is the provider's error type or code (else `http_<status>`, `timeout`,

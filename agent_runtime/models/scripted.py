@@ -11,7 +11,8 @@ script has no entry for is answered as `scripted/echo` would.
 Entries: `text`, `json`, `toolCalls: [{name, arguments, id?}]`, `usage:
 {inputTokens, outputTokens, totalTokens}` (`usage: null` reports none),
 `error: {code, message}` (the provider call fails), `delayMs` (the answer
-takes that long; useful to kill a run mid-flight).
+takes that long; useful to kill a run mid-flight), `finishReason` (why the
+model stopped, as a driver reports it: `length` for a truncated answer).
 
 Set `AGENT_RUNTIME_SCRIPTED_LOG=FILE` to append one JSON line per request
 answered (run, step, request index): the request count survives a killed
@@ -43,7 +44,7 @@ from agent_runtime.models.base import (
 
 ECHO = "echo"
 REQUEST_LOG_ENV = "AGENT_RUNTIME_SCRIPTED_LOG"
-_ENTRY_FIELDS = {"text", "json", "toolCalls", "usage", "error", "delayMs"}
+_ENTRY_FIELDS = {"text", "json", "toolCalls", "usage", "error", "delayMs", "finishReason"}
 
 
 @dataclass
@@ -204,7 +205,9 @@ def _scripted_response(entry: dict[str, Any], request: ModelRequest) -> ModelRes
     else:
         usage = _usage(input_text, text or json.dumps([c.arguments for c in calls]))
     return ModelResponse(text=text, data=data, tool_calls=calls, usage=usage,
-                         finish_reason="tool-calls" if calls else "stop", model=request.model)
+                         finish_reason=str(entry.get("finishReason")
+                                           or ("tool-calls" if calls else "stop")),
+                         model=request.model)
 
 
 class ScriptedModel:

@@ -49,10 +49,16 @@ class ApprovalStepExecutor:
             "approval_id", approval_id_for(ctx.run_id, frame.step_path))
         decision = ctx.runtime.approvals.decision(ctx.run, approval_id)
         if decision is None:
+            # The event says only that an approval waits; the prompt and the step's
+            # metadata (the approver's details) go to the suspension, which the
+            # store keeps and the API and the CLI show.
             ctx.events.emit("approval.requested", step_id=step.id, step_path=frame.step_path,
-                            approval_id=approval_id)
-            raise SuspendRun("approval", {"approval_id": approval_id, "prompt": step.prompt,
-                                          "step_path": frame.step_path, "step_id": step.id})
+                            approval_id=approval_id, action=step.action or "pause")
+            details: dict[str, Any] = {"approval_id": approval_id, "prompt": step.prompt,
+                                       "step_path": frame.step_path, "step_id": step.id}
+            if step.metadata is not None:
+                details["details"] = step.metadata
+            raise SuspendRun("approval", details)
         approved = bool(decision.get("approved"))
         ctx.events.emit("approval.resolved", step_id=step.id, step_path=frame.step_path,
                         approval_id=approval_id, approved=approved)

@@ -29,11 +29,12 @@ from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
 from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
 from agent_runtime.state import MODEL_RESPONSE
+from agent_runtime.steps.prompt_media import resolve_media
 from agent_runtime.templates import render
 from agent_runtime.tools import ToolArgumentsError, ToolContext
 
 if TYPE_CHECKING:
-    from agent_runtime.engine import ResolvedModel
+    from agent_runtime.capabilities import ResolvedModel
     from agent_runtime.execution import Execution
 
 DEFAULT_MAX_TOOL_CALLS = 25
@@ -52,26 +53,54 @@ def _item(ctx: Execution, frame: Frame, type_: str, role: str,
     return item
 
 
-def _initial_messages(step: Any, scope: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+# Message-level fields of a `messages[]` entry that travel with it to the model.
+MESSAGE_FIELDS = ("metadata", "providerOptions")
+
+
+def _initial_messages(step: Any, scope: dict[str, Any]) -> list[dict[str, Any]]:
+    """`{role, content, metadata?, providerOptions?}` for each message the step starts with."""
     if step.messages is None:
         messages = []
         if step.system_prompt:
-            messages.append(("system", [{"type": "text",
-                                         "text": render(step.system_prompt, scope)}]))
-        messages.append(("user", [{"type": "text", "text": render(step.prompt or "", scope)}]))
+            messages.append({"role": "system", "content": [
+                {"type": "text", "text": render(step.system_prompt, scope)}]})
+        messages.append({"role": "user", "content": [
+            {"type": "text", "text": render(step.prompt or "", scope)}]})
         return messages
     rendered = []
     for message in step.messages:
         data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
-        parts = [{**part, "text": render(part["text"], scope)} if part.get("type") == "text"
-                 else part for part in data["content"]]
-        rendered.append((data["role"], parts))
+        data["content"] = [{**part, "text": render(part["text"], scope)}
+                           if part.get("type") == "text" else part for part in data["content"]]
+        rendered.append(data)
     return rendered
 
 
 def _as_message(item: dict[str, Any]) -> dict[str, Any]:
     role = "assistant" if item["type"] == MODEL_RESPONSE else item["role"]
-    return {"role": role, "content": item["content"]}
+    message = {"role": role, "content": item["content"]}
+    message.update({key: item[key] for key in MESSAGE_FIELDS if key in item})
+    return message
+
+
+def _truncated(finish_reason: str) -> bool:
+    """A finish reason saying the answer was cut at its token limit (as the reference
+    reads them: `length`, `max_tokens`, `max_output_tokens`)."""
+    return finish_reason.strip().lower().replace("-", "_") in (
+        "length", "max_tokens", "max_output_tokens")
+
+
+def _check_completion(step: Any, response: ModelResponse, step_path: str) -> None:
+    """The step's `completionPolicy`: a truncated answer fails unless `onTruncation:
+    accept`; with `requireOutput`, a final answer without output fails."""
+    policy = step.completion_policy
+    if _truncated(response.finish_reason) and (
+            policy is None or policy.on_truncation != "accept"):
+        raise StepFailed("output_truncated",
+                         f"step {step_path}: the model's answer was truncated "
+                         f"({response.finish_reason}); raise maxOutputTokens or set "
+                         "completionPolicy.onTruncation: accept",
+                         {"finish_reason": _event_finish_reason(response.finish_reason)})
 
 
 def _tool_fields(index: int, name: str) -> dict[str, Any]:
@@ -134,8 +163,10 @@ class PromptStepExecutor:
         limits = ctx.manifest.limits
         if "from" not in state:
             state.update({"from": len(ctx.state.transcript), "rounds": 0})
-            for role, content in _initial_messages(step, ctx.scope()):
-                ctx.state.add_transcript(_item(ctx, frame, "message", role, content))
+            for message in _initial_messages(step, ctx.scope()):
+                ctx.state.add_transcript(_item(
+                    ctx, frame, "message", message["role"], message["content"],
+                    **{key: message.get(key) for key in MESSAGE_FIELDS}))
         while True:
             if "pending" in state:
                 await self._run_tools(step, frame, ctx, tools)
@@ -145,7 +176,9 @@ class PromptStepExecutor:
                                  f"step {frame.step_path}: {MAX_MODEL_ROUNDS} model rounds "
                                  "without a final answer")
             ctx.state.budget.check(before="model request")
-            messages = [_as_message(item) for item in ctx.state.transcript[state["from"]:]]
+            messages = resolve_media(
+                [_as_message(item) for item in ctx.state.transcript[state["from"]:]],
+                ctx.runtime.artifacts, step_path=frame.step_path)
             if limits and limits.max_messages_per_prompt is not None \
                     and len(messages) > limits.max_messages_per_prompt:
                 raise StepFailed("too_many_messages",
@@ -168,8 +201,15 @@ class PromptStepExecutor:
                 step_request_index=ctx.state.step_requests[step.id] + 1)
             response = await self._call_model(model.adapter, request, frame, ctx)
             state["rounds"] += 1
+            _check_completion(step, response, frame.step_path)
             if not response.tool_calls:
                 output = _parse_output(step, response, frame.step_path)
+                policy = step.completion_policy
+                if policy is not None and policy.require_output and (
+                        output is None or (isinstance(output, str) and not output.strip())):
+                    raise StepFailed("output_required",
+                                     f"step {frame.step_path}: the model's answer has no "
+                                     "output, and completionPolicy.requireOutput is set")
                 if limits and limits.max_output_bytes is not None \
                         and json_size(output) > limits.max_output_bytes:
                     raise StepFailed("output_too_large",

@@ -4,8 +4,9 @@ The request is the step's `method` (default POST), `headers` and `body`
 (JSON-encoded; fields are passed as declared, never templated), with an
 `Idempotency-Key` header: the step's `idempotencyKey`, else
 `<runId>:<stepPath>`, the same on every attempt of the run. The output is
-`{status, headers, body}`: a few non-sensitive response headers, and the body
-JSON-decoded when the response says JSON, else text.
+the response body, as the reference's: JSON-decoded when the content type
+mentions JSON (a body that is not JSON then fails the step), else the text;
+null for an empty body. The status is in the `webhook.completed` event.
 
 Delivery: `timeoutMs` per request (default 10 s); 408, 425, 429, 5xx answers
 and transport errors are retried up to `retries` times (default 2) with
@@ -64,10 +65,6 @@ RETRYABLE_STATUSES = frozenset({408, 425, 429})
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
 MAX_RETRY_AFTER_SECONDS = 60.0
-# Response headers worth keeping in the output (and the checkpoint): none of
-# them carries credentials or session state.
-SAFE_RESPONSE_HEADERS = ("content-type", "content-length", "etag", "last-modified", "location",
-                         "retry-after", "x-request-id", "request-id")
 USER_AGENT = "agent-runtime/0.1"
 
 __all__ = ["WebhookStepExecutor", "backoff_seconds", "destination_refusal", "host_allowed",
@@ -170,16 +167,19 @@ async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     return bytes(body)
 
 
+class _NotJson(Exception):
+    """A response that says it is JSON and is not."""
+
+
 def _decode_body(response: httpx.Response, raw: bytes) -> Any:
     if not raw:
         return None
-    media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
     text = raw.decode(response.encoding or "utf-8", errors="replace")
-    if media_type == "application/json" or media_type.endswith("+json"):
+    if "json" in response.headers.get("content-type", "").lower():
         try:
             return json.loads(text)
-        except ValueError:
-            return text
+        except ValueError as error:
+            raise _NotJson(str(error)) from error
     return text
 
 
@@ -201,8 +201,9 @@ class WebhookStepExecutor:
             # Delivered and recorded by an earlier attempt that died before its checkpoint.
             recorded: dict[str, Any] = effect.result
             ctx.events.emit("webhook.completed", step_id=step.id, step_path=frame.step_path,
-                            status=(recorded.get("output") or recorded.get("error") or {})
-                            .get("status"), replayed=True)
+                            status=recorded.get("status",
+                                                (recorded.get("error") or {}).get("status")),
+                            replayed=True)
             return self._settled(recorded, frame)
         started = time.monotonic()
         result, attempts = await ctx.guarded(self._deliver(step, frame, ctx, destination,
@@ -217,7 +218,7 @@ class WebhookStepExecutor:
                             duration_ms=duration_ms)
         else:
             ctx.events.emit("webhook.completed", step_id=step.id, step_path=frame.step_path,
-                            status=result["output"]["status"], attempts=attempts,
+                            status=result["status"], attempts=attempts,
                             duration_ms=duration_ms)
         return self._settled(result, frame)
 
@@ -269,13 +270,15 @@ class WebhookStepExecutor:
                 else:
                     status = response.status_code
                     if 200 <= status <= 299:
-                        headers_out = {name: response.headers[name]
-                                       for name in SAFE_RESPONSE_HEADERS
-                                       if name in response.headers}
-                        output = {"status": status, "headers": headers_out,
-                                  "body": json_value(_decode_body(response, raw),
-                                                     what="webhook response")}
-                        return {"output": output}, attempt
+                        try:
+                            body = _decode_body(response, raw)
+                        except _NotJson as error:
+                            return {"error": {"type": "webhook_invalid_json", "status": status,
+                                              "message": f"{method} {destination.host} answered "
+                                                         f"{status} with a body that says JSON "
+                                                         f"and is not: {error}"}}, attempt
+                        return {"output": json_value(body, what="webhook response"),
+                                "status": status}, attempt
                     failure = {"type": "webhook_failed", "status": status,
                                "message": f"{method} {destination.host} answered {status} "
                                           f"after {attempt} request(s)"

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from agent_runtime.config import EnvReference, McpConnectionConfig, RuntimeConfig
-from agent_runtime.errors import ConfigError, StepFailed
+from agent_runtime.errors import AgentRuntimeError, ConfigError, StepFailed
 from agent_runtime.manifest import AgentManifest
 from agent_runtime.manifest_input import format_path
 from agent_runtime.models.base import ToolSpec
@@ -68,11 +68,11 @@ CLOSE_TIMEOUT_SECONDS = 5.0
 MAX_LISTING_PAGES = 100
 
 
-class McpConnectionError(Exception):
+class McpConnectionError(AgentRuntimeError):
     """A connection could not be opened, or its server could not list its tools."""
 
 
-class McpToolError(Exception):
+class McpToolError(AgentRuntimeError):
     """The server answered the call with `isError`; the message is its text."""
 
 

@@ -493,8 +493,6 @@ def test_condition_identifiers(expression: str, names: list[str]) -> None:
 @pytest.mark.parametrize(
     ("expression", "position", "reason"),
     [
-        ("", 0, "empty expression"),
-        ("   ", 0, "empty expression"),
         ("a ==", 4, "expected a value at end of expression"),
         ("a == == b", 5, "unexpected token '==' at position 5"),
         ("1 +* 2", 3, "unexpected token '*' at position 3"),

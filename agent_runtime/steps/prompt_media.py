@@ -1,0 +1,74 @@
+"""Artifact references in a prompt's message history, made inline for the model.
+
+A durable history names media by artifact (`{type: image, artifact: {...}}`)
+rather than carrying its bytes. As the reference does, when the runtime has
+an artifact store each request gets the bytes inline: an image or file part
+gains `data` (base64), and a tool result's artifacts become `data:` URIs. The
+transcript keeps the references, so checkpoints stay small. Without a store,
+a reference must carry a `uri` the provider can fetch.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from stores.base import ArtifactStore
+
+from agent_runtime.errors import StepFailed
+
+MEDIA_PARTS = ("image", "file")
+
+
+def resolve_media(messages: list[dict[str, Any]], store: ArtifactStore | None, *,
+                  step_path: str) -> list[dict[str, Any]]:
+    """`messages` with artifact references inlined from `store` (new dicts; the
+    transcript's own are left as they are)."""
+    return [{**message, "content": [_part(part, store, step_path)
+                                    for part in message.get("content") or []]}
+            for message in messages]
+
+
+def _part(part: dict[str, Any], store: ArtifactStore | None, step_path: str) -> dict[str, Any]:
+    kind = part.get("type")
+    if kind == "tool-result" and store is not None:
+        artifacts = (part.get("result") or {}).get("artifacts")
+        if artifacts:
+            loaded = []
+            for artifact in artifacts:
+                data, media_type = _load(artifact, store, step_path)
+                loaded.append({**artifact, "mediaType": media_type, "size": len(data),
+                                "uri": f"data:{media_type};base64,"
+                                       f"{base64.b64encode(data).decode('ascii')}"})
+            return {**part, "result": {**part["result"], "artifacts": loaded}}
+        return part
+    artifact = part.get("artifact")
+    if kind not in MEDIA_PARTS or artifact is None or part.get("data") is not None:
+        return part
+    if store is None:
+        if artifact.get("uri") is None:
+            raise StepFailed("artifact_unavailable",
+                             f"step {step_path}: media artifact {artifact.get('id')!r} needs an "
+                             "artifact store (--artifacts) or a uri")
+        return part
+    data, media_type = _load(artifact, store, step_path)
+    inlined: dict[str, Any] = {**part, "data": base64.b64encode(data).decode("ascii"),
+               "mediaType": part.get("mediaType") or media_type}
+    if kind == "file":
+        inlined["name"] = part.get("name") or artifact.get("name")
+    return inlined
+
+
+def _load(artifact: dict[str, Any], store: ArtifactStore, step_path: str) -> tuple[bytes, str]:
+    uri = artifact.get("uri")
+    if not uri:
+        raise StepFailed("artifact_unavailable",
+                         f"step {step_path}: artifact {artifact.get('id')!r} has no uri to "
+                         "load it from the artifact store by")
+    try:
+        data = store.get(uri)
+    except (OSError, KeyError, ValueError) as error:
+        raise StepFailed("artifact_unavailable",
+                         f"step {step_path}: artifact {artifact.get('id')!r} could not be "
+                         f"loaded: {error}") from error
+    return data, str(artifact.get("mediaType") or "application/octet-stream")
