@@ -23,6 +23,15 @@ class TokenBudget:
     def exhausted(self) -> bool:
         return self.max_total_tokens is not None and self.consumed_tokens >= self.max_total_tokens
 
+    @property
+    def overshoot_tokens(self) -> int:
+        """Tokens consumed beyond the limit: what requests already in flight took
+        once it was reached (one request in a sequential run; a parallel wave's
+        members in flight together)."""
+        if self.max_total_tokens is None:
+            return 0
+        return max(0, self.consumed_tokens - self.max_total_tokens)
+
     def check(self, *, before: str) -> None:
         """Suspend the run (`token-budget`) when nothing is left; `before` says what waits."""
         if self.exhausted:
