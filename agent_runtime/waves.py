@@ -153,10 +153,12 @@ class WaveRunner:
         for index in members:
             if index in finished:
                 continue
-            # The member's continuation is this same dict in the wave's record.
+            # The member's continuation is this same dict in the wave's record
+            # (model_construct: validating would copy it).
             continuation = record["members"].setdefault(str(index), {})
-            frames[index] = Frame(step_path=steps[index].id, step_id=steps[index].id,
-                                  step_index=index, continuation=continuation)
+            frames[index] = Frame.model_construct(
+                step_path=steps[index].id, step_id=steps[index].id, step_index=index,
+                loop_iteration=None, child_index=None, continuation=continuation)
         self.active, self.stopping = True, False
         tasks = {index: asyncio.create_task(self._member(steps[index], member, record))
                  for index, member in frames.items()}

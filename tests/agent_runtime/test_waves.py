@@ -159,6 +159,7 @@ def test_the_cursor_records_the_wave_and_its_finished_members() -> None:
     wave = first.cursor[0].continuation["wave"]
     assert wave["steps"] == [0, 1, 2, 3] and wave["finished"] == [0]
     assert set(wave["members"]) == {"1", "2", "3"}  # each with its own progress
+    assert all("from" in progress for progress in wave["members"].values())
     assert [entry["step_id"] for entry in first.step_results] == ["north"]
 
 
@@ -187,6 +188,20 @@ def test_a_wave_spans_advance_slices_and_no_answered_request_is_asked_again() ->
     per_step = [request.step_id for request in model.requests]
     assert sorted(per_step) == sorted(r.step_id for r in uninterrupted.model.requests)
     assert all(per_step.count(step_id) == 2 for step_id in IDS)
+    # each member's conversation is the uninterrupted one: resumed, not restarted
+    assert conversations(h, result.run_id) == conversations(uninterrupted, reference.run_id)
+
+
+def conversations(h: Harness, run_id: str) -> dict[str, list[tuple[str, str]]]:
+    saved = h.store.load_latest_checkpoint(run_id)
+    assert saved is not None
+    talk: dict[str, list[tuple[str, str]]] = {}
+    for item in saved.transcript:
+        # call ids and idempotency keys differ from run to run; names and texts do not
+        said = [part.get("text") or (part.get("call") or part.get("result") or {}).get("name")
+                for part in item["content"]]
+        talk.setdefault(item["step_path"], []).append((item["type"], str(said)))
+    return talk
 
 
 def test_a_failing_member_fails_the_run_after_the_others_finish_their_request() -> None:
