@@ -78,8 +78,8 @@ def main() -> None:
                 measured[name] = measure(directory, f"{name}-{round_number}", step_ids,
                                          args.delay_ms, execution)
                 seconds[name].append(measured[name])
-            for name in ratios:
-                ratios[name].append(measured[name] / measured["one"])
+            for name, values in ratios.items():
+                values.append(measured[name] / measured["one"])
     print(f"four independent prompts, {args.delay_ms} ms per answer, {args.rounds} rounds "
           "(medians)")
     for name, _, _ in subjects:
