@@ -269,7 +269,7 @@ class Execution:
             raise StepFailed("unsupported_step",
                              f"step {frame.step_path}: {step.type!r} steps are not supported "
                              "by this runtime yet")
-        consumed_before = self.state.budget.consumed_tokens
+        consumed_before = self.state.budget.spent(frame.step_path)
         started = time.monotonic()
         self.events.emit("step.started", step_id=step.id, step_path=frame.step_path,
                          kind=step.type, resumed=not fresh or None)
@@ -281,7 +281,7 @@ class Execution:
                                "at": self.now().isoformat()})
         self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
                          kind=step.type, duration_ms=round((time.monotonic() - started) * 1000),
-                         tokens=self.state.budget.consumed_tokens - consumed_before)
+                         tokens=self.state.budget.spent(frame.step_path) - consumed_before)
 
     # -- the attempt ---------------------------------------------------------
 

@@ -160,6 +160,7 @@ class WaveRunner:
                 step_path=steps[index].id, step_id=steps[index].id, step_index=index,
                 loop_iteration=None, child_index=None, continuation=continuation)
         self.active, self.stopping = True, False
+        ctx.state.budget.concurrent = True
         tasks = {index: asyncio.create_task(self._member(steps[index], member, record))
                  for index, member in frames.items()}
         try:
@@ -168,7 +169,7 @@ class WaveRunner:
         finally:
             for task in tasks.values():
                 task.cancel()  # only when this coroutine itself was cancelled
-            self.active = False
+            self.active = ctx.state.budget.concurrent = False
             self.reservations.clear()
         self._report_overshoot()
         outcomes = [task.exception() for task in tasks.values() if not task.cancelled()]

@@ -140,6 +140,12 @@ def test_events_carry_each_members_path_in_order_and_the_wave_bounds_them() -> N
         mine = [event.type for event in h.events.events if event.step_path == step_id
                 and event.type.startswith(("step.", "model.started", "model.completed"))]
         assert mine == ["step.started", "model.started", "model.completed", "step.completed"]
+        # a member's tokens are its own, though its siblings spent at the same time
+        completed = next(event for event in h.events.events
+                         if event.type == "step.completed" and event.step_path == step_id)
+        usage = next(event for event in h.events.events
+                     if event.type == "model.usage" and event.step_path == step_id)
+        assert completed.data["tokens"] == usage.data["tokens"] > 0
     types = h.types("wave.")
     assert types == ["wave.started", "wave.completed"]
     wave_start = next(e for e in h.events.events if e.type == "wave.started")
