@@ -311,3 +311,31 @@ def test_a_deadline_in_the_past_still_finishes_each_members_request() -> None:
     assert result.status is RunStatus.RUNNING
     saved = h.store.load_latest_checkpoint(record.run_id)
     assert saved is not None and len(saved.step_results) == 4
+
+
+def test_a_member_whose_condition_is_false_is_skipped_and_the_wave_goes_on() -> None:
+    agent = manifest(member("north", when="false"), member("south"), member("east"))
+    h = Harness(scripted(by_step=answers(delay_ms=2)))
+    result = h.run(agent, options=options())
+    assert result.status is RunStatus.COMPLETED
+    assert [r.step_id for r in h.model.requests if r.step_id == "north"] == []
+    assert order(h.events.events, "step.skipped") == [("step.skipped", "north")]
+    assert result.output == "east report"  # the last step in manifest order
+
+
+def test_a_run_cancelled_mid_wave_stops_every_member_at_its_next_commit_point() -> None:
+    h = Harness(scripted(by_step=answers(delay_ms=40, rounds=2)))
+
+    async def cancel_soon() -> None:
+        await asyncio.sleep(0.01)
+        h.runtime.cancel("mid-wave")
+
+    async def both() -> Any:
+        run = h.runtime.run(manifest=fan_out(), options=options(), run_id="mid-wave")
+        result, _ = await asyncio.gather(run, cancel_soon())
+        return result
+
+    result = asyncio.run(both())
+    assert result.status is RunStatus.CANCELLED
+    # each member's first request was in flight; none asked a second
+    assert sorted(r.step_id for r in h.model.requests) == sorted(IDS)
