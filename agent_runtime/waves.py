@@ -145,8 +145,7 @@ class WaveRunner:
         fresh = not finished and not record["members"]
         started = time.monotonic()
         paths = [steps[i].id for i in members]
-        ctx.events.emit("wave.started", step_id=steps[members[0]].id,
-                        step_path=steps[members[0]].id, steps=paths,
+        ctx.events.emit("wave.started", steps=paths,
                         finished=[steps[i].id for i in members if i in finished] or None,
                         resumed=not fresh or None)
         frames: dict[int, Frame] = {}
@@ -176,8 +175,7 @@ class WaveRunner:
         failure = _wave_outcome([error for error in outcomes if error is not None])
         if failure is not None:
             raise failure
-        ctx.events.emit("wave.completed", step_id=steps[members[0]].id,
-                        step_path=steps[members[0]].id, steps=paths,
+        ctx.events.emit("wave.completed", steps=paths,
                         duration_ms=round((time.monotonic() - started) * 1000))
 
     async def _member(self, step: Step, frame: Frame, record: dict[str, Any]) -> None:
