@@ -339,3 +339,20 @@ def test_a_run_cancelled_mid_wave_stops_every_member_at_its_next_commit_point() 
     assert result.status is RunStatus.CANCELLED
     # each member's first request was in flight; none asked a second
     assert sorted(r.step_id for r in h.model.requests) == sorted(IDS)
+
+
+def test_a_sub_run_of_a_parallel_run_runs_its_own_steps_in_order() -> None:
+    """The parent's run manifest said how the parent runs: its child, a run of
+    another manifest, does not inherit the setting."""
+    child = {"schemaVersion": "1.0", "id": "child",
+             "steps": [member("north"), member("south")]}
+    agent = manifest({"id": "delegate", "type": "sub-run", "manifest": child,
+                      "includeInFinalOutput": True},
+                     member("east"), member("west"))
+    h = Harness(scripted(by_step=answers(delay_ms=2)))
+    result = h.run(agent, options=options())
+    assert result.status is RunStatus.COMPLETED
+    (child_run,) = h.store.list_runs(parent_run_id=result.run_id).runs
+    assert "execution" not in child_run.options
+    waves = [event.data["steps"] for event in h.events.events if event.type == "wave.started"]
+    assert waves == [["east", "west"]]  # the parent's; the child ran north, then south
