@@ -356,3 +356,25 @@ def test_a_sub_run_of_a_parallel_run_runs_its_own_steps_in_order() -> None:
     assert "execution" not in child_run.options
     waves = [event.data["steps"] for event in h.events.events if event.type == "wave.started"]
     assert waves == [["east", "west"]]  # the parent's; the child ran north, then south
+
+
+def test_a_step_begun_alone_under_a_smaller_host_cap_ends_alone_then_waves_resume() -> None:
+    """An attempt on a host capping waves at 1 stops inside the first step; a host
+    with room finishes that step alone and runs the rest as a wave."""
+    one = parse_config({"version": "1.0", "execution": {"maxConcurrency": 1}}, source="c.yaml")
+    h = Harness(scripted(by_step=answers(delay_ms=2, rounds=2)), config=one)
+    record = h.runtime.create_run(manifest=fan_out(), options=options())
+    reserved = h.store.resume_run(record.run_id, owner="narrow", now=h.clock.now(),
+                                  lease_seconds=30)
+    first = asyncio.run(h.runtime.advance(record.run_id, deadline=h.clock.now(),
+                                          expected_attempt=reserved.attempt))
+    assert first.status is RunStatus.RUNNING and "wave.started" not in h.types()
+    h.config = None
+    wide = h.make_runtime()
+    result = asyncio.run(wide.advance(record.run_id, expected_attempt=reserved.attempt))
+    assert result.status is RunStatus.COMPLETED
+    assert result.output == [f"{step_id} report" for step_id in IDS]
+    assert [e.data["steps"] for e in h.events.events if e.type == "wave.started"] == [
+        ["south", "east", "west"]]
+    asked = [request.step_id for request in h.model.requests]
+    assert all(asked.count(step_id) == 2 for step_id in IDS)
