@@ -53,6 +53,7 @@ from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import Conflict, InvalidInput, ManifestError, NotFound
 from agent_runtime.events import EventSink, JsonlEventSink
 from agent_runtime.excerpts import excerpt, printable
+from agent_runtime.execution_plan import plan_json, print_plan
 from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits
 from agent_runtime.manifest import manifest_hash
 from agent_runtime.manifest_input import quote
@@ -118,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--model", metavar="PROVIDER/MODEL")
     validate.add_argument("--tools", metavar="FILE.py", action="append")
     validate.add_argument("--format", choices=("pretty", "json"), default="pretty")
+    validate.add_argument("--plan", action="store_true",
+                          help="also show the waves the steps run in (execution.mode)")
 
     run = commands.add_parser("run", help="start a run of a manifest")
     run.add_argument("file")
@@ -251,12 +254,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
                "agent": loaded.agent.id or loaded.agent.name,
                "steps": len(loaded.agent.steps), "manifest_hash": manifest_hash(loaded.agent)}
+    plan = plan_json(loaded, config) if args.plan else None
+    if plan is not None:
+        summary["plan"] = plan
     if args.format == "json":
         print(to_json_text(summary))
     else:
         print(printable(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
                         f"{summary['agent'] or '-'}, {summary['steps']} top-level steps, "
                         f"{summary['manifest_hash']})", multiline=False))
+        if plan is not None:
+            print_plan(plan, sys.stdout)
     return EXIT_COMPLETED
 
 

@@ -32,6 +32,9 @@ policy for webhook steps:
     limits:                         # bounds on input (docs/limits.md); unknown keys refused
       manifestBytes: 2097152
       maxDepth: 64
+    execution:
+      maxConcurrency: 8             # the host's cap on a parallel wave's width (a run
+                                    # manifest's execution.maxConcurrency asks, this caps)
 
 The config file itself is read up to `limits.CONFIG_BYTES` (1 MiB), as YAML
 (libyaml, duplicate keys refused) or, for `.json`, JSON.
@@ -57,6 +60,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agent_runtime.errors import ConfigError, ConfigNotFound, ManifestError
+from agent_runtime.execution_plan import DEFAULT_HOST_MAX_CONCURRENCY
 from agent_runtime.limits import CONFIG_BYTES, InputLimits, decode_utf8, read_bounded
 from agent_runtime.manifest_input import check_structure, parse_document
 
@@ -187,6 +191,13 @@ class WebhookPolicy(_Strict):
     max_response_bytes: PositiveInt = Field(default=1024 * 1024, alias="maxResponseBytes")
 
 
+class ExecutionPolicy(_Strict):
+    """How wide a parallel run's waves may be on this host, whatever a run asks for."""
+
+    max_concurrency: int = Field(default=DEFAULT_HOST_MAX_CONCURRENCY, ge=1, le=64,
+                                 alias="maxConcurrency")
+
+
 class RuntimeConfig(_Strict):
     version: Literal["1.0"]
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
@@ -195,6 +206,7 @@ class RuntimeConfig(_Strict):
     tools: dict[str, str] = Field(default_factory=dict)
     webhooks: WebhookPolicy = Field(default_factory=WebhookPolicy)
     limits: InputLimits = Field(default_factory=InputLimits)
+    execution: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
 
     @field_validator("providers", "models", "connections")
     @classmethod

@@ -58,6 +58,7 @@ from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
 from agent_runtime.variables import resolve_variables
+from agent_runtime.waves import EXECUTION_OPTION, execution_json, execution_option
 
 
 def default_owner() -> str:
@@ -255,12 +256,19 @@ class AgentRuntime:
             if budget is None and loaded.run.budget is not None:
                 budget = Budget(max_total_tokens=loaded.run.budget.max_total_tokens)
             run_id = run_id or loaded.run.run_id
+            if loaded.run.execution is not None:
+                # Kept with the run: every attempt, takeover and Advance slice plans alike.
+                options = {**(options or {}), EXECUTION_OPTION: execution_json(
+                    loaded.run.execution)}
         overrides = {**run_overrides, **dict(variables or {})}
         label = source if not variables else (
             variables_source if not run_overrides else f"{source} with {variables_source}")
         with use_limits(self.config.limits):
             resolved = resolve_variables(agent, overrides, source=label)
         run_options = _without_origin(options)
+        if EXECUTION_OPTION in run_options:
+            run_options[EXECUTION_OPTION] = execution_json(execution_option(
+                run_options[EXECUTION_OPTION]))
         self.check_runnable(agent, run_options, source=source)
         now = self.clock.now()
         record = RunRecord(run_id=run_id or generate_run_id(),

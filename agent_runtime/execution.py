@@ -38,6 +38,7 @@ from agent_runtime.events import EventEmitter
 from agent_runtime.manifest import AgentManifest, Step
 from agent_runtime.results import RunResult
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
+from agent_runtime.waves import wave_runner
 
 if TYPE_CHECKING:
     from agent_runtime.engine import AgentRuntime
@@ -90,6 +91,8 @@ class Execution:
         self._lost: StoreError | None = None
         # Operator decisions on effects whose outcome was unknown, by key.
         self.resolutions: dict[str, dict[str, Any]] = {}
+        # A parallel run's top-level steps run in waves (agent_runtime.waves).
+        self.waves = wave_runner(self)
 
     # -- what steps use ------------------------------------------------------
 
@@ -218,7 +221,10 @@ class Execution:
         start = resume[0].step_index if resume else 0
         first: Frame | None = resume[0] if resume else None
         self.stack.append(self._frame_at(steps, start, prefix, loop_iteration))
+        after = start
         for index in range(start, len(steps)):
+            if index < after:
+                continue  # ran in the wave before
             step = steps[index]
             if first is not None and first.step_id == step.id:
                 frame, below = first, resume[1:]
@@ -228,11 +234,15 @@ class Execution:
             self.stack[level] = frame
             if level > 0:
                 self.stack[level - 1].child_index = index
-            await self.run_step(step, frame, below)
+            if level == 0 and self.waves is not None:
+                after = await self.waves.run(steps, index, frame, below)
+            else:
+                await self.run_step(step, frame, below)
+                after = index + 1
             del self.stack[level + 1:]
-            self.stack[level] = self._frame_at(steps, index + 1, prefix, loop_iteration)
+            self.stack[level] = self._frame_at(steps, after, prefix, loop_iteration)
             if level > 0:
-                self.stack[level - 1].child_index = index + 1
+                self.stack[level - 1].child_index = after
             await self.checkpoint()
         # Popped only on normal completion: a suspension or failure propagating
         # through here is saved with the stack as it stands, pointing at the step.
@@ -263,7 +273,7 @@ class Execution:
             raise StepFailed("unsupported_step",
                              f"step {frame.step_path}: {step.type!r} steps are not supported "
                              "by this runtime yet")
-        consumed_before = self.state.budget.consumed_tokens
+        consumed_before = self.state.budget.spent(frame.step_path)
         started = time.monotonic()
         self.events.emit("step.started", step_id=step.id, step_path=frame.step_path,
                          kind=step.type, resumed=not fresh or None)
@@ -275,7 +285,7 @@ class Execution:
                                "at": self.now().isoformat()})
         self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
                          kind=step.type, duration_ms=round((time.monotonic() - started) * 1000),
-                         tokens=self.state.budget.consumed_tokens - consumed_before)
+                         tokens=self.state.budget.spent(frame.step_path) - consumed_before)
 
     # -- the attempt ---------------------------------------------------------
 
@@ -283,9 +293,12 @@ class Execution:
         """Marked top-level outputs in manifest order (one value or a list), else the
         last completed top-level step's output."""
         marked = {step.id for step in self.manifest.steps if step.include_in_final_output}
-        completed = [entry for entry in self.state.step_results
-                     if entry["kind"] == STEP and entry["depth"] == 0
-                     and entry["status"] == COMPLETED]
+        # In manifest order: a parallel wave's members complete in any order.
+        order = {step.id: index for index, step in enumerate(self.manifest.steps)}
+        completed = sorted((entry for entry in self.state.step_results
+                            if entry["kind"] == STEP and entry["depth"] == 0
+                            and entry["status"] == COMPLETED),
+                           key=lambda entry: order.get(entry["step_id"], -1))
         chosen = [entry["output"] for entry in completed if entry["step_id"] in marked]
         if chosen:
             return chosen[0] if len(chosen) == 1 else chosen

@@ -25,13 +25,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, Any, TextIO, TypeGuard
 
+from agent_runtime.excerpts import printable
 from agent_runtime.manifest import PromptStep, Step
 
 if TYPE_CHECKING:
+    from agent_runtime.config import RuntimeConfig
     from agent_runtime.manifest import AgentManifest
-    from agent_runtime.run_manifest import RunExecution
+    from agent_runtime.run_manifest import LoadedManifest, RunExecution
 
 DEFAULT_MAX_CONCURRENCY = 4
 DEFAULT_HOST_MAX_CONCURRENCY = 8
@@ -125,3 +127,31 @@ def _condition_reads(expression: str | None, key: str) -> bool:
         return True
     pattern = r"(?:^|[^A-Za-z0-9_.\-])" + re.escape(key) + r"(?=$|\.|[^A-Za-z0-9_.\-])"
     return re.search(pattern, expression, re.IGNORECASE) is not None
+
+
+def plan_json(loaded: LoadedManifest, config: RuntimeConfig | None) -> dict[str, Any]:
+    """The plan of a manifest file as `validate --plan` reports it: the mode, the
+    width asked for, the host's cap (`config`'s, else the default) and the waves
+    by step id. An agent manifest alone runs sequentially."""
+    execution = loaded.run.execution if loaded.run is not None else None
+    host = DEFAULT_HOST_MAX_CONCURRENCY if config is None \
+        else config.execution.max_concurrency
+    requested = DEFAULT_MAX_CONCURRENCY
+    if execution is not None and execution.max_concurrency is not None:
+        requested = execution.max_concurrency
+    steps = loaded.agent.steps
+    waves = build_execution_waves(loaded.agent, 0, execution, host_max_concurrency=host)
+    return {"mode": "sequential" if execution is None else execution.mode,
+            "max_concurrency": requested, "host_max_concurrency": host,
+            "waves": [[steps[index].id for index in wave.step_indexes] for wave in waves]}
+
+
+def print_plan(plan: dict[str, Any], out: TextIO) -> None:
+    """The plan for people: one line per wave, its steps side by side."""
+    head = f"plan: {plan['mode']}"
+    if plan["mode"] == "parallel":
+        head += (f", maxConcurrency {plan['max_concurrency']} "
+                 f"(host cap {plan['host_max_concurrency']})")
+    out.write(f"{head}, {len(plan['waves'])} waves\n")
+    for number, wave in enumerate(plan["waves"], start=1):
+        out.write(printable(f"  wave {number}: {', '.join(wave)}", multiline=False) + "\n")

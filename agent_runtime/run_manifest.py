@@ -39,18 +39,6 @@ class RunExecution(SchemaModel):
     mode: Literal["sequential", "parallel"]
     max_concurrency: Annotated[int, Field(ge=1, le=64)] | None = None
 
-    @model_validator(mode="after")
-    def _sequential_only(self) -> RunExecution:
-        # Accepted by the reference; refused here until parallel waves are built,
-        # rather than accepted and run one step at a time.
-        if self.mode == "parallel":
-            raise rule_error("parallel execution is not supported by this runtime yet; "
-                             "use mode: sequential", "mode")
-        if self.max_concurrency is not None:
-            raise rule_error("applies to parallel execution, which this runtime does not "
-                             "support yet", "maxConcurrency")
-        return self
-
 
 # JSON numbers are exact only up to 2**53 - 1 (the reference's `.safe()`).
 MAX_SAFE_INTEGER = 2**53 - 1

@@ -103,4 +103,5 @@ class RunState:
             input_tokens += usage.get("inputTokens", 0)
             output_tokens += usage.get("outputTokens", 0)
         return {"consumed_tokens": self.budget.consumed_tokens, "input_tokens": input_tokens,
-                "output_tokens": output_tokens, "model_requests": self.model_requests}
+                "output_tokens": output_tokens, "model_requests": self.model_requests,
+                "overshoot_tokens": self.budget.overshoot_tokens}

@@ -32,6 +32,7 @@ from agent_runtime.state import MODEL_RESPONSE
 from agent_runtime.steps.prompt_media import resolve_media
 from agent_runtime.templates import render
 from agent_runtime.tools import ToolArgumentsError, ToolContext
+from agent_runtime.waves import admit_model_request
 
 if TYPE_CHECKING:
     from agent_runtime.capabilities import ResolvedModel
@@ -175,9 +176,10 @@ class PromptStepExecutor:
                 raise StepFailed("tool_loop_limit",
                                  f"step {frame.step_path}: {MAX_MODEL_ROUNDS} model rounds "
                                  "without a final answer")
-            ctx.state.budget.check(before="model request")
+            # Only this step's items: a parallel wave's members share the transcript.
             messages = resolve_media(
-                [_as_message(item) for item in ctx.state.transcript[state["from"]:]],
+                [_as_message(item) for item in ctx.state.transcript[state["from"]:]
+                 if item.get("step_path", frame.step_path) == frame.step_path],
                 ctx.runtime.artifacts, step_path=frame.step_path)
             if limits and limits.max_messages_per_prompt is not None \
                     and len(messages) > limits.max_messages_per_prompt:
@@ -189,6 +191,7 @@ class PromptStepExecutor:
                 raise StepFailed("input_too_large",
                                  f"step {frame.step_path}: the request exceeds "
                                  f"limits.maxInputBytes ({limits.max_input_bytes})")
+            index = await admit_model_request(ctx, frame, messages, step.max_output_tokens)
             timeout_ms = limits.provider_timeout_ms if limits else None
             request = ModelRequest(
                 provider=model.provider, model=model.model, options=model.options,
@@ -197,7 +200,7 @@ class PromptStepExecutor:
                 timeout_seconds=None if timeout_ms is None else timeout_ms / 1000,
                 stream=_streams(model, ctx),
                 run_id=ctx.run_id, step_id=step.id, step_path=frame.step_path,
-                request_index=ctx.state.model_requests + 1,
+                request_index=index,
                 step_request_index=ctx.state.step_requests[step.id] + 1)
             response = await self._call_model(model.adapter, request, frame, ctx)
             state["rounds"] += 1

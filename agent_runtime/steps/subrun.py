@@ -34,6 +34,7 @@ from agent_runtime.manifest import AgentManifest
 from agent_runtime.run_manifest import load_agent_manifest
 from agent_runtime.templates import MISSING, resolve_path
 from agent_runtime.variables import resolve_variables
+from agent_runtime.waves import EXECUTION_OPTION
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
@@ -112,6 +113,7 @@ class SubRunStepExecutor:
         options = dict(ctx.run.options)
         options.pop("manifest_path", None)
         options.pop(MANIFEST_DIR, None)
+        options.pop(EXECUTION_OPTION, None)  # the parent's run manifest said how it runs
         anchor = self._manifest_dir(ctx)
         if step.manifest is not None:
             manifest: AgentManifest = step.manifest

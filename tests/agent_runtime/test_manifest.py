@@ -143,11 +143,6 @@ def test_run_manifest_schema() -> None:
         ({"agent": {"ref": " "}}, "agent.ref", "must not be empty"),
         ({"agent": {"ref": "a"}, "execution": {"mode": "sequential", "maxConcurrency": 65}},
          "execution.maxConcurrency", "at most 64"),
-        # not built yet (parallel waves): refused by name, never run one at a time
-        ({"agent": {"ref": "a"}, "execution": {"mode": "parallel"}},
-         "execution.mode", "parallel execution is not supported"),
-        ({"agent": {"ref": "a"}, "execution": {"mode": "sequential", "maxConcurrency": 4}},
-         "execution.maxConcurrency", "applies to parallel execution"),
         # the reference's .safe(): JSON numbers past 2**53 - 1 are not exact
         ({"agent": {"ref": "a"}, "budget": {"maxTotalTokens": 2**53}}, "budget.maxTotalTokens",
          "must be at most 9007199254740991"),

@@ -141,6 +141,7 @@ class Workload:
     script: Script
     tools: Callable[[ToolRecorder], list[Tool]]
     variables: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # run options (e.g. execution)
 
     def non_idempotent_tools(self) -> set[str]:
         tools = self.tools(ToolRecorder(Path(os.devnull)))
@@ -263,7 +264,7 @@ def _child(workload: Workload, open_store: Callable[[Path], RunStore], paths: Sc
                 owner=f"crash-child-{order.index}", lease_seconds=LEASE_SECONDS)
             if order.start:
                 call = runtime.run(manifest=workload.manifest, variables=workload.variables,
-                                   run_id=RUN_ID)
+                                   run_id=RUN_ID, options=workload.options)
             else:
                 call = runtime.run(run_id=RUN_ID, resume=True, allow_running_takeover=True,
                                    effect_resolutions=order.resolutions)

@@ -45,6 +45,7 @@ STATE = "tests/reference/test_ref_conditions_state.py::"
 ENGINE = "tests/agent_runtime/test_engine.py::"
 MANIFEST = "tests/agent_runtime/test_manifest.py::"
 MCP = "tests/agent_runtime/test_mcp.py::"
+WAVES = "tests/agent_runtime/test_waves.py::"
 WEBHOOK = "tests/agent_runtime/test_webhook.py::"
 SUBRUN = "tests/agent_runtime/test_subrun.py::"
 TOOLS = "tests/agent_runtime/test_tools_and_approvals.py::"
@@ -262,10 +263,12 @@ FIELDS: dict[str, tuple[str, str]] = {
                              "incorrectly_typed_run_overrides"),
     "VariableOverride.value": ("effect", RUNTIME + "test_rejects_unknown_duplicate_and_"
                                "incorrectly_typed_run_overrides"),
-    "RunManifest.execution": ("refused", CONTRACT + "test_validates_agent_run_execution_"
-                              "options"),
-    "RunExecution.mode": ("refused", CONTRACT + "test_validates_agent_run_execution_options"),
-    "RunExecution.max_concurrency": ("refused", MANIFEST + "test_run_manifest_schema"),
+    "RunManifest.execution": ("effect", WAVES + "test_the_execution_setting_is_kept_with_the_"
+                              "run_and_checked"),
+    "RunExecution.mode": ("effect", WAVES + "test_a_wave_issues_every_members_request_before_"
+                          "any_answer_arrives"),
+    "RunExecution.max_concurrency": ("effect", WAVES + "test_max_concurrency_and_the_host_cap_"
+                                     "split_the_wave"),
     "RunManifest.budget": ("effect", HERE + "test_a_run_manifest_file_sets_id_variables_and_"
                            "budget"),
     "RunBudget.max_total_tokens": ("effect", CONTRACT + "test_requires_a_positive_safe_"
@@ -357,6 +360,10 @@ FIELDS: dict[str, tuple[str, str]] = {
     "WebhookPolicy.max_response_bytes": ("effect", WEBHOOK + "test_a_response_over_the_cap_"
                                          "fails_the_step_naming_the_cap"),
     "RuntimeConfig.limits": ("effect", LIMITS + "test_the_runtime_config_overrides_limits"),
+    "RuntimeConfig.execution": ("effect", WAVES + "test_max_concurrency_and_the_host_cap_split_"
+                                "the_wave"),
+    "ExecutionPolicy.max_concurrency": ("effect", WAVES + "test_max_concurrency_and_the_host_"
+                                        "cap_split_the_wave"),
     "InputLimits.manifest_bytes": ("effect", LIMITS + "test_the_runtime_config_overrides_"
                                    "limits"),
     "InputLimits.variables_bytes": ("effect", LIMITS + "test_limits_in_effect_bound_every_"

@@ -193,22 +193,21 @@ def run_manifest(**fields: Any) -> Any:
 
 def test_parses_an_agent_reference_and_runtime_variable_overrides() -> None:
     """contracts/test/manifest.test.ts: "parses an agent reference and runtime variable
-    overrides". Until parallel waves are built, `mode: parallel` is refused by name
-    (DESIGN 3: never accepted and run sequentially), so the port uses sequential."""
+    overrides"."""
     run = run_manifest(agent={"ref": "release-brief"}, runId="release-brief-42",
                        variables=[{"key": "audience", "value": "partners"}],
-                       execution={"mode": "sequential"}, budget={"maxTotalTokens": 10_000})
+                       execution={"mode": "parallel", "maxConcurrency": 2},
+                       budget={"maxTotalTokens": 10_000})
     assert run.model_dump(by_alias=True, exclude_unset=True) == {
         "schemaVersion": "1.0", "agent": {"ref": "release-brief"}, "runId": "release-brief-42",
         "variables": [{"key": "audience", "value": "partners"}],
-        "execution": {"mode": "sequential"}, "budget": {"maxTotalTokens": 10_000}}
+        "execution": {"mode": "parallel", "maxConcurrency": 2},
+        "budget": {"maxTotalTokens": 10_000}}
 
 
 @pytest.mark.parametrize(("execution", "field"), [
     ({"mode": "parallel", "maxConcurrency": 0}, "execution.maxConcurrency"),
     ({"mode": "graph"}, "execution.mode"),
-    # ours until parallel waves: refused by name rather than run one step at a time
-    ({"mode": "parallel"}, "execution.mode"),
 ])
 def test_validates_agent_run_execution_options(execution: dict[str, Any], field: str) -> None:
     """contracts/test/manifest.test.ts: "validates agent run execution options"."""
