@@ -68,3 +68,25 @@ def test_every_checkov_skip_gives_its_reason_beside_the_resource() -> None:
     for name, skip in skips:
         assert skip["id"].startswith("CKV_"), name
         assert len(skip["comment"]) > 20, (name, skip["id"])
+
+
+def test_retention_consumes_only_ttl_removals_and_no_lifecycle_rule_expires_blobs() -> None:
+    template = load_template()
+    function = template["Resources"]["RetentionFunction"]["Properties"]
+    assert function["Handler"] == "functions.retention.app.handler"
+    stream = function["Events"]["TtlRemovals"]["Properties"]
+    assert stream["Stream"] == {"Fn::GetAtt": ["RunsTable", "StreamArn"]}
+    assert stream["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    (pattern,) = [json.loads(entry["Pattern"]) for entry in stream["FilterCriteria"]["Filters"]]
+    assert pattern == {"eventName": ["REMOVE"],
+                       "userIdentity": {"type": ["Service"],
+                                        "principalId": ["dynamodb.amazonaws.com"]},
+                       "dynamodb": {"Keys": {"sk": {"S": ["META"]}}}}
+    rules = template["Resources"]["BlobBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert all("ExpirationInDays" not in rule and "ExpirationDate" not in rule for rule in rules)
+    statements = template["Resources"]["RetentionRole"]["Properties"]["Policies"][0][
+        "PolicyDocument"]["Statement"]
+    actions = {action for statement in statements for action in (
+        statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])}
+    # It deletes; it never writes a run or an object.
+    assert not {"dynamodb:PutItem", "dynamodb:UpdateItem", "s3:PutObject"} & actions
