@@ -4,7 +4,6 @@ and damaged or missing bytes raising CorruptRecord."""
 from __future__ import annotations
 
 import hashlib
-
 from typing import Any
 
 import pytest
