@@ -90,3 +90,20 @@ def test_retention_consumes_only_ttl_removals_and_no_lifecycle_rule_expires_blob
         statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])}
     # It deletes; it never writes a run or an object.
     assert not {"dynamodb:PutItem", "dynamodb:UpdateItem", "s3:PutObject"} & actions
+
+
+def test_provider_secrets_are_readable_only_as_named_and_only_where_models_are_built() -> None:
+    resources = load_template()["Resources"]
+    readers = []
+    for name, resource in resources.items():
+        for policy in resource.get("Properties", {}).get("Policies", []):
+            for entry in policy["PolicyDocument"]["Statement"]:
+                statement = entry["Fn::If"][1] if "Fn::If" in entry else entry
+                if "secretsmanager:GetSecretValue" in statement["Action"]:
+                    assert entry["Fn::If"][0] == "UsesProviderSecrets", name
+                    assert statement["Resource"] == {"Ref": "ProviderSecretArns"}, name
+                    readers.append(name)
+    assert sorted(readers) == ["AdvanceRole", "ApiRole"]
+    for name in ("AdvanceFunction", "ApiFunction"):
+        variables = resources[name]["Properties"].get("Environment", {}).get("Variables", {})
+        assert not any("KEY" in variable for variable in variables), name
