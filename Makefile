@@ -99,7 +99,8 @@ template-check: dev $(SAM_STAMP) $(ASL_VALIDATOR) $(CHECKOV_STAMP)
 
 # The functions and the runtime layer, for python3.13 on arm64, into
 # .aws-sam/build: makefile builds (functions/Makefile, layers/runtime/Makefile)
-# that need no Docker and no python3.13. Then: sam deploy --guided.
+# that need no Docker; a local python3.13 (pyenv's) compiles the layer's
+# bytecode. Then: sam deploy --guided.
 build: $(SAM_STAMP)
 	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
 
