@@ -5,11 +5,12 @@ of another run, even one holding the same blob bytes (DESIGN section 10)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from aws_stack import Deployment, FakeContext
+from aws_stack import Deployment, FakeContext, sample_event
 
 from functions.retention import app as retention
 from stores.conformance import at, make_checkpoint, make_run
@@ -141,3 +142,14 @@ def test_a_run_created_again_under_the_expired_id_is_left_alone(
     assert handler({"Records": [ttl_removal]}, FakeContext("RetentionFunction", 300_000)) == {
         "batchItemFailures": []}
     assert store.load_run("run-again") is not None
+
+
+def test_the_sample_event_is_a_ttl_removal_and_other_records_are_not() -> None:
+    [record] = sample_event("retention-ttl-removal.json")["Records"]
+    assert retention.expired_run(record) == "run_0190f4a2b3c47d1e8a2b3c4d5e6f7a8b"
+    by_caller = {key: value for key, value in record.items() if key != "userIdentity"}
+    assert retention.expired_run(by_caller) is None
+    checkpoint = json.loads(json.dumps(record))
+    checkpoint["dynamodb"]["Keys"]["sk"]["S"] = "CP#0000000001"
+    assert retention.expired_run(checkpoint) is None
+    assert retention.expired_run(record | {"eventName": "MODIFY"}) is None
