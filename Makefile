@@ -14,6 +14,11 @@ SAM_STAMP     := $(SAM_VENV)/.installed
 TOOLS         := .tools
 ASL_VALIDATOR := $(TOOLS)/node_modules/.bin/asl-validator
 ASL           := statemachine/run.asl.json
+# checkov, the template's security linter, in its own venv too (its pins clash
+# with the project's); it runs offline (--skip-download, BC_SKIP_MAPPING).
+CHECKOV_VENV  := .venv-checkov
+CHECKOV       := $(CHECKOV_VENV)/bin/checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 
 .PHONY: install dev run serve test lint bench clean template-check build openapi
@@ -80,17 +85,23 @@ openapi: $(SERVE)
 	$(BIN)/python -m agent_runtime.api.openapi --write
 
 # template.yaml and the state machine: SAM's validator with its linter,
-# cfn-lint, statelint (the PyPI port; no Ruby) and asl-validator (which also
-# catches bad paths and dangling Next targets).
-template-check: dev $(SAM_STAMP) $(ASL_VALIDATOR)
+# cfn-lint, statelint (the PyPI port; no Ruby), asl-validator (which also
+# catches bad paths and dangling Next targets) and checkov, which must find no
+# failed check; its skips, each justified in the template's Metadata beside the
+# resource, are printed.
+template-check: dev $(SAM_STAMP) $(ASL_VALIDATOR) $(CHECKOV_STAMP)
 	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-us-east-1} $(SAM) validate --lint
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint $(ASL)
 	$(ASL_VALIDATOR) --json-path $(ASL)
+	BC_SKIP_MAPPING=TRUE $(CHECKOV) --skip-download --framework cloudformation \
+		-f template.yaml -o json > $(CHECKOV_VENV)/report.json || true
+	$(CHECKOV_VENV)/bin/python .ci/checkov_report.py < $(CHECKOV_VENV)/report.json
 
 # The functions and the runtime layer, for python3.13 on arm64, into
 # .aws-sam/build: makefile builds (functions/Makefile, layers/runtime/Makefile)
-# that need no Docker and no python3.13. Then: sam deploy --guided.
+# that need no Docker; a local python3.13 (pyenv's) compiles the layer's
+# bytecode. Then: sam deploy --guided.
 build: $(SAM_STAMP)
 	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
 
@@ -100,9 +111,15 @@ $(SAM_STAMP):
 	$(SAM_VENV)/bin/pip install --quiet 'aws-sam-cli>=1.120,<2'
 	@touch $@
 
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov>=3.2,<4'
+	@touch $@
+
 $(ASL_VALIDATOR):
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS) asl-validator@4
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(TOOLS) .aws-sam build .agent-runtime .pytest_cache \
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(TOOLS) .aws-sam build .agent-runtime .pytest_cache \
 		.mypy_cache .ruff_cache .hypothesis

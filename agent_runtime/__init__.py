@@ -4,19 +4,44 @@ Runs of schema 1.0 agent manifests are checkpointed at every commit point and
 resume from their latest checkpoint after any crash, without repeating
 finished work, double-spending their token budget or re-running a saved tool
 call.
+
+The names below load on first use (PEP 562), so importing one submodule
+(`agent_runtime.events`, as every Lambda handler's telemetry does) does not
+load the engine, its steps, JSON Schema and HTTP clients with it: a handler
+pays at a cold start only for what its path uses.
 """
 
 from __future__ import annotations
 
-from stores.records import Budget, RunStatus
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import InvalidInput, ManifestError, ManifestMismatch, StepFailed
-from agent_runtime.results import RunResult
-from agent_runtime.tools import Tool, ToolContext, tool
+if TYPE_CHECKING:
+    from stores.records import Budget, RunStatus
+
+    from agent_runtime.clock import Clock, SystemClock
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.errors import InvalidInput, ManifestError, ManifestMismatch, StepFailed
+    from agent_runtime.results import RunResult
+    from agent_runtime.tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "AgentRuntime": "agent_runtime.engine",
+    "Budget": "stores.records",
+    "Clock": "agent_runtime.clock",
+    "InvalidInput": "agent_runtime.errors",
+    "ManifestError": "agent_runtime.errors",
+    "ManifestMismatch": "agent_runtime.errors",
+    "RunResult": "agent_runtime.results",
+    "RunStatus": "stores.records",
+    "StepFailed": "agent_runtime.errors",
+    "SystemClock": "agent_runtime.clock",
+    "Tool": "agent_runtime.tools",
+    "ToolContext": "agent_runtime.tools",
+    "tool": "agent_runtime.tools",
+}
 
 __all__ = [
     "AgentRuntime",
@@ -34,3 +59,16 @@ __all__ = [
     "__version__",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agent_runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -30,6 +30,7 @@ from agent_runtime.cli_errors import (
     report_error,
 )
 from agent_runtime.cli_events import cmd_events
+from agent_runtime.cli_gc import add_gc_parser, cmd_gc
 from agent_runtime.cli_options import (
     DEFAULT_ARTIFACTS,
     DEFAULT_EVENTS,
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     _store_flags(reconcile)
 
     add_serve_parser(commands, _store_flags)
+    add_gc_parser(commands, _store_flags)
     return parser
 
 
@@ -484,7 +486,7 @@ COMMANDS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume,
             "approve": cmd_approve, "cancel": cmd_cancel, "effects": cmd_effects,
             "fork": cmd_fork, "inspect": cmd_inspect,
             "list": cmd_list, "events": cmd_events, "reconcile": cmd_reconcile,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "gc": cmd_gc}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -83,11 +83,19 @@ class EnvReference(_Strict):
         return os.environ.get(self.env)
 
 
+class SecretReference(_Strict):
+    """A provider key in AWS Secrets Manager, or in an SSM SecureString when the name
+    starts with '/' (`agent_runtime.secrets`); `field` picks one key of a JSON secret."""
+
+    secret: str = Field(min_length=1, max_length=2048, pattern=r"^[A-Za-z0-9/_+=.@:!-]+$")
+    field: str | None = Field(default=None, min_length=1)
+
+
 class ProviderConfig(_Strict):
     driver: Literal["openai", "openai-compatible", "anthropic", "bedrock", "scripted",
                     "google", "xai", "groq", "cohere"]
     base_url: str | EnvReference | None = Field(default=None, alias="baseURL")
-    api_key: EnvReference | None = Field(default=None, alias="apiKey")
+    api_key: EnvReference | SecretReference | None = Field(default=None, alias="apiKey")
     headers: dict[str, EnvReference] | None = None
     include_usage: bool | None = Field(default=None, alias="includeUsage")
     supports_structured_outputs: bool | None = Field(default=None,

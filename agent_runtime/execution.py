@@ -119,7 +119,7 @@ class Execution:
             return None
 
         def save(data: bytes, media_type: str) -> ArtifactRef:
-            uri, sha256 = store.put(data, media_type=media_type)
+            uri, sha256 = store.put(data, media_type=media_type, run_id=self.run_id)
             ref = ArtifactRef(uri=uri, sha256=sha256, size=len(data), media_type=media_type)
             # Content-addressed: a retried call saving the same bytes adds nothing.
             if all(existing.sha256 != sha256 for existing in self.state.artifacts):

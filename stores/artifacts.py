@@ -1,9 +1,13 @@
-"""LocalArtifactStore: content-addressed artifact bytes in a directory.
+"""LocalArtifactStore: a run's artifact bytes in a directory, content-addressed.
 
-An artifact is stored once under its sha256 (`<dir>/<aa>/<sha256>`), written
-to a temporary file and renamed, so a retried tool call that saves the same
-bytes again changes nothing. Reads verify the hash: damaged bytes raise
-`CorruptRecord`, never come back silently.
+An artifact is stored under its run and its sha256
+(`<dir>/runs/<run>/<sha256>`, `run_segment(run_id)`), written to a temporary
+file and renamed, so a retried tool call that saves the same bytes again
+changes nothing, and deleting the run (`delete_run`, what `agent-runtime gc`
+calls) deletes exactly its artifacts. Reads verify the hash: damaged bytes
+raise `CorruptRecord`, never come back silently. Artifacts written before runs
+had directories (`<dir>/<aa>/<sha256>`, shared by runs) stay readable; gc
+leaves them alone.
 """
 
 from __future__ import annotations
@@ -11,11 +15,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from stores.base import CorruptRecord
+
+RUNS_DIRECTORY = "runs"
+
+
+def run_segment(run_id: str) -> str:
+    """`run_id` as one path segment or S3 key segment: no '/', never '.' or '..'."""
+    if not run_id:
+        raise ValueError("an artifact or blob needs the id of its run")
+    return quote(run_id, safe="").replace(".", "%2E")
 
 
 class LocalArtifactStore:
@@ -23,15 +37,16 @@ class LocalArtifactStore:
         self.directory = Path(directory).resolve()
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def _path(self, sha256: str) -> Path:
-        return self.directory / sha256[:2] / sha256
+    def run_directory(self, run_id: str) -> Path:
+        return self.directory / RUNS_DIRECTORY / run_segment(run_id)
 
-    def put(self, data: bytes, *, media_type: str) -> tuple[str, str]:
-        """Store bytes; return (uri, sha256). `media_type` is kept by the caller's ref."""
+    def put(self, data: bytes, *, media_type: str, run_id: str) -> tuple[str, str]:
+        """Store bytes for `run_id`; return (uri, sha256). `media_type` is kept by the
+        caller's ref."""
         digest = hashlib.sha256(data).hexdigest()
-        path = self._path(digest)
+        path = self.run_directory(run_id) / digest
         if not path.exists():
-            path.parent.mkdir(mode=0o700, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as out:
@@ -50,9 +65,19 @@ class LocalArtifactStore:
         if parsed.scheme != "file":
             raise ValueError(f"not a local artifact uri: {uri!r}")
         path = Path(unquote(parsed.path))
-        if path.parent.parent != self.directory:
+        # A run's artifact, or one written before artifacts were kept per run.
+        if path.parent.parent not in (self.directory / RUNS_DIRECTORY, self.directory):
             raise ValueError(f"{uri!r} is not in this artifact store ({self.directory})")
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != path.name:
             raise CorruptRecord(f"artifact {path} does not match its sha256")
         return data
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete the run's artifacts; return how many there were. Repeatable."""
+        directory = self.run_directory(run_id)
+        if not directory.is_dir():
+            return 0
+        count = sum(1 for entry in directory.iterdir() if not entry.name.startswith(".tmp-"))
+        shutil.rmtree(directory)
+        return count

@@ -4,6 +4,10 @@ A stored file is one header line and a body:
 
     arf1 <size> <sha256> <meta JSON>\\n<body>
 
+With a store key (`stores.codecs`), the tag names the codec beside the
+format, `arf1+aesgcm1`, and the body is the codec's output (nonce, ciphertext
+and tag) instead of the JSON; the header's meta holds ids and counters only.
+
 `sha256` covers the canonical meta JSON, a newline and the body, so a flipped
 byte anywhere except in the format tag or `size` (which are checked on their
 own) fails the checksum; `size` catches a truncated or torn file. The header
@@ -31,6 +35,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores.base import CorruptRecord, StoreUnavailable
+from stores.codecs import open_bytes, seal_bytes
 from stores.records import RecordDecodeError, decode_record, dumps
 
 FORMAT = "arf1"  # agent-runtime file, version 1
@@ -43,10 +48,12 @@ def _digest(meta_line: bytes, body: bytes) -> str:
 
 
 def seal(body: str, meta: Mapping[str, Any]) -> bytes:
-    """The stored bytes of `body` with its `meta` (small JSON scalars) and checksum."""
-    data = body.encode()
+    """The stored bytes of `body` with its `meta` (small JSON scalars) and checksum,
+    the body through the configured codec."""
+    codec, data = seal_bytes(body.encode())
     meta_line = dumps(dict(meta)).encode()
-    header = f"{FORMAT} {len(data)} {_digest(meta_line, data)} ".encode()
+    tag = FORMAT if codec is None else f"{FORMAT}+{codec}"
+    header = f"{tag} {len(data)} {_digest(meta_line, data)} ".encode()
     return header + meta_line + b"\n" + data
 
 
@@ -56,7 +63,8 @@ def unseal(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
     if not newline:
         raise CorruptRecord(f"{path}: no header line ({len(data)} bytes; truncated?)")
     parts = head.split(b" ", 3)
-    if len(parts) != 4 or parts[0] != FORMAT.encode():
+    tag, _, codec_name = parts[0].partition(b"+")
+    if len(parts) != 4 or tag != FORMAT.encode():
         raise CorruptRecord(f"{path}: not an agent-runtime {FORMAT} file")
     size_text, digest, meta_line = parts[1], parts[2].decode("ascii", "replace"), parts[3]
     if not size_text.isdigit():
@@ -73,8 +81,9 @@ def unseal(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
         raise CorruptRecord(f"{path}: header meta is not JSON ({error})") from error
     if not isinstance(meta, dict):
         raise CorruptRecord(f"{path}: header meta is not an object")
+    codec = codec_name.decode("ascii", "replace") or None
     try:
-        return meta, body.decode()
+        return meta, open_bytes(codec, body, str(path)).decode()
     except UnicodeDecodeError as error:
         raise CorruptRecord(f"{path}: body is not UTF-8 ({error})") from error
 

@@ -306,10 +306,14 @@ class RunStore(Protocol):
 class ArtifactStore(Protocol):
     """Content-addressed bytes produced by runs (tool outputs, files)."""
 
-    def put(self, data: bytes, *, media_type: str) -> tuple[str, str]:
-        """Store bytes; return (uri, sha256)."""
+    def put(self, data: bytes, *, media_type: str, run_id: str) -> tuple[str, str]:
+        """Store bytes that belong to `run_id`; return (uri, sha256)."""
         ...
 
     def get(self, uri: str) -> bytes:
         """Return the bytes at `uri`, verified against their hash (`CorruptRecord`)."""
+        ...
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete every artifact of `run_id` (retention); return how many. Repeatable."""
         ...

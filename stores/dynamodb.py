@@ -42,8 +42,9 @@ tests/stores/aws/test_dynamodb_fencing.py for the interleavings that do).
 
 Retention. A terminal run's META gets a TTL (`expires_at`, `retention` after
 it ended). DynamoDB's TTL removes that item only; what the run owned is
-removed by `delete_run(run_id)` on the now missing run (the hook for a
-stream-triggered cleanup) or by the next `create_run` of that id.
+removed by `delete_run(run_id)` on the now missing run (what
+functions/retention does on the table stream's TTL removals), blobs included,
+or, items only, by the next `create_run` of that id.
 """
 
 from __future__ import annotations
@@ -469,7 +470,7 @@ class DynamoDbRunStore:
 
     def delete_run(self, run_id: str) -> None:
         with self._lock(run_id):
-            delete_run(self._reader, run_id)
+            delete_run(self._reader, run_id, blobs=self.blobs)
 
     def close(self) -> None:
         """Nothing to release: boto3 clients close their connections when collected."""

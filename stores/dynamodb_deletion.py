@@ -4,7 +4,11 @@ A TTL removes only a run's META item; `clear_leftovers` removes the rest of
 such a run (what `delete_run` of the now missing run, or the next
 `create_run` of its id, calls). Deletion order keeps every prefix of a cut-short
 deletion a consistent state: checkpoints newest first (what remains still
-loads), then effects and approvals, the definition and META last.
+loads), then effects and approvals, the definition and META last, and the
+run's S3 blobs (keyed under the run) after its items, when nothing names them
+any more. `delete_run` of a run already gone deletes its blobs again, so a
+deletion cut short anywhere is finished by repeating it (the retention
+function does, on a redelivered stream record).
 """
 
 from __future__ import annotations
@@ -25,14 +29,18 @@ from stores.dynamodb_items import (
 )
 from stores.dynamodb_requests import Condition, Refused, delete_op
 from stores.dynamodb_runs import RunReader
+from stores.s3 import S3BlobStore
 
 
-def delete_run(reader: RunReader, run_id: str) -> None:
-    """Remove a terminal run and all it owns (the caller holds the run's lock)."""
+def delete_run(reader: RunReader, run_id: str, *, blobs: S3BlobStore | None = None) -> None:
+    """Remove a terminal run and all it owns, its `blobs` last (the caller holds the
+    run's lock)."""
     table = reader.table
     stored = reader.load(run_id)
     if stored is None:
         clear_leftovers(reader, run_id)
+        if blobs is not None:
+            blobs.delete_run(run_id)
         return
     transitions.check_deletable(stored.run)
     owned = [item for item in table.query(partition(run_id), projection=("sk",))
@@ -47,6 +55,8 @@ def delete_run(reader: RunReader, run_id: str) -> None:
         table.transact([delete_op(table.name, key(run_id, META), ours),
                         delete_op(table.name, key(run_id, DEFINITION_SK))])
     reader.forget(run_id)
+    if blobs is not None:
+        blobs.delete_run(run_id)
 
 
 def clear_leftovers(reader: RunReader, run_id: str) -> None:

@@ -132,14 +132,16 @@ class Texts:
         self.blobs = blobs
         self.inline_limit = inline_limit
 
-    def encode(self, text: str, data: bytes | None = None) -> AttributeValueTypeDef:
+    def encode(self, text: str, data: bytes | None = None, *,
+               run_id: str) -> AttributeValueTypeDef:
+        """`text` inline, or as a reference to a blob of `run_id` (deleted with the run)."""
         data = text.encode() if data is None else data
         if len(data) <= self.inline_limit:
             return {"S": text}
         if self.blobs is None:
             raise StoreError(f"a {len(data)}-byte record is over the inline limit "
                              f"({self.inline_limit} bytes) and this store has no blob store")
-        uri, sha256 = self.blobs.put(data, media_type="application/json")
+        uri, sha256 = self.blobs.put(data, media_type="application/json", run_id=run_id)
         return {"M": {"uri": s(uri), "sha256": s(sha256), "size": n(len(data))}}
 
     def decode(self, value: AttributeValueTypeDef | None, what: str) -> str:
@@ -188,7 +190,8 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
     state = run.model_dump_json(exclude=DEFINITION_FIELDS | ATTRIBUTE_FIELDS)
     item: Item = {
         **key(run.run_id, META), "incarnation": s(incarnation), "rev": s(rev),
-        "state": texts.encode(state), "status": s(run.status.value), "attempt": n(run.attempt),
+        "state": texts.encode(state, run_id=run.run_id), "status": s(run.status.value),
+        "attempt": n(run.attempt),
         "checkpoint_seq": n(run.checkpoint_seq or 0), "consumed_tokens": n(run.consumed_tokens),
         "updated_at": n(micros(run.updated_at)), "due_at": n(due_at(run)),
         "takeovers": n(run.takeovers),
@@ -205,7 +208,8 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
 def definition_item(run: RunRecord, *, incarnation: str, texts: Texts) -> Item:
     item: Item = {**key(run.run_id, DEFINITION_SK), "incarnation": s(incarnation),
                   "run_id": s(run.run_id),
-                  "definition": texts.encode(run.model_dump_json(include=DEFINITION_FIELDS))}
+                  "definition": texts.encode(run.model_dump_json(include=DEFINITION_FIELDS),
+                                                run_id=run.run_id)}
     if run.parent is not None:
         item["parent_run_id"] = s(run.parent.run_id)
     return item
@@ -265,7 +269,8 @@ def checkpoint_item(checkpoint: Checkpoint, body: str, texts: Texts) -> Item:
     return {**key(checkpoint.run_id, checkpoint_sk(checkpoint.seq)),
             "seq": n(checkpoint.seq), "attempt": n(checkpoint.attempt),
             "created_at": n(micros(checkpoint.created_at)), "size": n(len(data)),
-            "sha256": s(hashlib.sha256(data).hexdigest()), "body": texts.encode(body, data)}
+            "sha256": s(hashlib.sha256(data).hexdigest()),
+            "body": texts.encode(body, data, run_id=checkpoint.run_id)}
 
 
 def checked_checkpoints(items: list[Item], run_id: str, last: int) -> None:
@@ -295,7 +300,7 @@ def checkpoint_body(item: Item, texts: Texts, run_id: str) -> str:
 # -- effects and approvals -------------------------------------------------------
 
 def record_item(run_id: str, sk: str, record: str, texts: Texts, **attributes: str) -> Item:
-    return {**key(run_id, sk), "record": texts.encode(record),
+    return {**key(run_id, sk), "record": texts.encode(record, run_id=run_id),
             **{name: s(value) for name, value in attributes.items()}}
 
 

@@ -5,18 +5,21 @@ and run texts over the store's inline limit); `S3ArtifactStore` keeps run
 artifacts. Both are the same seam as `stores.artifacts.LocalArtifactStore`:
 `put(data, media_type=...) -> (uri, sha256)` and `get(uri) -> bytes`.
 
-* Content addressed: the key is `<prefix><sha256[:2]>/<sha256>`, so a retried
-  put of the same bytes names the same object and a shared blob is stored once.
+* Keyed under their run: `<prefix><run>/<sha256>` (`run_segment(run_id)`), so a
+  retried put of the same bytes names the same object, and deleting a run
+  (`delete_run`) deletes exactly its blobs: two runs with the same bytes hold
+  two objects, and neither's deletion touches the other's. Blobs written
+  before this layout (`<prefix><sha256[:2]>/<sha256>`, shared across runs) stay
+  readable; retention does not find them (docs/retention.md says how to drop
+  them).
 * `IfNoneMatch="*"`: a put never overwrites an object; an existing one (412,
   or 409 when two puts race) already holds these bytes.
 * Every put names SSE-KMS with the given key and a bucket key, whatever the
   bucket's default, and sends its SHA-256 so S3 rejects bytes damaged in flight.
 * Every read checks the bytes against the sha256 in the key (`CorruptRecord`
   on a mismatch, never the bytes). A missing object is `CorruptRecord` too: a
-  store only asks for blobs its records name.
-
-Objects are never deleted here: a blob may be shared by several runs, so the
-bucket's lifecycle rule (template.yaml) retires them.
+  store only asks for blobs its records name. Without s3:ListBucket, S3
+  answers a missing object 403, not 404: that reads as missing as well.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from urllib.parse import urlparse
 import boto3
 from botocore.exceptions import ClientError
 
-from stores.base import CorruptRecord
+from stores.artifacts import run_segment
+from stores.base import CorruptRecord, StoreError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
@@ -38,7 +42,9 @@ if TYPE_CHECKING:
 # put of the same key is in flight: either way the object is (being) written
 # with the same bytes, since the key is their hash.
 _ALREADY_STORED = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
-_MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
+_MISSING = frozenset({"NoSuchKey", "404", "NotFound", "AccessDenied", "403"})
+# DeleteObjects takes at most this many keys a request.
+_DELETE_BATCH = 1000
 
 
 class S3BlobStore:
@@ -55,26 +61,33 @@ class S3BlobStore:
         self.prefix = prefix
         self.client: S3Client = client if client is not None else boto3.client("s3")
 
-    def key_of(self, sha256: str) -> str:
-        return f"{self.prefix}{sha256[:2]}/{sha256}"
+    def run_prefix(self, run_id: str) -> str:
+        """Where the blobs of `run_id` live: the prefix `delete_run` clears."""
+        return f"{self.prefix}{run_segment(run_id)}/"
 
-    def uri_of(self, sha256: str) -> str:
-        return f"s3://{self.bucket}/{self.key_of(sha256)}"
+    def key_of(self, sha256: str, run_id: str) -> str:
+        return f"{self.run_prefix(run_id)}{sha256}"
 
-    def put(self, data: bytes, *, media_type: str = "application/octet-stream") -> tuple[str, str]:
-        """Store `data` once; return (uri, sha256). Re-putting the same bytes is a no-op."""
+    def uri_of(self, sha256: str, run_id: str) -> str:
+        return f"s3://{self.bucket}/{self.key_of(sha256, run_id)}"
+
+    def put(self, data: bytes, *, media_type: str = "application/octet-stream",
+            run_id: str) -> tuple[str, str]:
+        """Store `data` once for `run_id`; return (uri, sha256). Re-putting the same
+        bytes for the same run is a no-op."""
         digest = hashlib.sha256(data)
         sha256 = digest.hexdigest()
         try:
             self.client.put_object(
-                Bucket=self.bucket, Key=self.key_of(sha256), Body=data, ContentType=media_type,
+                Bucket=self.bucket, Key=self.key_of(sha256, run_id), Body=data,
+                ContentType=media_type,
                 IfNoneMatch="*", ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key_id,
                 BucketKeyEnabled=True,
                 ChecksumSHA256=base64.b64encode(digest.digest()).decode("ascii"))
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") not in _ALREADY_STORED:
                 raise
-        return self.uri_of(sha256), sha256
+        return self.uri_of(sha256, run_id), sha256
 
     def get(self, uri: str) -> bytes:
         """The bytes at `uri`, checked against the sha256 their key names."""
@@ -93,6 +106,26 @@ class S3BlobStore:
         if hashlib.sha256(data).hexdigest() != sha256:
             raise CorruptRecord(f"blob {uri} does not match its sha256")
         return data
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete every object under the run's prefix; return how many. Repeatable."""
+        deleted = 0
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.run_prefix(run_id))
+        for page in pages:
+            keys = [entry["Key"] for entry in page.get("Contents", []) if "Key" in entry]
+            for start in range(0, len(keys), _DELETE_BATCH):
+                batch = keys[start:start + _DELETE_BATCH]
+                answer = self.client.delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": name} for name in batch], "Quiet": True})
+                errors = answer.get("Errors", [])
+                if errors:
+                    first = errors[0]
+                    raise StoreError(f"S3 refused to delete {len(errors)} blob(s) of run "
+                                     f"{run_id!r}, e.g. {first.get('Key')}: "
+                                     f"{first.get('Code')} {first.get('Message')}")
+                deleted += len(batch)
+        return deleted
 
 
 class S3ArtifactStore(S3BlobStore):

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 
 from stores import transitions
 from stores.base import CorruptRecord, RunAlreadyExists
+from stores.codecs import seal_text
 from stores.deltas import SavedLists, SavedListsCache, encode_body
 from stores.records import (
     ApprovalDecision,
@@ -267,7 +268,7 @@ class SqliteRunStore:
         with self._write() as conn:
             if self._incarnation(conn, run.run_id) is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
-            definition = run.model_dump_json(include=DEFINITION)
+            definition = seal_text(run.model_dump_json(include=DEFINITION))
             incarnation, values = uuid.uuid4().hex, run_values(run)
             seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
@@ -416,7 +417,7 @@ class SqliteRunStore:
             if change is None:
                 return
             updated, decision = change
-            record = encode_record(decision)
+            record = seal_text(encode_record(decision))
             conn.execute("INSERT INTO approvals (run_id, approval_id, record, checksum)"
                          " VALUES (?, ?, ?, ?)", (run_id, approval_id, record, digest(record)))
             self._put_run(conn, updated, fence=updated.attempt)
@@ -432,7 +433,8 @@ class SqliteRunStore:
             # A key that is absent must be new, not lost: reserving a lost one
             # again would run its effect twice.
             self._count_effects(conn, run_id)
-            record = encode_record(effect)
+            text = encode_record(effect)
+            record = seal_text(text)
             # Effect writes change no run row, so they carry the fence in their
             # own statement, for the same belt-and-braces reason as _put_run.
             cursor = conn.execute(
@@ -440,7 +442,7 @@ class SqliteRunStore:
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND attempt = ?)",
                 (run_id, key, record, digest(record), run_id, expected_attempt))
             require_fenced(cursor, run_id, expected_attempt)
-            return decode_record(EffectRecord, record)
+            return decode_record(EffectRecord, text)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
@@ -450,7 +452,7 @@ class SqliteRunStore:
                 result=result, at=at, existing=self._owned(conn, EffectRecord, run_id, key))
             if updated is None:
                 return
-            record = encode_record(updated)
+            record = seal_text(encode_record(updated))
             cursor = conn.execute(
                 "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
                 " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores.base import CorruptRecord
+from stores.codecs import open_text
 from stores.records import ApprovalDecision, EffectRecord, RecordDecodeError, decode_record
 from stores.sqlite_rows import row_digest, verified
 
@@ -46,7 +47,7 @@ _COUNT_RUNS = ("UPDATE run_count SET runs = runs + ?1, checksum = row_digest('ru
 def decoded(path: Path, model: type[R], text: object, checksum: object, what: str) -> R:
     """A record from its checked text."""
     try:
-        return decode_record(model, verified(path, text, checksum, what))
+        return decode_record(model, open_text(verified(path, text, checksum, what), what))
     except RecordDecodeError as error:
         raise CorruptRecord(f"{what} in {path} did not decode: {error}") from error
 

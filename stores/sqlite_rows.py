@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stores.base import CorruptRecord
+from stores.codecs import open_text, seal_text
 from stores.deltas import SavedLists, assemble
 from stores.records import Checkpoint, RunRecord
 
@@ -99,7 +100,7 @@ NOT_IN_RECORD = DEFINITION | COLUMNS_ONLY
 
 def run_values(run: RunRecord, before: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
     """The columns a run write sets, in RUN_FIELDS order (all but the definition)."""
-    record = run.model_dump_json(exclude=NOT_IN_RECORD)
+    record = seal_text(run.model_dump_json(exclude=NOT_IN_RECORD))
     lease = None if run.lease_expires_at is None else micros(run.lease_expires_at)
     created = before[CREATED] if before is not None else micros(run.created_at)
     requested = None if run.resume_requested_at is None else micros(run.resume_requested_at)
@@ -169,8 +170,9 @@ def decode_run(path: Path, run_id: str, *, text: object, checksum: object,
                definition: object, definition_checksum: object) -> RunRecord:
     """The run from its definition and record JSON (columns applied by the caller)."""
     what = f"run {run_id!r}"
-    state = verified(path, text, checksum, what)
-    fixed = verified(path, definition, definition_checksum, f"the definition of {what}")
+    state = open_text(verified(path, text, checksum, what), what)
+    fixed = open_text(verified(path, definition, definition_checksum,
+                               f"the definition of {what}"), f"the definition of {what}")
     try:
         parts = json.loads(fixed), json.loads(state)
         if not all(isinstance(part, dict) for part in parts):
@@ -211,7 +213,9 @@ def with_columns(path: Path, run: RunRecord, values: tuple[Any, ...]) -> RunReco
 
 def checkpoint_row(checkpoint: Checkpoint, body: str,
                    lease_expires_at: datetime | None) -> tuple[Any, ...]:
-    """The values of CHECKPOINT_COLUMNS for a checkpoint stored as `body`."""
+    """The values of CHECKPOINT_COLUMNS for a checkpoint stored as `body` (through the
+    configured codec: size and sha256 are of the stored text)."""
+    body = seal_text(body)
     data = body.encode()
     covered = (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
                micros(checkpoint.created_at),
@@ -230,7 +234,8 @@ def assemble_rows(path: Path, run_id: str,
         nonlocal current
         for row in rows:
             current = row[1]
-            yield verified(path, row[9], row[7], f"checkpoint {row[1]} of run {run_id!r}")
+            what = f"checkpoint {row[1]} of run {run_id!r}"
+            yield open_text(verified(path, row[9], row[7], what), what)
 
     try:
         checkpoint, saved = assemble(bodies())

@@ -1,11 +1,14 @@
 """A provider's settings as a driver needs them: the config entry with its
 environment references resolved.
 
-Credentials come only from the environment: the variable a `providers` entry
+Credentials come from the environment: the variable a `providers` entry
 names (`apiKey: {env: NAME}`), else the driver's conventional one
-(`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`). A key that is needed but unset fails
-when the adapter is built — before a run is created, or before its first
-request — with a message naming the provider and the variable.
+(`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`); or from AWS, a Secrets Manager
+secret or SSM SecureString the entry names (`apiKey: {secret: NAME}`,
+`agent_runtime.secrets`), which is how keys reach the Lambda functions. A
+key that is needed but unset fails when the adapter is built (before a run is
+created, or before its first request) with a message naming the provider and
+the variable or secret.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from agent_runtime.config import EnvReference, RuntimeConfig
+from agent_runtime.config import EnvReference, RuntimeConfig, SecretReference
 from agent_runtime.errors import StepFailed
+from agent_runtime.secrets import read_secret
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,11 @@ def provider_settings(name: str, config: RuntimeConfig, *,
     if entry is None:
         return ProviderSettings(name=name, driver=driver,
                                 api_key=_required_key(name, key_env, configured=False))
-    if entry.api_key is not None:
-        api_key: str | None = os.environ.get(entry.api_key.env)
+    if isinstance(entry.api_key, SecretReference):
+        api_key: str | None = read_secret(entry.api_key.secret, field=entry.api_key.field,
+                                          provider=name)
+    elif entry.api_key is not None:
+        api_key = os.environ.get(entry.api_key.env)
         if not api_key:
             raise StepFailed("provider_credentials_missing",
                              f"model provider {name!r} needs an API key: set the environment "

@@ -219,7 +219,7 @@ def test_tools_save_artifacts_once_by_content(tmp_path: Any) -> None:
     assert (ref.size, ref.media_type) == (6, "text/plain")
     assert artifacts.get(ref.uri) == b"report"
     assert h.types("artifact.") == ["artifact.created", "artifact.created"]
-    stored = tmp_path / "artifacts" / ref.sha256[:2] / ref.sha256
+    stored = tmp_path / "artifacts" / "runs" / result.run_id / ref.sha256
     stored.write_bytes(b"tampered")
     with pytest.raises(CorruptRecord, match="does not match its sha256"):
         artifacts.get(ref.uri)

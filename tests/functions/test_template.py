@@ -30,7 +30,7 @@ def test_functions_run_python_3_13_on_arm64_built_without_docker() -> None:
     assert defaults["Layers"] == [{"Ref": "RuntimeLayer"}]
     functions = resources(FUNCTION)
     assert set(functions) == {"ReserveFunction", "AdvanceFunction", "StartFunction",
-                              "ReconcilerFunction", "ApiFunction"}
+                              "ReconcilerFunction", "ApiFunction", "RetentionFunction"}
     for name, function in functions.items():
         props = function["Properties"]
         assert function["Metadata"]["BuildMethod"] == "makefile", name

@@ -183,7 +183,8 @@ def create_table(resources: AwsResources, table: str) -> AwsResources:
     """The template's RunsTable, named `table`, beside `resources`' key and bucket."""
     template = load_template()
     names = Names(refs={"DataKey": resources.key_id},
-                  attributes={("DataKey", "Arn"): resources.key_arn}, parameters={})
+                  attributes={("DataKey", "Arn"): resources.key_arn}, parameters={
+                      name: spec.get("Default") for name, spec in template["Parameters"].items()})
     _create_table(resources.dynamodb, names.resolve(properties(template, "RunsTable"), template),
                   table)
     return dataclasses.replace(resources, table=table)

@@ -3,6 +3,7 @@ and damaged or missing bytes raising CorruptRecord."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -63,7 +64,7 @@ def test_every_object_written_is_encrypted_with_the_project_key(
                        checkpoint=big_checkpoint(2, 300_000))
     artifacts = S3ArtifactStore(aws.bucket, aws.key_arn, prefix=f"{prefix}artifacts/",
                                 client=aws.s3)
-    uri, _ = artifacts.put(b"%PDF-1.7 ...", media_type="application/pdf")
+    uri, _ = artifacts.put(b"%PDF-1.7 ...", media_type="application/pdf", run_id=RUN)
     written = objects(aws, prefix)
     assert len(written) == 6, written  # definition, checkpoints 1-2, effect, state, artifact
     for name in written:
@@ -107,15 +108,33 @@ def test_an_inline_body_altered_in_the_table_raises_corrupt_record(
         open_store(aws).load_latest_checkpoint(RUN)
 
 
-def test_blob_puts_are_content_addressed_and_never_overwrite(aws: AwsResources) -> None:
+def test_blob_puts_are_content_addressed_under_their_run_and_never_overwrite(
+        aws: AwsResources) -> None:
     blobs = S3BlobStore(aws.bucket, aws.key_arn, prefix=f"{unique('blobs')}/", client=aws.s3)
-    first = blobs.put(b"same bytes")
-    assert blobs.put(b"same bytes") == first  # the 412 of IfNoneMatch="*" is success
+    first = blobs.put(b"same bytes", run_id="run/1.a")
+    assert blobs.put(b"same bytes", run_id="run/1.a") == first  # IfNoneMatch's 412 is success
     uri, sha256 = first
-    assert uri == f"s3://{aws.bucket}/{blobs.prefix}{sha256[:2]}/{sha256}"
+    assert uri == f"s3://{aws.bucket}/{blobs.prefix}run%2F1%2Ea/{sha256}"
     assert blobs.get(uri) == b"same bytes"
+    # Another run's identical bytes are its own object: deleting one run spares it.
+    other, _ = blobs.put(b"same bytes", run_id="run")
+    assert other != uri
+    assert blobs.delete_run("run/1.a") == 1
+    assert blobs.delete_run("run/1.a") == 0
+    assert blobs.get(other) == b"same bytes"
+    with pytest.raises(CorruptRecord, match="missing"):
+        blobs.get(uri)
     with pytest.raises(ValueError, match="not in this blob store"):
-        blobs.get(f"s3://other-bucket/{blobs.prefix}{sha256[:2]}/{sha256}")
+        blobs.get(f"s3://other-bucket/{blobs.prefix}run/{sha256}")
+
+
+def test_a_blob_of_the_shared_layout_stays_readable(aws: AwsResources) -> None:
+    """Blobs written before they were keyed under their run: <prefix><aa>/<sha256>."""
+    blobs = S3BlobStore(aws.bucket, aws.key_arn, prefix=f"{unique('blobs')}/", client=aws.s3)
+    sha256 = hashlib.sha256(b"old bytes").hexdigest()
+    legacy = f"{blobs.prefix}{sha256[:2]}/{sha256}"
+    aws.s3.put_object(Bucket=aws.bucket, Key=legacy, Body=b"old bytes")
+    assert blobs.get(f"s3://{aws.bucket}/{legacy}") == b"old bytes"
 
 
 def test_a_store_without_blobs_refuses_a_body_over_the_inline_limit(aws: AwsResources) -> None:

@@ -1,0 +1,134 @@
+"""Cold import of each Lambda handler from the runtime layer, as a ratio to boto3's.
+
+Builds a twin of the runtime layer with layers/runtime/Makefile itself (same
+requirements, same pruning, same python3.13 bytecode) for this machine's
+architecture, since the deployed layer is arm64 wheels, then imports each
+handler module in a fresh python3.13 process with the layer and the functions
+on sys.path, and `import boto3` the same way, in one run. Prints the median
+import time of each, its ratio to boto3's, and the unzipped size of the layer
+(the deployed arm64 one from `make build` when present, and the twin).
+
+    python bench/layer_cold_import.py [--rounds 7] [--layer DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HANDLERS = {
+    "Reserve/Advance/Start (functions.step.app)": "functions.step.app",
+    "Reconciler (functions.reconciler.app)": "functions.reconciler.app",
+    "API (functions.api.app)": "functions.api.app",
+    "Retention (functions.retention.app)": "functions.retention.app",
+}
+DEPLOYED_LAYER = REPO / ".aws-sam" / "build" / "RuntimeLayer" / "python"
+# What the handlers read at import: set as template.yaml sets them.
+ENVIRONMENT = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+               "POWERTOOLS_SERVICE_NAME": "bench", "POWERTOOLS_METRICS_NAMESPACE": "Bench",
+               "AGENT_RUNTIME_STORE": "runs?bucket=blobs&kms_key=alias/bench",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+PROBE = ("import time; start = time.perf_counter(); import {module}; "
+         "print(time.perf_counter() - start)")
+
+
+def python313() -> str:
+    """python3.13 (as the layer's Makefile finds it), else the closest: this interpreter."""
+    candidates = [shutil.which("python3.13") or ""]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True,
+                              check=False).stdout.strip()
+        candidates += sorted(str(path) for path in
+                             Path(root).glob("versions/3.13*/bin/python3.13"))
+    check = "import sys; assert sys.version_info[:2] == (3, 13)"
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", check], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return candidate
+    return sys.executable
+
+
+def build_twin(into: Path, python: str) -> Path:
+    """The runtime layer for this machine, built by its own Makefile into `into`."""
+    machine = "x86_64" if platform.machine() in ("x86_64", "AMD64") else "aarch64"
+    platforms = f"--platform manylinux2014_{machine} --platform manylinux_2_28_{machine}"
+    subprocess.run(["make", "-s", "-C", str(into), "-f", str(REPO / "layers/runtime/Makefile"),
+                    "build-RuntimeLayer", f"ARTIFACTS_DIR={into}", f"PLATFORMS={platforms}",
+                    f"PY313={python}", f"PYTHON={sys.executable}"], check=True)
+    return into / "python"
+
+
+def size_of(directory: Path) -> tuple[int, int, int]:
+    """(bytes, .py files, .py files with a cpython-313 .pyc) under `directory`."""
+    total = sources = compiled = 0
+    for path in directory.rglob("*"):
+        if path.is_file():
+            total += path.stat().st_size
+            if path.suffix == ".py":
+                sources += 1
+                cache = path.parent / "__pycache__" / f"{path.stem}.cpython-313.pyc"
+                compiled += cache.exists()
+    return total, sources, compiled
+
+
+def import_time(python: str, module: str, path: list[Path], rounds: int) -> float:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **ENVIRONMENT,
+           "PYTHONPATH": os.pathsep.join(str(entry) for entry in path)}
+    times = []
+    for _ in range(rounds):
+        done = subprocess.run([python, "-c", PROBE.format(module=module)], env=env,
+                              capture_output=True, text=True, check=False,
+                              cwd=tempfile.gettempdir())
+        if done.returncode != 0:
+            raise SystemExit(f"import {module} failed:\n{done.stderr[-2000:]}")
+        times.append(float(done.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layer", type=Path,
+                        help="a layer's python/ directory built for this machine (default: "
+                        "build a twin of the runtime layer)")
+    args = parser.parse_args()
+    python = python313()
+    version = subprocess.run([python, "--version"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="layer-bench-") as scratch:
+        layer = args.layer or build_twin(Path(scratch), python)
+        # The functions' code as sam build ships it (functions/Makefile: its .py
+        # files only), then the layer: never the repository's own packages.
+        code = Path(scratch) / "code"
+        shutil.copytree(REPO / "functions", code / "functions",
+                        ignore=shutil.ignore_patterns("__pycache__", "Makefile"))
+        path = [code, layer]
+        baseline = import_time(python, "boto3", path, args.rounds)
+        print(f"cold import from the runtime layer, {version}, median of {args.rounds} "
+              f"fresh processes (ratio to `import boto3` from the same layer)")
+        print(f"  {'import boto3':<48} {baseline * 1000:8.1f} ms   1.00")
+        for name, module in HANDLERS.items():
+            seconds = import_time(python, module, path, args.rounds)
+            print(f"  {name:<48} {seconds * 1000:8.1f} ms   {seconds / baseline:.2f}")
+        for label, directory in (("deployed layer (arm64, make build)", DEPLOYED_LAYER),
+                                 (f"measured twin ({platform.machine()})", layer)):
+            if directory.is_dir():
+                total, sources, compiled = size_of(directory)
+                print(f"  {label}: {total / 1e6:.1f} MB unzipped; {compiled} of {sources} "
+                      ".py files have python3.13 bytecode")
+            else:
+                print(f"  {label}: not built (run make build)")
+
+
+if __name__ == "__main__":
+    main()
