@@ -6,6 +6,19 @@ import { announce, describeError, navigate } from "./notice.js";
 import { renderValue } from "./run.js";
 import { runLink } from "./runs.js";
 
+const SHOWN = new Set(["stepPath", "stepId", "status", "at", "output", "kind", "depth"]);
+
+/** One step result: where and when, its output, and anything else it recorded. */
+function stepResult(entry) {
+  const rest = Object.fromEntries(Object.entries(entry).filter(([key]) => !SHOWN.has(key)));
+  return h("li", { class: "card" },
+    h("h3", {}, entry.stepPath ?? entry.stepId ?? "step"),
+    h("p", { class: "muted" }, [entry.status, entry.at ? time(entry.at) : null]
+      .filter(Boolean).flatMap((part, index) => (index ? [" · ", part] : [part]))),
+    Object.hasOwn(entry, "output") ? renderValue(entry.output) : null,
+    Object.keys(rest).length ? pre(rest) : null);
+}
+
 export function checkpointPage(main, { runId, seq }) {
   const body = h("div", {}, h("p", { class: "muted" }, "Loading…"));
   const fork = h("button", { type: "button", class: "primary" }, "Fork from here");
@@ -50,9 +63,7 @@ export function checkpointPage(main, { runId, seq }) {
       h("section", { "aria-labelledby": "results-title" },
         h("h2", { id: "results-title" }, "Step results"),
         checkpoint.stepResults.length ? h("ol", { class: "step-results" },
-          checkpoint.stepResults.map((entry) => h("li", { class: "card" },
-            h("h3", {}, entry.stepPath ?? entry.stepId ?? "step"),
-            renderValue(entry))))
+          checkpoint.stepResults.map(stepResult))
           : h("p", { class: "muted" }, "No step has finished yet.")));
   }).catch((error) => {
     fill(body, h("p", { class: "error" }, describeError(error)));

@@ -27,7 +27,8 @@ export function describeError(error) {
   return error?.message || String(error);
 }
 
-/** Repeat `task` every `ms` while the page is shown; returns the stop function. */
+/** Run `task` now, then again `ms` after each run ends, while the page is shown
+ * (never two at once); returns the stop function. */
 export function every(ms, task) {
   let stopped = false;
   let timer = null;
@@ -39,7 +40,7 @@ export function every(ms, task) {
       if (!stopped) timer = setTimeout(tick, ms);
     }
   };
-  timer = setTimeout(tick, ms);
+  tick();
   return () => {
     stopped = true;
     clearTimeout(timer);

@@ -66,6 +66,7 @@ export function runPage(main, { runId }) {
       h("h2", { id: "timeline-title" }, "Timeline"), timeline));
 
   const checkpoints = new Checkpoints(runId);
+  const opened = new Set();  // loop iterations the person opened
   let shownRun = "";
   let shownCard = "";
   let confirming = false;
@@ -149,7 +150,25 @@ export function runPage(main, { runId }) {
     }
   }
 
-  async function refresh(force = false) {
+  let drawn = null;  // the timeline on the page (count, last seq): redrawn only when it grew
+  function drawTimeline(items) {
+    const shape = `${items.length}:${items.at(-1)?.seq}`;
+    if (shape === drawn) return;
+    drawn = shape;
+    renderTimeline(timeline, runId, items, opened);
+  }
+
+  // One refresh at a time: a forced one (after an action) runs when the current one ends.
+  let current = null;
+  function refresh(force = false) {
+    if (current) return force ? current.then(() => refresh(true)) : current;
+    current = load(force).finally(() => {
+      current = null;
+    });
+    return current;
+  }
+
+  async function load(force) {
     if (finished && !force) return;
     let run;
     try {
@@ -165,8 +184,9 @@ export function runPage(main, { runId }) {
     }
     draw(run);
     try {
-      if (await checkpoints.refresh()) renderTimeline(timeline, runId, checkpoints.items);
-      else if (!checkpoints.items.length) renderTimeline(timeline, runId, []);
+      // Drawn as each page arrives: a long timeline shows its start at once.
+      await checkpoints.refresh(drawTimeline);
+      if (!checkpoints.items.length) drawTimeline([]);
     } catch (error) {
       fill(timeline, h("p", { class: "error" }, describeError(error)));
     }
@@ -174,6 +194,5 @@ export function runPage(main, { runId }) {
     finished = TERMINAL.has(run.status);
   }
 
-  refresh();
   return every(LIVE_MS, () => refresh());
 }

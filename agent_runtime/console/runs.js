@@ -115,7 +115,6 @@ export function runsPage(main, { status }) {
       h("div", { class: "field-inline" }, live, h("label", { for: "live" }, "Live refresh"))),
     table,
     h("div", { class: "pager" }, newer, position, older));
-  load();
   return every(REFRESH_MS, () => (live.checked ? load() : null));
 }
 
@@ -165,6 +164,5 @@ export function waitingPage(main) {
   }
   fill(main, h("h1", { id: "waiting-title", tabindex: -1 }, "Waiting for me"),
     h("p", { class: "muted" }, "Suspended runs, newest first, with what each needs."), list);
-  load();
   return every(REFRESH_MS, load);
 }

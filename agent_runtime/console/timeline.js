@@ -12,8 +12,9 @@ export class Checkpoints {
     this.lastStart = 0;           // where that page's checkpoints begin in `items`
   }
 
-  /** Read from the last page on (it may have grown) to the end. True when anything changed. */
-  async refresh() {
+  /** Read from the last page on (it may have grown) to the end; `onPage(items)` after
+   * every page read. True when anything changed. */
+  async refresh(onPage = () => {}) {
     const before = this.items.length;
     const lastSeq = this.items.at(-1)?.seq;
     let cursor = this.lastCursor;
@@ -23,6 +24,7 @@ export class Checkpoints {
       this.lastCursor = cursor;
       this.lastStart = kept.length;
       kept.push(...page.checkpoints);
+      if (page.checkpoints.length) onPage(kept);
       if (!page.cursor) break;
       cursor = page.cursor;
     }
@@ -53,8 +55,9 @@ function row(runId, checkpoint, previousTokens) {
     h("span", { class: "attempt" }, `attempt ${checkpoint.attempt}`));
 }
 
-/** The timeline as a list: consecutive checkpoints of one loop iteration in a <details>. */
-export function renderTimeline(container, runId, checkpoints) {
+/** The timeline as a list: consecutive checkpoints of one loop iteration in a <details>,
+ * open when the person opened it (`opened`, kept across redraws) or when it is the latest. */
+export function renderTimeline(container, runId, checkpoints, opened = new Set()) {
   const list = h("ol", { class: "timeline" });
   let previousTokens = 0;
   let group = null;
@@ -71,7 +74,12 @@ export function renderTimeline(container, runId, checkpoints) {
     if (!group || group.key !== iteration.key) {
       group = { key: iteration.key, count: 0, rows: h("ol", { class: "timeline" }),
         summary: h("summary") };
-      group.element = h("li", { class: "iteration" }, h("details", {}, group.summary, group.rows));
+      const details = h("details", { open: opened.has(iteration.key) }, group.summary, group.rows);
+      details.addEventListener("toggle", () => {
+        if (details.open) opened.add(iteration.key);
+        else opened.delete(iteration.key);
+      });
+      group.element = h("li", { class: "iteration" }, details);
       group.label = `${iteration.loop} · iteration ${iteration.iteration}`;
       groups.push(group);
       list.append(group.element);

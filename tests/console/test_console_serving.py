@@ -1,0 +1,86 @@
+"""How the console is shipped and served: every file in the package data, each URL to
+its file with its type, nothing else reachable, the examples it offers equal to the
+repository's, and a server that answers a browser's parallel requests."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from fnmatch import fnmatch
+from pathlib import Path
+
+import httpx
+import pytest
+from browser import REPO
+
+from agent_runtime.console import console_page
+from tests.api.serve_process import Serve
+
+CONSOLE = REPO / "agent_runtime" / "console"
+
+
+def console_files() -> list[Path]:
+    return sorted(path for path in CONSOLE.rglob("*")
+                  if path.is_file() and path.suffix != ".py" and "__pycache__" not in path.parts)
+
+
+def test_every_console_file_is_package_data() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["agent_runtime.console"]
+    missing = [str(path.relative_to(CONSOLE)) for path in console_files()
+               if not any(fnmatch(str(path.relative_to(CONSOLE)), pattern)
+                          for pattern in patterns)]
+    assert not missing, f"not in pyproject's package-data, so not in a wheel: {missing}"
+
+
+def test_every_console_file_is_served_with_its_type() -> None:
+    for path in console_files():
+        relative = path.relative_to(CONSOLE).as_posix()
+        page = console_page(f"/console/{relative}")
+        assert page is not None, relative
+        assert page.body == path.read_text(encoding="utf-8")
+    index = console_page("/")
+    assert index is not None and index.content_type == "text/html; charset=utf-8"
+    script = console_page("/console/app.js")
+    assert script is not None and script.content_type.startswith("text/javascript")
+
+
+@pytest.mark.parametrize("path", [
+    "/console/__init__.py", "/console/../api/routes.py", "/console/.hidden.js",
+    "/console/examples/../app.js", "/console/missing.js", "/console/examples/index.yaml",
+    "/runs", "/console/examples/nested/x.yaml"])
+def test_nothing_but_console_files_is_served(path: str) -> None:
+    assert console_page(path) is None
+
+
+def test_the_examples_offered_are_the_repositorys_own() -> None:
+    index = json.loads((CONSOLE / "examples" / "index.json").read_text(encoding="utf-8"))
+    offered = {entry["file"] for entry in index["examples"]}
+    assert offered == {path.name for path in (CONSOLE / "examples").glob("*.yaml")}
+    for entry in index["examples"]:
+        copy = (CONSOLE / "examples" / entry["file"]).read_text(encoding="utf-8")
+        source = (REPO / entry["source"]).read_text(encoding="utf-8")
+        assert copy == source, (f"agent_runtime/console/examples/{entry['file']} differs from "
+                                f"{entry['source']}: copy it again")
+
+
+@pytest.mark.slow
+def test_serve_answers_many_parallel_requests(server: Serve) -> None:
+    # A browser opens several connections at once; the thread pool behind the
+    # routes once deadlocked on six.
+    paths = ["/", "/console/app.js", "/console/dom.js", "/runs", "/openapi.json"] * 10
+
+    def fetch(path: str) -> int:
+        with server.client() as http:
+            return http.get(path, timeout=60.0).status_code
+
+    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        statuses = list(pool.map(fetch, paths))
+    assert statuses == [200] * len(paths)
+
+
+def test_console_routes_stay_out_of_the_api_description(client: httpx.Client) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "/" not in paths
+    assert not any(path.startswith("/console") for path in paths)
