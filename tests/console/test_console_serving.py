@@ -84,3 +84,29 @@ def test_console_routes_stay_out_of_the_api_description(client: httpx.Client) ->
     paths = client.get("/openapi.json").json()["paths"]
     assert "/" not in paths
     assert not any(path.startswith("/console") for path in paths)
+
+
+@pytest.mark.parametrize(("path", "content_type"), [
+    ("/", "text/html; charset=utf-8"), ("/console/app.js", "text/javascript; charset=utf-8"),
+    ("/console/examples/index.json", "application/json")])
+def test_the_console_is_served_behind_api_gateway(path: str, content_type: str) -> None:
+    # The routes as functions/api/app.py serves them (HTTP API payload 2.0), with no
+    # caller: the console's files need no credentials, and its CSP comes along.
+    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+    from agent_runtime.api.routes import include_routes
+    from tests.functions.aws_stack import http_event
+
+    resolver = APIGatewayHttpResolver(enable_validation=True)
+    include_routes(resolver, None)
+    event = http_event("api-openapi.json", caller=None)
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    event["routeKey"] = event["requestContext"]["routeKey"] = "GET " + path
+    response = resolver.resolve(event, None)
+    assert response["statusCode"] == 200, response
+    headers = {name.lower(): value for name, value in response["headers"].items()}
+    assert headers["content-type"] == content_type
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert response["isBase64Encoded"] is False
+    assert response["body"] == (CONSOLE / ("index.html" if path == "/" else
+                                           path.removeprefix("/console/"))).read_text("utf-8")
