@@ -3,7 +3,7 @@
 import { api } from "./api.js";
 import { fill, formatNumber, h, pre, time } from "./dom.js";
 import { announce, describeError, navigate } from "./notice.js";
-import { renderValue } from "./run.js";
+import { renderValue } from "./output.js";
 import { runLink } from "./runs.js";
 
 const SHOWN = new Set(["stepPath", "stepId", "status", "at", "output", "kind", "depth"]);

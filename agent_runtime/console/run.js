@@ -2,25 +2,14 @@
 // output or error and the step timeline, kept live while the run moves.
 
 import { api, TERMINAL } from "./api.js";
-import { fill, formatNumber, h, jsonText, markdown, pre, statusBadge, time } from "./dom.js";
+import { fill, formatNumber, h, jsonText, pre, statusBadge, time } from "./dom.js";
 import { announce, describeError, every, navigate } from "./notice.js";
+import { renderValue } from "./output.js";
 import { runLink } from "./runs.js";
 import { suspensionCard } from "./suspension.js";
 import { Checkpoints, renderTimeline } from "./timeline.js";
 
 const LIVE_MS = 1000;
-
-/** A run's output: text as markdown (built as elements), anything else as JSON text. */
-export function renderValue(value) {
-  if (typeof value === "string") return h("div", { class: "markdown" }, markdown(value));
-  if (value && typeof value === "object" && !Array.isArray(value)) {
-    return h("dl", { class: "output-fields" }, Object.entries(value).map(([key, item]) => [
-      h("dt", {}, key),
-      h("dd", {}, typeof item === "string" ? h("div", { class: "markdown" }, markdown(item))
-        : pre(item))]));
-  }
-  return pre(value);
-}
 
 function usage(run) {
   const { consumedTokens, maxTotalTokens } = run.usage;

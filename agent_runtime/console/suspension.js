@@ -1,8 +1,9 @@
 // The suspension card: what a suspended run waits for, and the action that answers it.
 
 import { api } from "./api.js";
-import { formatNumber, h } from "./dom.js";
+import { fill, formatNumber, h } from "./dom.js";
 import { announce, describeError } from "./notice.js";
+import { renderValue } from "./output.js";
 import { REASONS, runLink } from "./runs.js";
 
 /** Text as the JSON value it spells, else as a string; empty: nothing. */
@@ -32,6 +33,20 @@ function actionButton(label, action, className = "") {
   return button;
 }
 
+/** What the run produced last before it asked: the latest step result's output. */
+async function showLatestResult(run, slot) {
+  if (!run.checkpointSeq) return;
+  try {
+    const checkpoint = await api.getCheckpoint(run.runId, run.checkpointSeq);
+    const latest = checkpoint.stepResults.filter((entry) => Object.hasOwn(entry, "output")).at(-1);
+    if (!latest) return;
+    fill(slot, h("p", { class: "muted" }, `The latest result, of step ${latest.stepPath}:`),
+      renderValue(latest.output));
+  } catch {
+    // Only context: the card works without it.
+  }
+}
+
 /** The card for `run` (suspended); `changed` is called after an action succeeded. */
 export function suspensionCard(run, changed) {
   const { reason, details } = run.suspension;
@@ -45,6 +60,8 @@ export function suspensionCard(run, changed) {
   };
 
   if (reason === "approval") {
+    const context = h("div", { class: "approval-context" });
+    showLatestResult(run, context);
     const response = h("textarea", { id: "approval-response", rows: 3,
       "aria-describedby": "approval-response-hint", spellcheck: "true" });
     const answer = (approved) => done(approved ? "Approved; the run continues."
@@ -53,6 +70,7 @@ export function suspensionCard(run, changed) {
     card.append(
       h("p", { class: "prompt" }, details.prompt ?? ""),
       details.stepPath ? h("p", { class: "muted" }, `Step ${details.stepPath}`) : null,
+      context,
       h("label", { for: "approval-response" }, "Response (optional)"), response,
       h("p", { id: "approval-response-hint", class: "hint" },
         "Recorded with your answer: JSON, or plain text."),

@@ -65,6 +65,7 @@ export function renderTimeline(container, runId, checkpoints, opened = new Set()
   for (const checkpoint of checkpoints) {
     const iteration = iterationOf(checkpoint.stepPath);
     const item = row(runId, checkpoint, previousTokens);
+    const spent = Math.max(checkpoint.consumedTokens - previousTokens, 0);
     previousTokens = checkpoint.consumedTokens;
     if (!iteration) {
       group = null;
@@ -72,7 +73,7 @@ export function renderTimeline(container, runId, checkpoints, opened = new Set()
       continue;
     }
     if (!group || group.key !== iteration.key) {
-      group = { key: iteration.key, count: 0, rows: h("ol", { class: "timeline" }),
+      group = { key: iteration.key, count: 0, tokens: 0, rows: h("ol", { class: "timeline" }),
         summary: h("summary") };
       const details = h("details", { open: opened.has(iteration.key) }, group.summary, group.rows);
       details.addEventListener("toggle", () => {
@@ -85,11 +86,13 @@ export function renderTimeline(container, runId, checkpoints, opened = new Set()
       list.append(group.element);
     }
     group.count += 1;
+    group.tokens += spent;
     group.rows.append(item);
   }
   for (const each of groups) {
     fill(each.summary, h("span", { class: "step-path" }, each.label),
-      h("span", { class: "muted" }, ` ${each.count} checkpoint${each.count === 1 ? "" : "s"}`));
+      h("span", { class: "muted" }, ` ${each.count} checkpoint${each.count === 1 ? "" : "s"}`
+        + (each.tokens ? `, ${formatNumber(each.tokens)} tokens` : "")));
   }
   // The latest iteration open; the others a click (or Enter) away.
   if (groups.length) groups.at(-1).element.querySelector("details").open = true;

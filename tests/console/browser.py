@@ -74,14 +74,14 @@ class PageWatch:
         page.on("console", on_console)
 
 
-def screenshot(page: Any, name: str, *, element: Any = None) -> Path:
+def screenshot(page: Any, name: str, *, element: Any = None, full_page: bool = True) -> Path:
     """Save a screenshot under build/console-screenshots/ (an artifact, gitignored)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     if element is not None:
         element.screenshot(path=str(path))
     else:
-        page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path), full_page=full_page)
     return path
 
 

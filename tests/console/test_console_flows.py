@@ -14,6 +14,7 @@ from browser import open_console, screenshot, wait_in_page
 from playwright.sync_api import expect
 
 from tests.api.serve_process import (
+    FIXTURES,
     Serve,
     approval_manifest,
     run_of,
@@ -166,3 +167,23 @@ def test_approve_by_keyboard_alone(page: Any, server: Serve, client: httpx.Clien
     decision = run_of(client, run_id)["suspension"]["decision"]
     assert decision["approved"] is True
     assert decision["response"] == "approved from the keyboard"
+
+
+def test_resume_a_run_that_reached_its_token_budget_with_a_new_limit(
+        page: Any, server: Serve, client: httpx.Client) -> None:
+    chain = (FIXTURES / "prompt-chain.agent.yaml").read_text(encoding="utf-8")
+    run_id = start(client, chain, budget={"maxTotalTokens": 5})["runId"]
+    suspended = wait_for_status(client, run_id, "suspended")
+    assert suspended["suspension"]["reason"] == "token-budget"
+    open_console(page, server, f"#/runs/{run_id}")
+    card = page.locator("section.suspension")
+    expect(card.get_by_role("heading", name="Token budget reached")).to_be_visible()
+    expect(page.get_by_label("Tokens used")).to_be_visible()  # the bar against the budget
+    card.get_by_label("New token limit (replaces the old one)").fill("100000")
+    card.get_by_role("button", name="Resume with this limit").click()
+    expect(status_of(page)).to_have_text("completed")
+    expect(page.locator("section.suspension")).to_have_count(0)
+    # The new limit is the one the run continued with (its latest checkpoint's).
+    latest = run_of(client, run_id)["checkpointSeq"]
+    state = client.get(f"/runs/{run_id}/checkpoints/{latest}").json()["checkpoint"]
+    assert state["budget"]["maxTotalTokens"] == 100000
