@@ -110,3 +110,17 @@ def test_the_console_is_served_behind_api_gateway(path: str, content_type: str) 
     assert response["isBase64Encoded"] is False
     assert response["body"] == (CONSOLE / ("index.html" if path == "/" else
                                            path.removeprefix("/console/"))).read_text("utf-8")
+
+
+def test_a_missing_browser_fails_the_console_tests_unless_opted_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from browser import OPT_OUT, chromium_path
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CHROMIUM", raising=False)
+    monkeypatch.delenv(OPT_OUT, raising=False)
+    with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
+        chromium_path()
+    monkeypatch.setenv(OPT_OUT, "1")
+    with pytest.raises(pytest.skip.Exception):
+        chromium_path()
