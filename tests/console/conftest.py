@@ -1,4 +1,4 @@
-"""Fixtures of the console tests: one real `serve` per module, one Chromium per session,
+"""Fixtures of the console tests: one real `serve` and one Chromium per module,
 a fresh browser tab per test (its dialogs, script errors and CSP refusals watched)."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def client(server: Serve) -> Iterator[httpx.Client]:
         yield http
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an event loop running
+# in this thread while it is open, and later tests call asyncio.run().
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     executable = chromium_path()
     try:
