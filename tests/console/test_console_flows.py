@@ -187,3 +187,36 @@ def test_resume_a_run_that_reached_its_token_budget_with_a_new_limit(
     latest = run_of(client, run_id)["checkpointSeq"]
     state = client.get(f"/runs/{run_id}/checkpoints/{latest}").json()["checkpoint"]
     assert state["budget"]["maxTotalTokens"] == 100000
+
+
+def test_the_runs_list_filters_pages_and_finds_by_id(
+        page: Any, server: Serve, client: httpx.Client) -> None:
+    hello = (FIXTURES / "hello.agent.yaml").read_text(encoding="utf-8")
+    waiting = start(client, approval_manifest())["runId"]
+    wait_for_status(client, waiting, "suspended")
+    started = [start(client, hello)["runId"] for _ in range(26)]
+    for run_id in started:
+        wait_for_status(client, run_id, "completed")
+
+    open_console(page, server)
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(25)
+    # Newest first: the last one started heads the list.
+    expect(rows.first).to_have_attribute("data-run-id", started[-1])
+    page.get_by_role("button", name="Older runs").click()
+    expect(page.get_by_text("Page 2")).to_be_visible()
+    expect(page.locator(f"tr[data-run-id='{started[0]}']")).to_have_count(1)
+    page.get_by_role("button", name="Newer runs").click()
+    expect(rows.first).to_have_attribute("data-run-id", started[-1])
+
+    page.get_by_label("Status").select_option("suspended")
+    expect(page.locator(f"tr[data-run-id='{waiting}']")).to_be_visible()
+    expect(page.locator("table.runs tbody tr", has_text="completed")).to_have_count(0)
+
+    page.get_by_label("Find a run by id").fill(started[3])
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name=f"Run {started[3]}")).to_be_visible()
+    page.get_by_role("link", name="Runs", exact=True).click()
+    page.get_by_label("Find a run by id").fill("run_missing")
+    page.get_by_role("button", name="Open").click()
+    expect(page.get_by_role("status")).to_contain_text("No run with id run_missing.")
