@@ -100,7 +100,11 @@ signOut.addEventListener("click", () => {
   forgetToken();
   route();
 });
-window.addEventListener("hashchange", route);
+// A token can arrive with any address, also one opened in this tab later.
+function arrive() {
+  adoptTokenFromAddress();
+  route();
+}
 
-adoptTokenFromAddress();
-route();
+window.addEventListener("hashchange", arrive);
+arrive();

@@ -173,3 +173,28 @@ def test_the_browser_reads_every_example_manifest_as_the_server_does(
         read = page.evaluate(
             "async text => (await import('/console/yaml.js')).parseManifestText(text)", text)
         assert read == yaml.safe_load(text), Path(path).name
+
+
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')]
+    .filter(control => !control.hidden && control.offsetParent !== null)
+    .filter(control => control.tagName === 'BUTTON'
+        ? !control.textContent.trim() && !control.getAttribute('aria-label')
+        : control.labels.length === 0 && !control.getAttribute('aria-label'))
+    .map(control => control.outerHTML.slice(0, 80))"""
+
+
+def test_every_control_has_a_label(page: Any, server: Serve, client: httpx.Client) -> None:
+    from tests.api.serve_process import approval_manifest
+
+    run_id = start(client, approval_manifest())["runId"]
+    wait_for_status(client, run_id, "suspended")
+    open_console(page, server)
+    expect(page.locator("table.runs tbody tr").first).to_be_visible()
+    assert page.evaluate(UNLABELLED) == []
+    page.get_by_role("link", name="Start a run").first.click()
+    page.get_by_label("Example manifest").select_option("release-brief.agent.yaml")
+    expect(page.get_by_label("audience")).to_be_visible()
+    assert page.evaluate(UNLABELLED) == []
+    open_console(page, server, f"#/runs/{run_id}")
+    expect(page.locator("section.suspension")).to_be_visible()
+    assert page.evaluate(UNLABELLED) == []
