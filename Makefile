@@ -51,8 +51,9 @@ run: install
 		--tools examples/tools.py --stream
 
 # The HTTP API on http://127.0.0.1:8000 over the default SQLite store, with
-# the serve extra (uvicorn, Powertools). Requests need the bearer token the
-# server writes to .agent-runtime/serve.token; stop with Ctrl-C. More flags:
+# the serve extra (uvicorn, Powertools), and the web console at its root.
+# Requests need the bearer token the server writes to
+# .agent-runtime/serve.token; stop with Ctrl-C. More flags:
 # make serve SERVE_ARGS='--port 8080 --workers 8 --config my.config.yaml'
 serve: $(SERVE)
 	$(BIN)/agent-runtime serve $(SERVE_ARGS)

@@ -27,6 +27,7 @@ from stores.records import Budget, RunRecord, RunStatus
 from agent_runtime.api import guard
 from agent_runtime.api.problems import (
     ApiProblem,
+    excerpt,
     problem_schema_responses,
     register_problem_handlers,
 )
@@ -59,6 +60,7 @@ from agent_runtime.api.wire import (
     run_list,
     to_json,
 )
+from agent_runtime.console import CONSOLE_HEADERS, console_page
 from agent_runtime.engine import REQUEST_SHA256
 from agent_runtime.limits import use_limits
 from agent_runtime.run_ids import idempotent_run_id
@@ -157,6 +159,7 @@ class RunRoutes:
         self._register_runs()
         self._register_history()
         self._register_actions()
+        self._register_console()
 
         @self._route("GET", "/openapi.json", public=True, operation_id="getOpenApi",
                      summary="This API's OpenAPI document (needs no credentials)",
@@ -282,6 +285,30 @@ class RunRoutes:
                           key: Annotated[str, Path(pattern=KEY_PATTERN)],
                           body: Annotated[SettleEffectRequest, Body()]) -> Response[str]:
             return self.settle_effect(runId, key, body)
+
+    def _register_console(self) -> None:
+        # The web console's files: public (the page asks for the token), not
+        # part of the API's OpenAPI document, with the console's own CSP.
+        def page(path: str) -> Response[str]:
+            found = console_page(path)
+            if found is None:
+                raise ApiProblem(404, f"the console has no file {excerpt(path)!r}")
+            return Response(status_code=200, content_type=found.content_type, body=found.body,
+                            headers=dict(CONSOLE_HEADERS))
+
+        options: dict[str, Any] = {"public": True, "include_in_schema": False}
+
+        @self._route("GET", "/", **options)
+        def console_index() -> Response[str]:
+            return page("/")
+
+        @self._route("GET", "/console/<asset>", **options)
+        def console_asset(asset: str) -> Response[str]:
+            return page(f"/console/{asset}")
+
+        @self._route("GET", "/console/examples/<name>", **options)
+        def console_example(name: str) -> Response[str]:
+            return page(f"/console/examples/{name}")
 
     # -- what the routes do ----------------------------------------------------------
 

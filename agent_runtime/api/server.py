@@ -28,6 +28,7 @@ is kept and the reconciler takes it over once this process is gone.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
@@ -53,6 +55,15 @@ Send = Callable[[Message], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger("agent_runtime.serve")
+
+# Powertools runs every sync middleware in a worker thread that blocks until
+# the next one, itself run in another worker thread, has answered: a request
+# holds several pool threads at once. With more requests in flight than the
+# pool has threads for, each thread waits for one that can never start (a
+# browser opening six connections deadlocked the default pool of cpu+4). So
+# the event loop gets a pool sized here, and requests wait for a slot in it.
+CONCURRENT_REQUESTS = 16
+THREADS_PER_REQUEST = 4
 
 _SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
 _BEARER_CHALLENGE = (b"www-authenticate", b'Bearer realm="agent-runtime"')
@@ -84,6 +95,15 @@ class ApiGuard:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.hosts = hosts
+        self._slots: asyncio.Semaphore | None = None
+
+    def _request_slots(self) -> asyncio.Semaphore:
+        if self._slots is None:  # first request: on the server's own event loop
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
+                max_workers=CONCURRENT_REQUESTS * THREADS_PER_REQUEST,
+                thread_name_prefix="serve-request"))
+            self._slots = asyncio.Semaphore(CONCURRENT_REQUESTS)
+        return self._slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -106,7 +126,8 @@ class ApiGuard:
         except UnicodeDecodeError:
             await send_problem(send, 400, "the request body is not UTF-8 text")
             return
-        await self._forward(scope, body, receive, send)
+        async with self._request_slots():
+            await self._forward(scope, body, receive, send)
 
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
         headers: list[tuple[bytes, bytes]] = scope.get("headers", [])

@@ -19,6 +19,9 @@ ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
           ("POST", "/runs/{runId}/cancel"), ("POST", "/runs/{runId}/fork"),
           ("GET", "/runs/{runId}/effects"), ("POST", "/runs/{runId}/effects/{key}"),
           ("GET", "/openapi.json")}
+# The web console's files (agent_runtime/console): served by the same function,
+# public, and not part of the API's OpenAPI document.
+CONSOLE_ROUTES = {("GET", "/"), ("GET", "/console/{asset}"), ("GET", "/console/examples/{name}")}
 JWT_OR_IAM = {"Fn::If": ["UsesJwt", [{"jwt": []}], [{"sigv4": []}]]}
 
 
@@ -35,14 +38,14 @@ def api_routes() -> dict[tuple[str, str], dict[str, Any]]:
 
 def test_every_route_is_served_by_the_api_function() -> None:
     assert resource("Api")["Type"] == "AWS::Serverless::HttpApi"
-    assert set(api_routes()) == ROUTES
+    assert set(api_routes()) == ROUTES | CONSOLE_ROUTES
     function = resource("ApiFunction")["Properties"]
     assert function["Handler"] == "functions.api.app.handler"
     events = function["Events"].values()
     assert all(event["Type"] == "HttpApi" and event["Properties"]["ApiId"] == {"Ref": "Api"}
                for event in events)
     assert {(event["Properties"]["Method"], event["Properties"]["Path"])
-            for event in events} == ROUTES
+            for event in events} == ROUTES | CONSOLE_ROUTES
 
 
 def test_the_routes_are_those_of_the_openapi_document() -> None:
@@ -72,7 +75,8 @@ def test_every_route_but_the_description_needs_iam_unless_a_jwt_issuer_is_given(
                                               "audience": {"Ref": "JwtAudience"}}
     for route, operation in api_routes().items():
         # The API's description is public, as `serve` serves it.
-        expected = {} if route == ("GET", "/openapi.json") else {"security": JWT_OR_IAM}
+        public = route == ("GET", "/openapi.json") or route in CONSOLE_ROUTES
+        expected = {} if public else {"security": JWT_OR_IAM}
         assert operation == expected, route
     # A JWT authorizer without an audience would accept any token of the issuer.
     assert template["Rules"]["JwtNeedsAudience"]["Assertions"]

@@ -1,0 +1,72 @@
+"""A run with 500 checkpoints: its page renders, then its whole timeline; both times, as
+the test browser saw them, are printed (figures to watch, not tight assertions).
+
+The timeline arrives page by page (100 checkpoints each) and is drawn as each
+page arrives, so the page is usable before the last page is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from browser import SCREENSHOTS, TOKEN, screenshot, wait_in_page
+
+from tests.api.serve_process import Serve, run_of, start, wait_until
+
+pytestmark = pytest.mark.slow
+
+# Every iteration checkpoints twice (its prompt, then the iteration); the loop's
+# end and the run's end add two more: 249 items make 500 checkpoints.
+ITEMS = 249
+CHECKPOINTS = 2 * ITEMS + 2
+
+
+def long_loop() -> dict[str, Any]:
+    return {"schemaVersion": "1.0", "id": "long-loop", "name": "Long loop",
+            "variables": [{"key": "items", "type": "array", "value": list(range(ITEMS))}],
+            "steps": [{"id": "each", "type": "loop",
+                       "loop": {"source": "items", "itemVariable": "item",
+                                "maxIterations": ITEMS},
+                       "steps": [{"id": "say", "type": "prompt", "prompt": "Item {{ item }}"}]}]}
+
+
+def test_a_run_with_500_checkpoints_renders_its_page(
+        page: Any, server: Serve, client: httpx.Client) -> None:
+    run_id = start(client, long_loop())["runId"]
+
+    def finished() -> dict[str, Any] | None:
+        run = run_of(client, run_id)
+        return run if run["status"] in ("completed", "failed") else None
+
+    run = wait_until(finished, what=f"run {run_id} to finish", timeout=300.0)
+    assert run["status"] == "completed", run
+    assert run["checkpointSeq"] == CHECKPOINTS
+
+    # A fresh page load straight onto the run: timed from navigation start
+    # until every checkpoint of the timeline is in the page.
+    page.goto(f"{server.base_url}/?#token={TOKEN}")
+    wait_in_page(page, "() => !location.hash.includes('token')")
+    page.goto(f"{server.base_url}/?load=run#/runs/{run_id}")
+    first_ms = wait_in_page(page, """() => document.querySelector('[data-fact=status] .status')
+        && document.querySelectorAll('#timeline .checkpoint').length > 0
+        && performance.now()""", timeout=120.0)
+    wait_in_page(page, "n => document.querySelectorAll('#timeline .checkpoint').length === n",
+                 CHECKPOINTS, timeout=120.0)
+    whole_ms = page.evaluate("() => performance.now()")
+    groups = page.evaluate("() => document.querySelectorAll('#timeline details').length")
+    assert groups == ITEMS
+    api_ms = page.evaluate("""() => performance.getEntriesByType('resource')
+        .filter(entry => entry.name.includes('/checkpoints'))
+        .reduce((sum, entry) => sum + entry.duration, 0)""")
+    figure = (f"console: run page with {CHECKPOINTS} checkpoints ({groups} loop iterations): "
+              f"status and first timeline rows after {first_ms:.0f} ms, the whole timeline "
+              f"after {whole_ms:.0f} ms from navigation start ({api_ms:.0f} ms of it waiting "
+              f"for GET /runs/{{id}}/checkpoints pages)")
+    print(figure)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    (SCREENSHOTS / "timing.txt").write_text(figure + "\n", encoding="utf-8")
+    page.locator("#timeline").scroll_into_view_if_needed()
+    screenshot(page, "run-500-checkpoints", full_page=False)
+    # Generous: a loaded CI machine is slower; this only catches a page that never settles.
+    assert whole_ms < 120_000
