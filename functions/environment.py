@@ -129,15 +129,17 @@ class Services:
             self._config = load_runtime_config(self.settings)
         return self._config
 
-    def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None) -> AgentRuntime:
-        """An AgentRuntime on this container's store and config. `owner` (the execution
-        ARN) holds the leases of the sub-runs it starts; a run's own attempt is leased
-        by Reserve."""
+    def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None,
+                store: DynamoDbRunStore | None = None) -> AgentRuntime:
+        """An AgentRuntime on this container's store (or `store`, the same one held by
+        a slice: `DynamoDbRunStore.owned_by`) and config. `owner` (the execution ARN)
+        holds the leases of the sub-runs it starts; a run's own attempt is leased by
+        Reserve."""
         blobs = self.store.blobs
         artifacts = None if blobs is None else S3ArtifactStore(
             blobs.bucket, blobs.kms_key_id, client=blobs.client)
         config = self.config
-        return AgentRuntime(store=self.store, config=config, tools=config_tools(config),
+        return AgentRuntime(store=store or self.store, config=config, tools=config_tools(config),
                             artifacts=artifacts, event_sinks=sinks, clock=self.clock,
                             owner=owner, lease_seconds=self.settings.lease_seconds)
 

@@ -38,6 +38,7 @@ from botocore.exceptions import ClientError
 
 from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
 from stores.base import RunStore
+from stores.dynamodb_slices import execution_of
 from stores.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -163,7 +164,8 @@ class ExecutionLiveness:
         self.stepfunctions = stepfunctions
 
     def __call__(self, run: RunRecord) -> OwnerStatus:
-        owner = run.lease_owner or ""
+        # A slice of an execution holds the lease as `<execution ARN>#<invocation>`.
+        owner = execution_of(run.lease_owner or "")
         if not is_execution_arn(owner):
             return OwnerStatus(Liveness.UNKNOWN, "the owner is not a Step Functions execution")
         try:

@@ -241,3 +241,14 @@ def _code(error: ClientError) -> str:
 
 def _image(item: object) -> Item | None:
     return item if isinstance(item, dict) and item else None
+
+
+def landed(refused: Refused, attribute: str, written: str) -> bool:
+    """Whether the refused META write is one that already landed.
+
+    botocore retries a request whose answer was lost; a retried conditional
+    write then meets its own first attempt and is refused. The image shows it:
+    the token this write set (a revision, a new run's incarnation) is there.
+    """
+    image = refused.reasons[0].item
+    return image is not None and image.get(attribute, {}).get("S") == written

@@ -28,17 +28,27 @@ from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
 from functions.run_events import FINISHED_STATUSES, announce_run_finished
 from functions.telemetry import LogEventSink, count, logger
-from stores.base import InvalidTransition, LeaseHeld, RunNotFound, RunTerminal
+from stores import dynamodb_slices as slices
+from stores.base import (
+    InvalidTransition,
+    LeaseHeld,
+    RunNotFound,
+    RunTerminal,
+    StaleAttempt,
+    StoreError,
+)
 from stores.records import Budget, RunRecord, RunStatus
 
 CONTINUE = "continue"
 SUPERSEDED = "superseded"
 RESERVED = "reserved"
 SKIPPED = "skipped"
+HELD = "held"
 
 _ADVANCE_METRICS = {CONTINUE: "AdvanceContinued", "suspended": "RunSuspended",
                     "completed": "RunCompleted", "failed": "RunFailed",
-                    "cancelled": "RunCancelled", SUPERSEDED: "AdvanceSuperseded"}
+                    "cancelled": "RunCancelled", SUPERSEDED: "AdvanceSuperseded",
+                    HELD: "AdvanceHeld"}
 
 
 class AdvanceRequest(BaseModel):
@@ -85,7 +95,7 @@ def reserve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except LeaseHeld as held:
         current = store.load_run(request.run_id)
         if current is None or current.status is not RunStatus.RUNNING \
-                or current.lease_owner != request.execution_arn:
+                or slices.execution_of(current.lease_owner or "") != request.execution_arn:
             return _skipped(request, current, type(held).__name__)
         record = current
     except (RunNotFound, RunTerminal, InvalidTransition) as refusal:
@@ -127,9 +137,18 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     remaining = timedelta(milliseconds=context.get_remaining_time_in_millis())
     deadline = (services.clock.now() + remaining
                 - timedelta(seconds=services.settings.advance_margin_seconds))
-    runtime = services.runtime([LogEventSink()], owner=request.execution_arn)
+    owner = slices.slice_owner(request.execution_arn, context.aws_request_id)
+    refused = _claim(services, request, owner)
+    if refused is not None:
+        count(_ADVANCE_METRICS[refused])
+        logger.info("advance ended", extra={"status": refused})
+        return _result(request.run_id, request.attempt, refused)
+    runtime = services.runtime([LogEventSink()], owner=request.execution_arn,
+                               store=services.store.owned_by(request.run_id, owner))
     result = asyncio.run(_advance(runtime, request, deadline))
     status = _step_status(result, request.attempt)
+    if status == CONTINUE:
+        _release(services, request, owner)
     count(_ADVANCE_METRICS[status])
     logger.info("advance ended", extra={"status": status, "usage": result.usage,
                                         "error_type": (result.error or {}).get("type")})
@@ -139,6 +158,40 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if result.status.terminal:
         _resume_parent(services, request.run_id)
     return _result(request.run_id, request.attempt, status)
+
+
+def _claim(services: environment.Services, request: AdvanceSlice, owner: str) -> str | None:
+    """Claim the attempt's lease for this invocation before executing anything
+    (stores/dynamodb_slices.py); the status to end with when it cannot, else None.
+
+    `held`: another invocation of this execution (a Lambda retry after a lost
+    response) is still advancing the attempt; the state machine waits and
+    advances again. `superseded`: another owner holds it. A run that is not
+    running at this attempt any more is left to `advance` to report.
+    """
+    try:
+        slices.claim_slice(services.store, request.run_id, expected_attempt=request.attempt,
+                           execution=request.execution_arn, owner=owner,
+                           now=services.clock.now(),
+                           lease_seconds=services.settings.lease_seconds)
+    except LeaseHeld as held:
+        sibling = slices.execution_of(held.owner or "") == request.execution_arn
+        logger.info("the attempt's lease is held", extra={"holder": held.owner})
+        return HELD if sibling else SUPERSEDED
+    except (RunNotFound, StaleAttempt, RunTerminal, InvalidTransition):
+        return None
+    return None
+
+
+def _release(services: environment.Services, request: AdvanceSlice, owner: str) -> None:
+    """Hand the lease back to the execution, for its next Advance. Not done (the
+    Lambda died, the write failed), the next one waits for the lease to expire."""
+    try:
+        slices.release_slice(services.store, request.run_id, expected_attempt=request.attempt,
+                             owner=owner, now=services.clock.now())
+    except StoreError as error:
+        logger.warning("the slice's lease was not handed back; the next Advance waits for "
+                       "it to expire", extra={"error_type": type(error).__name__})
 
 
 def _advance(runtime: AgentRuntime, request: AdvanceSlice,
