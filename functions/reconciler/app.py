@@ -47,7 +47,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     stepfunctions = services.stepfunctions
     reconciler = Reconciler(
         services.store,
-        resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store),
+        resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store,
+                              max_concurrent_runs=settings.max_concurrent_runs),
         liveness=ExecutionLiveness(stepfunctions), max_takeovers=settings.max_takeovers,
         queued_seconds=settings.queued_seconds,
         resume_grace=settings.resume_grace_seconds, event_sinks=[LogEventSink()],

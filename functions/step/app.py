@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime import AgentRuntime, RunResult
 from functions import environment
+from functions.capacity import at_capacity
 from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
 from functions.run_events import FINISHED_STATUSES, announce_run_finished
@@ -44,6 +45,7 @@ SUPERSEDED = "superseded"
 RESERVED = "reserved"
 SKIPPED = "skipped"
 HELD = "held"
+QUEUED = "queued"
 
 _ADVANCE_METRICS = {CONTINUE: "AdvanceContinued", "suspended": "RunSuspended",
                     "completed": "RunCompleted", "failed": "RunFailed",
@@ -264,7 +266,8 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     The event names the attempt the run is at; the execution reserves the
     next one and is named after it, so a repeated event starts nothing new.
     A request for a run that has moved on (another attempt, running, or
-    finished) is skipped.
+    finished) is skipped; one beyond `MaxConcurrentRuns` is left queued for
+    the reconciler (functions/capacity.py).
     """
     request = ResumeRequested.model_validate(event.get("detail"))
     logger.append_keys(run_id=request.run_id, attempt=request.attempt)
@@ -276,6 +279,13 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count("StartSkipped")
         logger.info("resume request skipped", extra={"reason": request.reason, "why": stale})
         return {"run_id": request.run_id, "attempt": attempt, "status": SKIPPED}
+    full = at_capacity(services.store, services.settings.max_concurrent_runs)
+    if full is not None:
+        # Not failed, not lost: the run stays created (or its resume request stays
+        # in the outbox) and the reconciler starts it once capacity frees.
+        count("StartQueued")
+        logger.info("left queued for capacity", extra={"reason": request.reason, "why": full})
+        return {"run_id": request.run_id, "attempt": attempt, "status": QUEUED}
     started = start_attempt(services.stepfunctions, services.settings.require_state_machine(),
                             services.store, request.run_id, attempt, takeover=False,
                             max_total_tokens=request.max_total_tokens)
