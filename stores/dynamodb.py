@@ -132,11 +132,13 @@ class DynamoDbRunStore:
     `blobs` keeps what is over `inline_limit` bytes (checkpoint bodies, large
     manifests or outputs); without it such a write raises `StoreError`.
     `retention` is how long a terminal run stays before its TTL (None: no TTL).
+    `sleep` waits between the tries of a throttled request (tests inject it).
     """
 
     def __init__(self, table_name: str, *, blobs: S3BlobStore | None = None,
                  client: DynamoDBClient | None = None, inline_limit: int = DEFAULT_INLINE_LIMIT,
-                 retention: timedelta | None = DEFAULT_RETENTION) -> None:
+                 retention: timedelta | None = DEFAULT_RETENTION,
+                 sleep: Callable[[float], None] | None = None) -> None:
         if not 0 < inline_limit <= MAX_INLINE_LIMIT:
             raise ValueError(f"inline_limit must be 1..{MAX_INLINE_LIMIT} bytes, "
                              f"not {inline_limit}")
@@ -144,7 +146,7 @@ class DynamoDbRunStore:
         self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
         self.blobs = blobs
         self.retention = retention
-        self._table = Table(self.client, table_name)
+        self._table = Table(self.client, table_name, sleep=sleep)
         self._texts = Texts(blobs, inline_limit)
         self._reader = RunReader(self._table, self._texts)
         self._effects = EffectLedger(self._table, self._texts)
@@ -174,8 +176,6 @@ class DynamoDbRunStore:
                 None, known.run.lease_owner) and known.run.status is RunStatus.RUNNING):
             return Rounds(self._reader, run_id, known, predicted=True, owner=owner)
         return self._rounds(run_id)
-
-    # -- reads ---------------------------------------------------------------
 
     def load_run(self, run_id: str) -> RunRecord | None:
         with self._lock(run_id):
