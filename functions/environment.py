@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,16 +136,17 @@ class Services:
         return self._config
 
     def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None,
-                store: DynamoDbRunStore | None = None) -> AgentRuntime:
+                store: DynamoDbRunStore | None = None,
+                kind: Callable[..., AgentRuntime] = AgentRuntime) -> AgentRuntime:
         """An AgentRuntime on this container's store (or `store`, the same one held by
         a slice: `DynamoDbRunStore.owned_by`) and config. `owner` (the execution ARN)
         holds the leases of the sub-runs it starts; a run's own attempt is leased by
-        Reserve."""
+        Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
         blobs = self.store.blobs
         artifacts = None if blobs is None else S3ArtifactStore(
             blobs.bucket, blobs.kms_key_id, client=blobs.client)
         config = self.config
-        return AgentRuntime(store=store or self.store, config=config, tools=config_tools(config),
+        return kind(store=store or self.store, config=config, tools=config_tools(config),
                             artifacts=artifacts, event_sinks=sinks, clock=self.clock,
                             owner=owner, lease_seconds=self.settings.lease_seconds)
 
