@@ -193,7 +193,8 @@ class WebhookStepExecutor:
         policy = ctx.runtime.config.webhooks
         key = step.idempotency_key or f"{ctx.run_id}:{frame.step_path}"
         # Checked before the effect is reserved: a refused webhook sent nothing.
-        destination = await resolve_destination(step.url, policy)
+        destination = await ctx.bounded(resolve_destination(step.url, policy),
+                                        "webhook's address lookup", step_path=frame.step_path)
         headers = _request_headers(step, key, destination)
         # Too late in the slice: end it before the effect is reserved.
         ctx.require_room("webhook", step_path=frame.step_path)
