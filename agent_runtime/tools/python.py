@@ -10,14 +10,11 @@ and is left out of the schema.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import inspect
 import re
 import types
 import typing
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, overload
 
@@ -27,8 +24,6 @@ from agent_runtime.models.base import ToolSpec
 from agent_runtime.schemas import CompiledSchema, SchemaRefused, compile_schema
 
 ArtifactSink = Callable[[bytes, str], ArtifactRef]
-# Where plain-function tools run (see `Tool.invoke`).
-_TOOL_THREADS = ThreadPoolExecutor(thread_name_prefix="agent-runtime-tool")
 
 
 @dataclass(frozen=True)
@@ -186,10 +181,7 @@ class Tool:
             kwargs[self._context_param] = context
         if inspect.iscoroutinefunction(self.fn):
             return await self.fn(**kwargs)
-        # On the tools' own threads, not the loop's default executor: a call
-        # abandoned at a slice's deadline must not hold up the loop's shutdown.
-        call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
-        result = await asyncio.get_running_loop().run_in_executor(_TOOL_THREADS, call)
+        result = await asyncio.to_thread(self.fn, **kwargs)
         if inspect.isawaitable(result):
             return await result
         return result

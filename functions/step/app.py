@@ -147,7 +147,7 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _result(request.run_id, request.attempt, refused)
     runtime = services.runtime([LogEventSink()], owner=request.execution_arn,
                                store=services.store.owned_by(request.run_id, owner))
-    result = asyncio.run(_advance(runtime, request, deadline))
+    result = _run_slice(_advance(runtime, request, deadline))
     status = _step_status(result, request.attempt)
     if status == CONTINUE:
         _release(services, request, owner)
@@ -160,6 +160,25 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if result.status.terminal:
         _resume_parent(services, request.run_id)
     return _result(request.run_id, request.attempt, status)
+
+
+def _run_slice(slice_: Coroutine[Any, Any, RunResult]) -> RunResult:
+    """`asyncio.run`, except that the loop's worker threads are not waited for: a
+    plain-function tool abandoned at the deadline may still be running in one
+    (a thread cannot be stopped), and waiting for it would run the Lambda into
+    its timeout. Its result is never used: the next slice calls it again."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(slice_)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()  # shuts the default executor down without waiting
 
 
 def _claim(services: environment.Services, request: AdvanceSlice, owner: str) -> str | None:

@@ -3,7 +3,7 @@
 Each test drives the real Reserve and Advance handlers under moto with the
 functions' fake clock, which does not move by itself: the slice's deadline is
 the `remaining time` a test gives the Lambda context less
-`AdvanceMarginSeconds`, so a slice of 0.1 s is real time the event loop
+`AdvanceMarginSeconds`, so a slice of 0.2 s is real time the event loop
 measures, and a call scripted to take longer (`delayMs`, or a slow tool) is
 cut by it. Real waits stay under half a second; no test asserts wall time.
 """
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:run:deadlines-a1"
 TOOLS = {name: f"tests.functions.lambda_tools:{name}"
          for name in ("slow_order", "charge_card", "pass_time")}
-SHORT, LONG = 0.1, 5.0  # seconds of slice an Advance gets
+SHORT, LONG = 0.2, 5.0  # seconds of slice an Advance gets
 
 
 def orders(tools: list[str], **limits: Any) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def advance(deployment: Deployment, run_id: str, slice_seconds: float) -> str:
 def test_a_model_call_longer_than_the_slice_is_reissued_by_the_next_slice(
         deployment: Deployment, scripted: Any) -> None:
     options = scripted(tool_call("slow_order", order_id="42"),
-                       {"text": "Order 42 recorded.", "delayMs": 400})
+                       {"text": "Order 42 recorded.", "delayMs": 600})
     run_id = reserved(deployment, orders(["slow_order"]), options)
 
     # The tool call is checkpointed; the second model call outlasts the slice.
@@ -103,7 +103,7 @@ def test_a_tool_call_cut_by_the_slice_is_called_again_with_the_same_key(
         deployment: Deployment, scripted: Any) -> None:
     options = scripted(tool_call("slow_order", order_id="42"), {"text": "Order 42 recorded."})
     run_id = reserved(deployment, orders(["slow_order"]), options)
-    lambda_tools.DELAYS.append(0.4)
+    lambda_tools.DELAYS.append(0.6)
 
     assert advance(deployment, run_id, SHORT) == "continue"
     assert len(lambda_tools.STARTED) == 1 and lambda_tools.EXECUTIONS == []
@@ -120,7 +120,7 @@ def test_a_tool_call_cut_by_the_slice_is_called_again_with_the_same_key(
 
 def test_a_call_that_cannot_fit_a_whole_slice_fails_the_run_naming_the_step(
         deployment: Deployment, scripted: Any) -> None:
-    options = scripted({"text": "Too slow.", "delayMs": 400})
+    options = scripted({"text": "Too slow.", "delayMs": 600})
     run_id = reserved(deployment, orders([]), options)
 
     assert advance(deployment, run_id, SHORT) == "failed"
@@ -164,7 +164,7 @@ def test_a_tool_that_is_not_idempotent_cut_mid_call_suspends_as_effect_unknown(
         deployment: Deployment, scripted: Any) -> None:
     options = scripted(tool_call("charge_card", order_id="42"), {"text": "Charged."})
     run_id = reserved(deployment, orders(["charge_card"]), options)
-    lambda_tools.DELAYS.append(0.4)
+    lambda_tools.DELAYS.append(0.6)
 
     # It was sent and may have acted: an operator decides, as after a crash.
     assert advance(deployment, run_id, SHORT) == "suspended"
