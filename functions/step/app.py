@@ -175,7 +175,8 @@ def _run_slice(slice_: Coroutine[Any, Any, RunResult]) -> RunResult:
             left = asyncio.all_tasks(loop)
             for task in left:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()  # shuts the default executor down without waiting
