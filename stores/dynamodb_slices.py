@@ -10,9 +10,14 @@ Lambda retried after its response was lost, while the first still runs) can
 never both write or dispatch an effect: the second finds the lease held and
 stops before doing anything.
 
-A slice that died (its Lambda killed) leaves the lease to expire; the next
-slice of the same execution may then claim it. The decisions are pure
-functions of the run as read; `DynamoDbRunStore` writes them fenced.
+A slice that died holding the lease (its Lambda killed after its response
+was lost and a retry took its place) is a crash: a tool it dispatched has an
+unknown outcome, which only a new attempt's effect ledger check reports
+(DESIGN 6). So no slice claims a lease a sibling left to expire; the
+execution ends (`superseded`) and the reconciler, finding the lease expired
+and the execution ended, takes the run over with the next attempt. The
+decisions are pure functions of the run as read; `DynamoDbRunStore` writes
+them fenced.
 """
 
 from __future__ import annotations
@@ -43,15 +48,15 @@ def execution_of(owner: str) -> str:
 def claimed(run: RunRecord | None, run_id: str, *, expected_attempt: int, execution: str,
             owner: str, now: datetime, lease_seconds: float) -> RunRecord | None:
     """The run with its lease held by the slice `owner` of `execution`; None when it
-    already is. LeaseHeld when another live slice (or another owner) holds it."""
+    already is. LeaseHeld when another slice (live, or dead with its lease left
+    to expire) or another owner holds it."""
     run = transitions.require_run(run, run_id)
     transitions.check_fence(run, expected_attempt)
     transitions.check_running(run, "claim its lease")
     holder = run.lease_owner or ""
     if holder == owner:
         return None
-    expired = run.lease_expires_at is None or run.lease_expires_at <= now
-    if holder != execution and not (execution_of(holder) == execution and expired):
+    if holder != execution:
         raise LeaseHeld(f"run {run_id!r}: attempt {run.attempt}'s lease is held by {holder} "
                         f"until {run.lease_expires_at}", owner=holder,
                         expires_at=run.lease_expires_at)

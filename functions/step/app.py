@@ -188,8 +188,11 @@ def _claim(services: environment.Services, request: AdvanceSlice, owner: str) ->
 
     `held`: another invocation of this execution (a Lambda retry after a lost
     response) is still advancing the attempt; the state machine waits and
-    advances again. `superseded`: another owner holds it. A run that is not
-    running at this attempt any more is left to `advance` to report.
+    advances again. `superseded`: another owner holds it, or a sibling
+    invocation died holding it (its lease expired): the execution ends and
+    the reconciler takes the run over with a new attempt, as after a crash.
+    A run that is not running at this attempt any more is left to `advance`
+    to report.
     """
     try:
         slices.claim_slice(services.store, request.run_id, expected_attempt=request.attempt,
@@ -198,8 +201,11 @@ def _claim(services: environment.Services, request: AdvanceSlice, owner: str) ->
                            lease_seconds=services.settings.lease_seconds)
     except LeaseHeld as held:
         sibling = slices.execution_of(held.owner or "") == request.execution_arn
-        logger.info("the attempt's lease is held", extra={"holder": held.owner})
-        return HELD if sibling else SUPERSEDED
+        alive = held.expires_at is not None and held.expires_at > services.clock.now()
+        logger.info("the attempt's lease is held", extra={"holder": held.owner,
+                                                          "expired": not alive})
+        # A sibling that let its lease expire died: a crash, for the reconciler.
+        return HELD if sibling and alive else SUPERSEDED
     except (RunNotFound, StaleAttempt, RunTerminal, InvalidTransition):
         return None
     return None

@@ -8,7 +8,9 @@ makes is conditioned on holding it. The tests interleave a second invocation
 deterministically at every commit point of the first (every checkpoint and
 effect write, the second run to its end in another thread while the first
 waits): the second stops with `held`, having written nothing and dispatched
-no effect, and the first completes the run with the tool called once.
+no effect, and the first completes the run with the tool called once. A
+slice that died holding the lease is a crash: its execution ends and the
+reconciler takes the run over with a new attempt.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 
 import pytest
 import yaml
-from aws_stack import Deployment, FakeContext, LambdaCrash
+from aws_stack import Deployment, FakeContext, LambdaCrash, sample_event
 
 from agent_runtime import RunStatus
+from functions.executions import execution_name
 from functions.step import app
 from stores.dynamodb import DynamoDbRunStore
 from tests.functions import lambda_tools
@@ -148,10 +151,11 @@ def test_a_second_invocation_at_any_commit_point_stops_without_acting(
         lambda_tools.STARTED.clear()
 
 
-def test_a_slice_whose_lambda_died_holds_the_attempt_until_its_lease_expires(
+def test_a_slice_that_died_holding_the_attempt_is_a_crash_for_the_reconciler(
         deployment: Deployment, options: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = reserved(deployment, options)
+    started = lambda_tools.STARTED
 
     def crash(name: str) -> None:
         if name == "complete_effect":
@@ -162,12 +166,21 @@ def test_a_slice_whose_lambda_died_holds_the_attempt_until_its_lease_expires(
         advance(run_id)
     assert advance(run_id) == "held"  # it might still be running: wait for its lease
     deployment.clock.advance(deployment.services.settings.lease_seconds + 1)
-    assert advance(run_id) == "completed"
+    # It died with a tool call's outcome unrecorded: not this attempt's to redo.
+    before = observed(deployment, run_id)
+    assert advance(run_id) == "superseded"
+    assert observed(deployment, run_id) == before
+
+    # The reconciler (the execution is not known to Step Functions here, so
+    # it is gone) takes the run over with attempt 2; the idempotent tool is
+    # called again with its key.
+    answer = deployment.stack.invoke("ReconcilerFunction",
+                                     sample_event("scheduled-reconcile.json"))
+    assert answer["counts"]["resumed"] == 1
+    assert deployment.stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
     done = deployment.services.store.load_run(run_id)
-    assert done is not None and done.takeovers == 0
-    # The idempotent tool was called again with its key: the outside world
-    # deduplicates by it.
-    assert len(set(lambda_tools.STARTED)) == 1
+    assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 2
+    assert len(set(started)) == 1 and len(started) == 2
 
 
 def test_an_invocation_for_another_execution_is_refused_before_executing(
