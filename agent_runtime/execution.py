@@ -25,6 +25,7 @@ from stores.base import CheckpointConflict, RunTerminal, StaleAttempt, StoreErro
 from stores.records import ArtifactRef, Frame, RunError, RunRecord, RunStatus, utc_now
 
 from agent_runtime.conditions import evaluate_condition
+from agent_runtime.deadlines import SliceDeadline
 from agent_runtime.errors import (
     ConditionEvaluationError,
     DeadlineReached,
@@ -56,26 +57,6 @@ class LostOwnership(Exception):
     cause: StoreError
 
 
-class CallCut(DeadlineReached):
-    """A model, tool or webhook call abandoned at the slice's deadline, uncommitted.
-
-    The attempt ends its slice as at a commit point past the deadline: the
-    run stays running at its last checkpoint and the next slice re-issues
-    the call (a tool call with the same idempotency key).
-    """
-
-    def __init__(self, what: str, *, dispatched: bool) -> None:
-        super().__init__(what)
-        self.dispatched = dispatched
-
-
-@dataclass
-class CallTimedOut(Exception):
-    """A call ran past its own timeout (for a model call, `limits.providerTimeoutMs`)."""
-
-    seconds: float
-
-
 def join_path(prefix: str, *parts: object) -> str:
     tail = "/".join(str(part) for part in parts)
     return f"{prefix}/{tail}" if prefix else tail
@@ -93,11 +74,7 @@ class Execution:
         self.state = state
         self.resume_cursor = cursor
         self.deadline = deadline
-        # Deadline-aware calls (`bounded`): when this slice began, and whether
-        # it has saved a checkpoint since (a slice that saved none would only
-        # repeat itself).
-        self.slice_started = runtime.clock.now()
-        self._progressed = False
+        self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
         self.scopes: list[dict[str, Any]] = []
         # One attempt may span several executions (`advance` in time slices):
@@ -194,7 +171,7 @@ class Execution:
             # the run now, and this one stops without touching it.
             raise LostOwnership(error) from error
         self._last_renewal = time.monotonic()
-        self._progressed = True
+        self.slice.progressed = True
         self.events.emit("checkpoint.saved", seq=self.state.seq)
         if self.deadline is not None and now >= self.deadline:
             raise DeadlineReached()
@@ -212,76 +189,12 @@ class Execution:
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
 
-    def slice_window(self) -> float | None:
-        """The seconds this slice had when it began; None without a deadline, or
-        with one already past then (that slice runs to its first commit point,
-        its calls bounded only by their own timeouts)."""
-        if self.deadline is None:
-            return None
-        window = (self.deadline - self.slice_started).total_seconds()
-        return window if window > 0 else None
-
-    def slice_left(self) -> float | None:
-        """Seconds left before this slice's deadline (None: calls are not bounded by it)."""
-        if self.deadline is None or self.slice_window() is None:
-            return None
-        return (self.deadline - self.now()).total_seconds()
-
-    def require_room(self, what: str, *, step_path: str, share: float = 0.0) -> None:
-        """End the slice before dispatching `what` unless more than `share` of a
-        whole slice is left, so nothing of it is sent (no effect to doubt).
-
-        A slice that saved no checkpoint yet had its whole window: if even that
-        is too short, no slice will do, and the step fails instead of looping.
-        """
-        left, window = self.slice_left(), self.slice_window()
-        if left is None or window is None or (left > share * window and left > 0):
-            return
-        if not self._progressed:
-            raise StepFailed("call_exceeds_slice",
-                             f"step {step_path}: no time to start the {what} in a whole "
-                             f"slice of {window:g} s (the time an Advance has, less its "
-                             "margin)", {"slice_seconds": window})
-        raise CallCut(what, dispatched=False)
-
     async def bounded(self, call: Coroutine[Any, Any, T], what: str, *, step_path: str,
                       timeout: float | None = None) -> T:
-        """Await a model, tool or webhook call within its own `timeout` and the slice.
-
-        Past its own timeout it raises `CallTimedOut`; cut by the slice's
-        deadline it is abandoned (cancelled, nothing of it committed) and
-        `CallCut` ends the slice, unless this slice saved no checkpoint
-        before it: then it had a whole slice, the next would cut it again,
-        and the step fails naming the limit.
-        """
-        try:
-            self.require_room(what, step_path=step_path)
-        except BaseException:
-            call.close()
-            raise
-        left = self.slice_left()
-        limits = [bound for bound in (timeout, left) if bound is not None]
-        if not limits:
-            return await self.guarded(call)
-        bound = min(limits)
-        progressed = self._progressed
-        scope = asyncio.timeout(bound)
-        try:
-            async with scope:
-                return await self.guarded(call)
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the call's own error, not our bound
-            if timeout is not None and timeout <= bound:
-                raise CallTimedOut(timeout) from None
-            if not progressed:
-                window = self.slice_window() or 0.0
-                raise StepFailed("call_exceeds_slice",
-                                 f"step {step_path}: the {what} did not finish within a whole "
-                                 f"slice of {window:g} s (the time an Advance has, less its "
-                                 "margin); no slice can fit it",
-                                 {"slice_seconds": window}) from None
-            raise CallCut(what, dispatched=True) from None
+        """A model, tool or webhook call, heartbeat-guarded and bounded by its own
+        `timeout` and the slice's deadline (agent_runtime/deadlines.py)."""
+        return await self.slice.bounded(call, what, step_path=step_path, timeout=timeout,
+                                        guard=self.guarded)
 
     async def _heartbeat(self) -> None:
         interval = max(self.runtime.lease_seconds / 3, 0.05)

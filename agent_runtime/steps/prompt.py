@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from stores.records import EffectStatus, Frame
 
+from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
 from agent_runtime.excerpts import excerpt, fingerprint
-from agent_runtime.execution import CallCut, CallTimedOut
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
 from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
@@ -301,7 +301,7 @@ class PromptStepExecutor:
         # reserved, so the next one dispatches it with nothing to doubt. A tool
         # that is not idempotent needs half a slice: cut mid-call, its outcome
         # would be unknown.
-        ctx.require_room("tool call", step_path=frame.step_path,
+        ctx.slice.require_room("tool call", step_path=frame.step_path,
                          share=0.0 if tool.idempotent else NON_IDEMPOTENT_SHARE)
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())

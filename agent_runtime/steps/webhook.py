@@ -197,7 +197,7 @@ class WebhookStepExecutor:
                                         "webhook's address lookup", step_path=frame.step_path)
         headers = _request_headers(step, key, destination)
         # Too late in the slice: end it before the effect is reserved.
-        ctx.require_room("webhook", step_path=frame.step_path)
+        ctx.slice.require_room("webhook", step_path=frame.step_path)
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())
         if effect.status is EffectStatus.COMPLETED:
