@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +25,7 @@ from stores.base import CheckpointConflict, RunTerminal, StaleAttempt, StoreErro
 from stores.records import ArtifactRef, Frame, RunError, RunRecord, RunStatus, utc_now
 
 from agent_runtime.conditions import evaluate_condition
+from agent_runtime.deadlines import SliceDeadline
 from agent_runtime.errors import (
     AgentRuntimeError,
     CheckpointUnavailable,
@@ -79,6 +80,7 @@ class Execution:
         self.state = state
         self.resume_cursor = cursor
         self.deadline = deadline
+        self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
         self.scopes: list[dict[str, Any]] = []
         # One attempt may span several executions (`advance` in time slices):
@@ -180,6 +182,7 @@ class Execution:
             # Without its commit point the run cannot go on: no later step runs.
             raise CheckpointUnavailable(self.run_id, error) from error
         self._last_renewal = time.monotonic()
+        self.slice.progressed = True
         self.events.emit("checkpoint.saved", seq=self.state.seq)
         if self.deadline is not None and now >= self.deadline:
             raise DeadlineReached()
@@ -196,6 +199,13 @@ class Execution:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+
+    async def bounded(self, call: Coroutine[Any, Any, T], what: str, *, step_path: str,
+                      timeout: float | None = None) -> T:
+        """A model, tool or webhook call, heartbeat-guarded and bounded by its own
+        `timeout` and the slice's deadline (agent_runtime/deadlines.py)."""
+        return await self.slice.bounded(call, what, step_path=step_path, timeout=timeout,
+                                        guard=self.guarded)
 
     async def _heartbeat(self) -> None:
         interval = max(self.runtime.lease_seconds / 3, 0.05)

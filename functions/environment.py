@@ -15,6 +15,9 @@ Settings come from environment variables, which template.yaml sets:
                                           reconciler starts it (60)
     AGENT_RUNTIME_RESUME_GRACE_SECONDS    how old a resume request (or a sub-run's end) is
                                           before the reconciler resumes the run (30)
+    AGENT_RUNTIME_MAX_CONCURRENT_RUNS     runs that may be running at once: the start function
+                                          and the reconciler leave others queued (0: no limit;
+                                          functions/capacity.py)
     AGENT_RUNTIME_CONFIG_PARAMETER        an SSM parameter holding the runtime config (YAML
                                           or JSON; a SecureString is decrypted), or
     AGENT_RUNTIME_CONFIG                  a path to a runtime config file (e.g. in a layer)
@@ -32,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +61,7 @@ ADVANCE_MARGIN_SECONDS = "AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS"
 MAX_TAKEOVERS = "AGENT_RUNTIME_MAX_TAKEOVERS"
 QUEUED_SECONDS = "AGENT_RUNTIME_QUEUED_SECONDS"
 RESUME_GRACE_SECONDS = "AGENT_RUNTIME_RESUME_GRACE_SECONDS"
+MAX_CONCURRENT_RUNS = "AGENT_RUNTIME_MAX_CONCURRENT_RUNS"
 CONFIG_PARAMETER = "AGENT_RUNTIME_CONFIG_PARAMETER"
 CONFIG_FILE = "AGENT_RUNTIME_CONFIG"
 
@@ -82,6 +86,7 @@ class Settings:
     config_parameter: str
     config_file: str
     resume_grace_seconds: float = 30.0
+    max_concurrent_runs: int = 0
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -97,7 +102,8 @@ class Settings:
                    queued_seconds=_number(QUEUED_SECONDS, 60.0),
                    config_parameter=os.environ.get(CONFIG_PARAMETER, ""),
                    config_file=os.environ.get(CONFIG_FILE, ""),
-                   resume_grace_seconds=_number(RESUME_GRACE_SECONDS, 30.0))
+                   resume_grace_seconds=_number(RESUME_GRACE_SECONDS, 30.0),
+                   max_concurrent_runs=int(_number(MAX_CONCURRENT_RUNS, 0)))
 
     def require_state_machine(self) -> str:
         if not self.state_machine_arn:
@@ -129,15 +135,18 @@ class Services:
             self._config = load_runtime_config(self.settings)
         return self._config
 
-    def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None) -> AgentRuntime:
-        """An AgentRuntime on this container's store and config. `owner` (the execution
-        ARN) holds the leases of the sub-runs it starts; a run's own attempt is leased
-        by Reserve."""
+    def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None,
+                store: DynamoDbRunStore | None = None,
+                kind: Callable[..., AgentRuntime] = AgentRuntime) -> AgentRuntime:
+        """An AgentRuntime on this container's store (or `store`, the same one held by
+        a slice: `DynamoDbRunStore.owned_by`) and config. `owner` (the execution ARN)
+        holds the leases of the sub-runs it starts; a run's own attempt is leased by
+        Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
         blobs = self.store.blobs
         artifacts = None if blobs is None else S3ArtifactStore(
             blobs.bucket, blobs.kms_key_id, client=blobs.client)
         config = self.config
-        return AgentRuntime(store=self.store, config=config, tools=config_tools(config),
+        return kind(store=store or self.store, config=config, tools=config_tools(config),
                             artifacts=artifacts, event_sinks=sinks, clock=self.clock,
                             owner=owner, lease_seconds=self.settings.lease_seconds)
 

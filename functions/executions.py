@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
+from functions.capacity import at_capacity
 from stores.base import RunStore
+from stores.dynamodb_slices import execution_of
 from stores.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -163,7 +165,8 @@ class ExecutionLiveness:
         self.stepfunctions = stepfunctions
 
     def __call__(self, run: RunRecord) -> OwnerStatus:
-        owner = run.lease_owner or ""
+        # A slice of an execution holds the lease as `<execution ARN>#<invocation>`.
+        owner = execution_of(run.lease_owner or "")
         if not is_execution_arn(owner):
             return OwnerStatus(Liveness.UNKNOWN, "the owner is not a Step Functions execution")
         try:
@@ -186,15 +189,27 @@ class StartExecution:
     """The reconciler's ResumeAction on AWS: start the execution of the next attempt."""
 
     def __init__(self, stepfunctions: SFNClient, state_machine_arn: str,
-                 store: RunStore) -> None:
+                 store: RunStore, *, max_concurrent_runs: int = 0) -> None:
         self.stepfunctions = stepfunctions
         self.state_machine_arn = state_machine_arn
         self.store = store
+        self.max_concurrent_runs = max_concurrent_runs
+        self.started = 0  # by this pass, perhaps not running yet
 
     async def __call__(self, run: RunRecord) -> Resumed:
         attempt = run.attempt + 1
+        takeover = run.status is RunStatus.RUNNING
+        full = None if takeover else at_capacity(self.store, self.max_concurrent_runs,
+                                                 starting=self.started)
+        if full is not None:
+            raise AtCapacity(f"left queued: {full}")
         started = start_attempt(self.stepfunctions, self.state_machine_arn, self.store,
-                                run.run_id, attempt, takeover=run.status is RunStatus.RUNNING)
+                                run.run_id, attempt, takeover=takeover)
         if not started.new:
             raise LostRace(f"execution {started.name} of attempt {attempt} was already started")
+        self.started += 1
         return Resumed(attempt, None, detail=started.execution_arn)
+
+
+class AtCapacity(LostRace):
+    """Not started for capacity (functions/capacity.py): a later pass starts it."""

@@ -5,7 +5,8 @@
                 "reason": "approval", "tenant": "..."}}
 
 Put on the stack's own bus by the Advance function when an attempt ends the
-run `completed`, `failed` or `cancelled`, or `suspended` it. `reason` is the
+run `completed`, `failed` or `cancelled`, or `suspended` it; by the reconciler
+when it fails a run (`crash_loop`); by the HTTP API when a client cancels one. `reason` is the
 suspension's reason (`approval`, `sub-run`, `token-budget`, ...) or a failure's
 error type; `tenant` is the run's, when it has one. Ids, status and codes
 only: a client reads the output (or the error) from the store or the HTTP API.
@@ -65,6 +66,31 @@ def announce_run_finished(events: EventBridgeClient, store: RunStore, result: Ru
                                status=result.status.value,
                                reason=None if reason is None else str(reason),
                                tenant=None if record is None else record.tenant)
+    except Exception as error:  # the event is a courtesy: the run's state is committed
+        return _failed(result.status.value, type(error).__name__)
+    return _put(events, finished, bus=bus)
+
+
+def announce_record_finished(events: EventBridgeClient, store: RunStore, run_id: str, *,
+                             bus: str) -> bool:
+    """Put the run-finished event of the run `run_id` as the store has it now (a run
+    another path than Advance ended: failed by the reconciler, cancelled through
+    the API). False when it has not finished, or the event could not be put."""
+    try:
+        record = store.load_run(run_id)
+        if record is None or record.status.value not in FINISHED_STATUSES:
+            return False
+        reason = record.error.type if record.error is not None else (
+            None if record.suspension is None else record.suspension.reason)
+        finished = RunFinished(run_id=run_id, attempt=record.attempt,
+                               status=record.status.value, reason=reason, tenant=record.tenant)
+    except Exception as error:  # the event is a courtesy: the run's state is committed
+        return _failed("unknown", type(error).__name__)
+    return _put(events, finished, bus=bus)
+
+
+def _put(events: EventBridgeClient, finished: RunFinished, *, bus: str) -> bool:
+    try:
         answer = events.put_events(Entries=[{
             "Source": SOURCE, "DetailType": DETAIL_TYPE, "EventBusName": bus,
             "Detail": json.dumps(finished.model_dump(exclude_none=True), sort_keys=True)}])
@@ -73,9 +99,12 @@ def announce_run_finished(events: EventBridgeClient, store: RunStore, result: Ru
     except Exception as error:  # the event is a courtesy: the run's state is committed
         failure = type(error).__name__
     if failure is not None:
-        count("RunFinishedEventFailed")
-        logger.warning("run-finished event not put", extra={"run_status": result.status.value,
-                                                            "error": failure})
-        return False
+        return _failed(finished.status, failure)
     count("RunFinishedEventPut")
     return True
+
+
+def _failed(status: str, failure: str) -> bool:
+    count("RunFinishedEventFailed")
+    logger.warning("run-finished event not put", extra={"run_status": status, "error": failure})
+    return False

@@ -49,6 +49,7 @@ or, items only, by the next `create_run` of that id.
 
 from __future__ import annotations
 
+import copy
 import secrets
 import threading
 import uuid
@@ -91,6 +92,7 @@ from stores.dynamodb_requests import (
     Condition,
     Refused,
     Table,
+    landed,
     put_op,
     update_op,
 )
@@ -131,11 +133,13 @@ class DynamoDbRunStore:
     `blobs` keeps what is over `inline_limit` bytes (checkpoint bodies, large
     manifests or outputs); without it such a write raises `StoreError`.
     `retention` is how long a terminal run stays before its TTL (None: no TTL).
+    `sleep` waits between the tries of a throttled request (tests inject it).
     """
 
     def __init__(self, table_name: str, *, blobs: S3BlobStore | None = None,
                  client: DynamoDBClient | None = None, inline_limit: int = DEFAULT_INLINE_LIMIT,
-                 retention: timedelta | None = DEFAULT_RETENTION) -> None:
+                 retention: timedelta | None = DEFAULT_RETENTION,
+                 sleep: Callable[[float], None] | None = None) -> None:
         if not 0 < inline_limit <= MAX_INLINE_LIMIT:
             raise ValueError(f"inline_limit must be 1..{MAX_INLINE_LIMIT} bytes, "
                              f"not {inline_limit}")
@@ -143,27 +147,36 @@ class DynamoDbRunStore:
         self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
         self.blobs = blobs
         self.retention = retention
-        self._table = Table(self.client, table_name)
+        self._table = Table(self.client, table_name, sleep=sleep)
         self._texts = Texts(blobs, inline_limit)
         self._reader = RunReader(self._table, self._texts)
         self._effects = EffectLedger(self._table, self._texts)
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
+        self._held: tuple[str, str] | None = None  # (run id, lease owner): `owned_by`
+
+    def owned_by(self, run_id: str, owner: str) -> DynamoDbRunStore:
+        """This store (its table, caches, locks) for the slice `owner` holding `run_id`'s
+        lease: a write of that run refused (`StaleAttempt`) once another holds it."""
+        held = copy.copy(self)
+        held._held = (run_id, owner)
+        return held
+
+    def _owner(self, run_id: str) -> str | None:  # the lease owner writes of `run_id` need
+        return self._held[1] if self._held is not None and self._held[0] == run_id else None
 
     def _lock(self, run_id: str) -> threading.Lock:
         return self._stripes[hash(run_id) % _STRIPES]
 
     def _rounds(self, run_id: str) -> Rounds:
-        return Rounds(self._reader, run_id)
+        return Rounds(self._reader, run_id, owner=self._owner(run_id))
 
     def _predicted(self, run_id: str, expected_attempt: int) -> Rounds:
         """Rounds starting from the remembered run when it predicts a running attempt."""
-        known = self._reader.remembered(run_id)
-        if (known is not None and known.run.attempt == expected_attempt
-                and known.run.status is RunStatus.RUNNING):
-            return Rounds(self._reader, run_id, known, predicted=True)
+        known, owner = self._reader.remembered(run_id), self._owner(run_id)
+        if (known is not None and known.run.attempt == expected_attempt and owner in (
+                None, known.run.lease_owner) and known.run.status is RunStatus.RUNNING):
+            return Rounds(self._reader, run_id, known, predicted=True, owner=owner)
         return self._rounds(run_id)
-
-    # -- reads ---------------------------------------------------------------
 
     def load_run(self, run_id: str) -> RunRecord | None:
         with self._lock(run_id):
@@ -229,7 +242,7 @@ class DynamoDbRunStore:
             self._table.transact([put_op(self.table_name, item, fence(stored)),
                                   *(beside or [])])
         except Refused as refused:
-            if not _landed(refused, "rev", rev):
+            if not landed(refused, "rev", rev):
                 raise
         written = StoredRun(updated, stored.incarnation, rev)
         self._reader.remember(written)
@@ -247,7 +260,7 @@ class DynamoDbRunStore:
                     self._table.transact(ops)
                     return
                 except Refused as refused:
-                    if _landed(refused, "incarnation", incarnation):
+                    if landed(refused, "incarnation", incarnation):
                         return
                     if refused.reasons[0].failed:
                         raise RunAlreadyExists(f"run {run.run_id!r} already exists") from None
@@ -273,12 +286,19 @@ class DynamoDbRunStore:
 
     def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
                     lease_seconds: float) -> None:
+        self.change_lease(run_id, lambda run: transitions.renew(
+            run, run_id, expected_attempt=expected_attempt, now=now, lease_seconds=lease_seconds))
+
+    def change_lease(self, run_id: str, decide: Callable[[RunRecord | None], RunRecord | None],
+                     *, owned: bool = True) -> None:
+        """Write the lease `decide` makes of the run as read (None: no change), fenced;
+        `owned=False` for a change by no slice (stores/dynamodb_slices.py)."""
         with self._lock(run_id):
-            rounds = self._rounds(run_id)
+            rounds = self._rounds(run_id) if owned else Rounds(self._reader, run_id)
             for stored in rounds:
-                updated = transitions.renew(None if stored is None else stored.run, run_id,
-                                            expected_attempt=expected_attempt, now=now,
-                                            lease_seconds=lease_seconds)
+                updated = decide(None if stored is None else stored.run)
+                if updated is None:
+                    return
                 try:
                     self._put_run(stored, updated)
                     return
@@ -319,6 +339,7 @@ class DynamoDbRunStore:
         seq = checkpoint.seq
         if (known is None or known.run.attempt != expected_attempt
                 or known.run.status is not RunStatus.RUNNING
+                or self._owner(checkpoint.run_id) not in (None, known.run.lease_owner)
                 or (known.run.checkpoint_seq or 0) != seq - 1):
             return False
         previous = self._reader.saved_lists(known.incarnation, seq - 1)
@@ -339,7 +360,7 @@ class DynamoDbRunStore:
             sets |= {"lease_expires_at": n(micros(lease_expires_at)), "due_at": n(due_at(updated))}
         # Conditioned on exactly the prediction: this incarnation, running at
         # this attempt, with seq - 1 its latest checkpoint.
-        prediction = running_at(known, expected_attempt) & Condition(
+        prediction = running_at(known, expected_attempt, self._owner(known.run.run_id)) & Condition(
             "#checkpoint_seq = :previous", names("checkpoint_seq"), {":previous": n(seq - 1)})
         meta = update_op(self.table_name, key(checkpoint.run_id, META),
                          "SET " + ", ".join(f"#{name} = :{name}" for name in sets), prediction,
@@ -349,7 +370,7 @@ class DynamoDbRunStore:
         try:
             self._table.transact([meta, body_put])
         except Refused as refused:
-            if not _landed(refused, "rev", rev):
+            if not landed(refused, "rev", rev):
                 self._reader.forget(checkpoint.run_id)
                 return refused
         self._reader.remember(StoredRun(updated, known.incarnation, rev))
@@ -427,8 +448,6 @@ class DynamoDbRunStore:
             self._change(run_id, None, lambda run, _: transitions.request_resume(
                 run, run_id, at=at, reason=reason))
 
-    # -- approvals and effects -----------------------------------------------
-
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
         sk = APPROVAL_PREFIX + approval_id
@@ -466,14 +485,12 @@ class DynamoDbRunStore:
                                    run_id=run_id, expected_attempt=expected_attempt,
                                    result=result, at=at)
 
-    # -- deletion ------------------------------------------------------------
-
     def delete_run(self, run_id: str) -> None:
         with self._lock(run_id):
             delete_run(self._reader, run_id, blobs=self.blobs)
 
-    def close(self) -> None:
-        """Nothing to release: boto3 clients close their connections when collected."""
+    def close(self) -> None:  # nothing to release: boto3 closes connections when collected
+        pass
 
     def __enter__(self) -> DynamoDbRunStore:
         return self
@@ -481,14 +498,3 @@ class DynamoDbRunStore:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.close()
-
-
-def _landed(refused: Refused, attribute: str, written: str) -> bool:
-    """Whether the refused META write is one that already landed.
-
-    botocore retries a request whose answer was lost; a retried conditional
-    write then meets its own first attempt and is refused. The image shows it:
-    the token this write set (a revision, a new run's incarnation) is there.
-    """
-    image = refused.reasons[0].item
-    return image is not None and image.get(attribute, {}).get("S") == written

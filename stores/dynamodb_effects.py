@@ -69,7 +69,7 @@ class EffectLedger:
             try:
                 self._table.transact([
                     check_op(self._table.name, key(run_id, META),
-                             running_at(stored, expected_attempt)),
+                             running_at(stored, expected_attempt, rounds.owner)),
                     put_op(self._table.name, item, ABSENT)])
                 return decode_record(EffectRecord, record)
             except Refused as refused:
@@ -106,7 +106,7 @@ class EffectLedger:
             try:
                 self._table.transact([
                     check_op(self._table.name, key(run_id, META),
-                             running_at(stored, expected_attempt)),
+                             running_at(stored, expected_attempt, rounds.owner)),
                     put_op(self._table.name, item, _RESERVED)])
                 return
             except Refused as refused:

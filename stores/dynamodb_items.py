@@ -198,6 +198,9 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
     }
     if run.lease_expires_at is not None:
         item["lease_expires_at"] = n(micros(run.lease_expires_at))
+    if run.lease_owner is not None:
+        # Also in `state`; here so an owner's writes can be conditioned on it.
+        item["lease_owner"] = s(run.lease_owner)
     if run.tenant is not None:  # sparse: runs without a tenant stay out of the index
         item |= {"tenant": s(run.tenant), "run_id": s(run.run_id)}
     if run.status.terminal and retention is not None:

@@ -10,14 +10,17 @@ from the fact of a refusal alone.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from stores.base import StoreUnavailable
 from stores.dynamodb_items import Item
 
 if TYPE_CHECKING:
@@ -30,6 +33,14 @@ if TYPE_CHECKING:
     )
 
 CONDITION_FAILED = "ConditionalCheckFailed"
+# How often a transaction cancelled only for throughput is sent (with backoff).
+THROTTLED_TRIES = 8
+# What DynamoDB says of a request it throttled (after the SDK's own retries),
+# and of a transaction item it cancelled for throughput.
+_THROTTLED = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException",
+                        "RequestLimitExceeded"})
+_THROTTLED_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded",
+                                "RequestLimitExceeded"})
 # BatchWriteItem takes 25 requests, BatchGetItem 100 keys.
 _WRITE_BATCH = 25
 _GET_BATCH = 100
@@ -113,25 +124,62 @@ def _conditioned(request: dict[str, Any], condition: Condition | None) -> dict[s
     return request
 
 
-class Table:
-    """One DynamoDB table through a low-level client: the requests the store needs."""
+class StoreThrottled(StoreUnavailable):
+    """DynamoDB kept throttling the table's requests past the store's retries."""
 
-    def __init__(self, client: DynamoDBClient, name: str) -> None:
+
+class Table:
+    """One DynamoDB table through a low-level client: the requests the store needs.
+
+    Errors a user can act on name the table and its region: a missing table
+    (or index) and throttling that outlasted the retries are `StoreUnavailable`
+    (`StoreThrottled`). A transaction cancelled only for throttling wrote
+    nothing, so it is sent again as it was, after a jittered backoff (`sleep`),
+    without reading the run again: a throttled table gets no extra reads.
+    """
+
+    def __init__(self, client: DynamoDBClient, name: str, *,
+                 sleep: Callable[[float], None] | None = None) -> None:
         self.client = client
         self.name = name
+        self.sleep = sleep or time.sleep
+
+    def where(self) -> str:
+        return f"DynamoDB table {self.name!r} in {self.client.meta.region_name}"
+
+    @contextlib.contextmanager
+    def answering(self, what: str) -> Iterator[None]:
+        """Translate the errors of `what` (a request) that say the table cannot be used."""
+        try:
+            yield
+        except ClientError as error:
+            code = _code(error)
+            if code == "ResourceNotFoundException":
+                raise StoreUnavailable(
+                    f"{self.where()} does not exist, or is not visible to these credentials "
+                    f"({what}: {code}); deploy it (template.yaml) or fix the store location"
+                ) from None
+            if code in _THROTTLED:
+                raise StoreThrottled(
+                    f"{self.where()} is throttling requests ({what}: {code}, after the SDK's "
+                    "retries); raise its capacity or use on-demand mode") from None
+            raise
 
     def get(self, key: Item) -> Item | None:
-        return self.client.get_item(TableName=self.name, Key=key, ConsistentRead=True).get("Item")
+        with self.answering("GetItem"):
+            return self.client.get_item(TableName=self.name, Key=key,
+                                        ConsistentRead=True).get("Item")
 
     def write(self, op: TransactWriteItemTypeDef) -> None:
         """One conditional write (Put, Update or Delete) as its own request."""
         try:
-            if "Put" in op:
-                self.client.put_item(**op["Put"])
-            elif "Update" in op:
-                self.client.update_item(**op["Update"])
-            else:
-                self.client.delete_item(**op["Delete"])
+            with self.answering("a conditional write"):
+                if "Put" in op:
+                    self.client.put_item(**op["Put"])
+                elif "Update" in op:
+                    self.client.update_item(**op["Update"])
+                else:
+                    self.client.delete_item(**op["Delete"])
         except ClientError as error:
             if _code(error) != "ConditionalCheckFailedException":
                 raise
@@ -144,16 +192,26 @@ class Table:
         if len(ops) == 1 and "ConditionCheck" not in ops[0]:
             self.write(ops[0])
             return
-        try:
-            self.client.transact_write_items(TransactItems=ops)
-        except ClientError as error:
-            if _code(error) != "TransactionCanceledException":
-                raise
-            reasons = error.response.get("CancellationReasons") or []
-            if len(reasons) != len(ops):
-                raise  # not an answer about our items: nothing to decide from
-            raise Refused([Reason(str(reason.get("Code", "None")), _image(reason.get("Item")))
-                           for reason in reasons]) from None
+        for attempt in range(THROTTLED_TRIES):
+            try:
+                with self.answering("TransactWriteItems"):
+                    self.client.transact_write_items(TransactItems=ops)
+                return
+            except ClientError as error:
+                if _code(error) != "TransactionCanceledException":
+                    raise
+                reasons = error.response.get("CancellationReasons") or []
+                if len(reasons) != len(ops):
+                    raise  # not an answer about our items: nothing to decide from
+                refused = Refused([Reason(str(reason.get("Code", "None")),
+                                          _image(reason.get("Item"))) for reason in reasons])
+            codes = {reason.code for reason in refused.reasons} - {"None"}
+            if not codes <= _THROTTLED_REASONS:
+                raise refused
+            self.sleep(_jittered(attempt))
+        raise StoreThrottled(f"{self.where()} is throttling transactions: cancelled for "
+                             f"throughput {THROTTLED_TRIES} times in a row; raise its capacity "
+                             "or use on-demand mode")
 
     def query(self, partition: str, *, between: tuple[str, str] | None = None,
               prefix: str | None = None, projection: Sequence[str] = ()) -> Iterator[Item]:
@@ -194,7 +252,8 @@ class Table:
 
     def _pages(self, request: dict[str, Any]) -> Iterator[Item]:
         while True:
-            page = self.client.query(**request)
+            with self.answering("Query"):
+                page = self.client.query(**request)
             yield from page.get("Items", [])
             last = page.get("LastEvaluatedKey")
             if last is None:
@@ -208,7 +267,8 @@ class Table:
             pending: dict[str, Any] = {self.name: {"Keys": list(keys[start:start + _GET_BATCH]),
                                                    "ConsistentRead": True}}
             for attempt in itertools.count():
-                answer = self.client.batch_get_item(RequestItems=pending)
+                with self.answering("BatchGetItem"):
+                    answer = self.client.batch_get_item(RequestItems=pending)
                 found.extend(answer.get("Responses", {}).get(self.name, []))
                 pending = dict(answer.get("UnprocessedKeys") or {})
                 if not pending:
@@ -223,7 +283,8 @@ class Table:
                 {"DeleteRequest": {"Key": item_key}}
                 for item_key in keys[start:start + _WRITE_BATCH]]
             for attempt in itertools.count():
-                answer = self.client.batch_write_item(RequestItems={self.name: requests})
+                with self.answering("BatchWriteItem"):
+                    answer = self.client.batch_write_item(RequestItems={self.name: requests})
                 requests = (answer.get("UnprocessedItems") or {}).get(self.name, [])
                 if not requests:
                     break
@@ -235,9 +296,25 @@ def _back_off(attempt: int) -> None:
     time.sleep(min(1.0, 0.02 * 2 ** attempt))
 
 
+def _jittered(attempt: int) -> float:
+    """Full jitter over an exponential backoff: 50 ms, 100 ms, ... up to 2 s."""
+    return random.uniform(0, min(2.0, 0.05 * 2 ** attempt))
+
+
 def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _image(item: object) -> Item | None:
     return item if isinstance(item, dict) and item else None
+
+
+def landed(refused: Refused, attribute: str, written: str) -> bool:
+    """Whether the refused META write is one that already landed.
+
+    botocore retries a request whose answer was lost; a retried conditional
+    write then meets its own first attempt and is refused. The image shows it:
+    the token this write set (a revision, a new run's incarnation) is there.
+    """
+    image = refused.reasons[0].item
+    return image is not None and image.get(attribute, {}).get("S") == written

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stores.base import CorruptRecord, StoreError
+from stores.base import CorruptRecord, StaleAttempt, StoreError
 from stores.deltas import SavedLists, SavedListsCache, assemble
 from stores.dynamodb_items import (
     DEFINITION_SK,
@@ -215,13 +215,27 @@ def fence(stored: StoredRun) -> Condition:
                       ":status": s(stored.run.status.value)})
 
 
-def running_at(stored: StoredRun, attempt: int) -> Condition:
+def running_at(stored: StoredRun, attempt: int, owner: str | None = None) -> Condition:
     """The condition of a write beside the run (an effect, an owner's checkpoint):
-    the same incarnation, running at `attempt`; other changes do not matter."""
-    return Condition("#incarnation = :incarnation AND #attempt = :attempt AND "
-                     "#status = :running", names("incarnation", "attempt", "status"),
-                     {":incarnation": s(stored.incarnation), ":attempt": n(attempt),
-                      ":running": s(RunStatus.RUNNING.value)})
+    the same incarnation, running at `attempt` (under `owner`'s lease, when the
+    store is held by one: `DynamoDbRunStore.owned_by`); other changes do not matter."""
+    condition = Condition("#incarnation = :incarnation AND #attempt = :attempt AND "
+                          "#status = :running", names("incarnation", "attempt", "status"),
+                          {":incarnation": s(stored.incarnation), ":attempt": n(attempt),
+                           ":running": s(RunStatus.RUNNING.value)})
+    if owner is None:
+        return condition
+    return condition & Condition("#lease_owner = :owner", names("lease_owner"),
+                                 {":owner": s(owner)})
+
+
+def check_owner(stored: StoredRun | None, owner: str | None) -> None:
+    """Refuse a write of `owner` (a slice of an attempt) to a run whose lease another holds."""
+    if owner is None or stored is None or stored.run.lease_owner == owner \
+            or stored.run.status is not RunStatus.RUNNING:
+        return  # no lease to hold: the rules decide (RunTerminal, InvalidTransition)
+    raise StaleAttempt(f"run {stored.run.run_id!r}: attempt {stored.run.attempt}'s lease is "
+                       f"held by {stored.run.lease_owner or 'no one'}, not by {owner}")
 
 
 class Rounds:
@@ -238,11 +252,14 @@ class Rounds:
     """
 
     def __init__(self, reader: RunReader, run_id: str,
-                 start: StoredRun | Unread | None = UNREAD, *, predicted: bool = False) -> None:
+                 start: StoredRun | Unread | None = UNREAD, *, predicted: bool = False,
+                 owner: str | None = None) -> None:
         self._reader = reader
         self._run_id = run_id
         self._next = start
         self._predicted = predicted
+        # The lease holder every write of these rounds is for (`check_owner`).
+        self.owner = owner
 
     def __iter__(self) -> Iterator[StoredRun | None]:
         for round_ in range(ROUNDS):
@@ -253,6 +270,7 @@ class Rounds:
                 state = self._reader.load(self._run_id)
                 self._predicted = False
             self._next = UNREAD
+            check_owner(state, self.owner)
             yield state
             self._predicted = False
         raise StoreError(f"run {self._run_id!r}: gave up after {ROUNDS} concurrent changes")

@@ -33,7 +33,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from stores.artifacts import run_segment
-from stores.base import CorruptRecord, StoreError
+from stores.base import CorruptRecord, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
@@ -86,6 +86,7 @@ class S3BlobStore:
                 ChecksumSHA256=base64.b64encode(digest.digest()).decode("ascii"))
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") not in _ALREADY_STORED:
+                self._check_bucket(error, "PutObject")
                 raise
         return self.uri_of(sha256, run_id), sha256
 
@@ -102,6 +103,7 @@ class S3BlobStore:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in _MISSING:
                 raise CorruptRecord(f"blob {uri} is missing from its bucket") from error
+            self._check_bucket(error, "GetObject")
             raise
         if hashlib.sha256(data).hexdigest() != sha256:
             raise CorruptRecord(f"blob {uri} does not match its sha256")
@@ -126,6 +128,17 @@ class S3BlobStore:
                                      f"{first.get('Code')} {first.get('Message')}")
                 deleted += len(batch)
         return deleted
+
+    def _check_bucket(self, error: ClientError, what: str) -> None:
+        """Raise `StoreUnavailable` naming the bucket and its region when `error`
+        says it does not exist."""
+        code = error.response.get("Error", {}).get("Code")
+        if code != "NoSuchBucket":
+            return
+        raise StoreUnavailable(
+            f"S3 bucket {self.bucket!r} in {self.client.meta.region_name} does not exist, or "
+            f"is not visible to these credentials ({what}: {code}); deploy it "
+            "(template.yaml) or fix the store location's bucket") from error
 
 
 class S3ArtifactStore(S3BlobStore):

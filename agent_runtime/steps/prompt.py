@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from stores.records import EffectStatus, Frame
 
+from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
 from agent_runtime.excerpts import excerpt, fingerprint
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
@@ -43,6 +44,12 @@ TEXT_EVENT_INTERVAL = 0.25  # seconds between `model.text.delta` events of one a
 # A conversation that keeps asking for tools without ever answering is a
 # runaway; bound it even when no limit is configured.
 MAX_MODEL_ROUNDS = 64
+# A driver that honours providerTimeoutMs reports its own timeout first; the
+# engine's bound, this much later, covers those that do not.
+DRIVER_TIMEOUT_GRACE = 0.25
+# The share of a whole Advance slice that must be left to start a tool that is
+# not idempotent (DESIGN 10, Time): one cut mid-call suspends as effect-unknown.
+NON_IDEMPOTENT_SHARE = 0.5
 
 
 def _item(ctx: Execution, frame: Frame, type_: str, role: str,
@@ -253,13 +260,24 @@ class PromptStepExecutor:
                 text_sink(frame.step_path, delta)
 
         try:
-            response: ModelResponse = await ctx.guarded(adapter.generate(request, on_text=on_text))
+            # Bounded by the engine itself, whether or not the driver honours
+            # `timeout_seconds`: providerTimeoutMs, and the slice's deadline.
+            response: ModelResponse = await ctx.bounded(
+                adapter.generate(request, on_text=on_text), "model call",
+                step_path=frame.step_path,
+                timeout=None if request.timeout_seconds is None
+                else request.timeout_seconds + DRIVER_TIMEOUT_GRACE)
             if pending["chars"]:
                 ctx.events.emit("model.text.delta", step_id=request.step_id,
                                 step_path=frame.step_path, chars=pending["chars"])
         except ModelError as error:
             raise StepFailed("model_error", f"step {frame.step_path}: {request.provider}/"
                              f"{request.model}: {error}", {"code": error.code}) from error
+        except CallTimedOut:
+            raise StepFailed("model_error", f"step {frame.step_path}: {request.provider}/"
+                             f"{request.model}: no answer within limits.providerTimeoutMs "
+                             f"({round((request.timeout_seconds or 0) * 1000)} ms)",
+                             {"code": "timeout"}) from None
         tokens = ctx.state.budget.consume(response.usage, step_path=frame.step_path)
         keys = [uuid.uuid4().hex for _ in response.tool_calls]
         content: list[dict[str, Any]] = []
@@ -322,6 +340,12 @@ class PromptStepExecutor:
             return {"error": {"type": "unknown_tool",
                               "message": f"tool {excerpt(name)} is not available to this "
                                          "step"}}
+        # Too late in the slice to start it: end the slice before the effect is
+        # reserved, so the next one dispatches it with nothing to doubt. A tool
+        # that is not idempotent needs half a slice: cut mid-call, its outcome
+        # would be unknown.
+        ctx.slice.require_room("tool call", step_path=frame.step_path,
+                         share=0.0 if tool.idempotent else NON_IDEMPOTENT_SHARE)
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())
         if effect.status is EffectStatus.COMPLETED:
@@ -352,8 +376,16 @@ class PromptStepExecutor:
                               artifact_sink=ctx.artifact_sink(frame))
         error_type = None
         try:
-            output = await ctx.guarded(tool.invoke(dict(call["arguments"]), context))
+            output = await ctx.bounded(tool.invoke(dict(call["arguments"]), context),
+                                       "tool call", step_path=frame.step_path)
             result: dict[str, Any] = {"output": json_value(output, what=f"tool {name} result")}
+        except CallCut as cut:
+            if tool.idempotent:
+                raise  # the next slice calls it again with the same key
+            # It was sent and may have acted: an operator decides, as after a crash.
+            raise SuspendRun("effect-unknown", {
+                "key": key, "tool": name, "step_path": frame.step_path,
+                "reserved_by_attempt": ctx.attempt, "cut_by_slice_end": True}) from cut
         except ToolArgumentsError as error:
             error_type = "invalid_arguments"
             result = {"error": {"type": error_type, "message": str(error)}}

@@ -193,8 +193,11 @@ class WebhookStepExecutor:
         policy = ctx.runtime.config.webhooks
         key = step.idempotency_key or f"{ctx.run_id}:{frame.step_path}"
         # Checked before the effect is reserved: a refused webhook sent nothing.
-        destination = await resolve_destination(step.url, policy)
+        destination = await ctx.bounded(resolve_destination(step.url, policy),
+                                        "webhook's address lookup", step_path=frame.step_path)
         headers = _request_headers(step, key, destination)
+        # Too late in the slice: end it before the effect is reserved.
+        ctx.slice.require_room("webhook", step_path=frame.step_path)
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())
         if effect.status is EffectStatus.COMPLETED:
@@ -206,8 +209,11 @@ class WebhookStepExecutor:
                             replayed=True)
             return self._settled(recorded, frame)
         started = time.monotonic()
-        result, attempts = await ctx.guarded(self._deliver(step, frame, ctx, destination,
-                                                           headers=headers, policy=policy))
+        # Cut by the slice's end, it is sent again by the next slice with the
+        # same Idempotency-Key, which the receiver deduplicates.
+        result, attempts = await ctx.bounded(self._deliver(step, frame, ctx, destination,
+                                                           headers=headers, policy=policy),
+                                             "webhook", step_path=frame.step_path)
         ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                   result=result, at=ctx.now())
         duration_ms = round((time.monotonic() - started) * 1000)

@@ -8,22 +8,28 @@ the state machine (`AwsLauncher`), and the tenant API Gateway's authorizer
 verified (`HttpApiAuthenticator`). They are built once per container, on the
 first request.
 
+A run a client cancels is announced with a run-finished event.
+
 Logs carry the route and the status, never a request or response body.
 Metrics: one count per response class (`Api2xx`, `Api4xx`, `Api5xx`).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from agent_runtime import AgentRuntime
 from agent_runtime.api import ApiServices, build_api
 from functions import environment
 from functions.api.authenticator import HttpApiAuthenticator
 from functions.api.launcher import AwsLauncher
+from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
 
 # The resolver of this container, with the services it was built on: built
@@ -31,12 +37,27 @@ from functions.telemetry import LogEventSink, count, logger
 _built: list[tuple[environment.Services, APIGatewayHttpResolver]] = []
 
 
+class AnnouncingRuntime(AgentRuntime):
+    """The routes' runtime: a run a client cancels gets its run-finished event, as a
+    run Advance ends does (functions/run_events.py)."""
+
+    def __init__(self, *args: Any, announce: Callable[[str], object], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._announce = announce
+
+    def cancel(self, run_id: str) -> None:
+        super().cancel(run_id)
+        self._announce(run_id)
+
+
 def build_resolver(services: environment.Services) -> APIGatewayHttpResolver:
     resolver = APIGatewayHttpResolver(enable_validation=True)
-    launcher = AwsLauncher(services.store, services.events, bus=services.settings.event_bus,
-                           clock=services.clock)
-    build_api(resolver, ApiServices(store=services.store,
-                                    runtime=services.runtime([LogEventSink()]),
+    bus = services.settings.event_bus
+    launcher = AwsLauncher(services.store, services.events, bus=bus, clock=services.clock)
+    runtime = services.runtime([LogEventSink()], kind=functools.partial(
+        AnnouncingRuntime, announce=lambda run_id: announce_record_finished(
+            services.events, services.store, run_id, bus=bus)))
+    build_api(resolver, ApiServices(store=services.store, runtime=runtime,
                                     launcher=launcher,
                                     authenticator=HttpApiAuthenticator.from_environment()))
     return resolver

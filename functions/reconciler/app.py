@@ -15,11 +15,16 @@ than `AGENT_RUNTIME_RESUME_GRACE_SECONDS` (the start function failed, the
 event was lost, the resume execution's Reserve failed) and `sub-run` parents
 whose child finished are resumed by starting their next attempt's execution,
 as the start function does (`ReconcileResumedRequested` counts them).
+A run failed as `crash_loop` is announced with a run-finished event. A pass
+takes no new run once the function has less than `PASS_MARGIN_SECONDS` left
+(the Lambda context's remaining time), so it never runs into its timeout;
+the next pass picks up what it left.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -33,11 +38,16 @@ from agent_runtime.reconcile import (
 )
 from functions import environment
 from functions.executions import ExecutionLiveness, StartExecution
+from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
+from stores.records import RunRecord
 
 _METRICS = {Action.RESUMED: "ReconcileResumed", Action.SKIPPED: "ReconcileSkipped",
             Action.FAILED_RUN: "ReconcileFailedRun", Action.ERROR: "ReconcileError"}
 OUTBOX_REASONS = frozenset({RESUME_REQUESTED, CHILD_FINISHED})
+# Time a pass keeps in hand: the run in progress (a Step Functions call or two,
+# a store write) and the summary finish well inside it.
+PASS_MARGIN_SECONDS = 10
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -45,9 +55,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     services = environment.services()
     settings = services.settings
     stepfunctions = services.stepfunctions
-    reconciler = Reconciler(
-        services.store,
-        resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store),
+    reconciler = _TimedReconciler(
+        context, services.store,
+        resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store,
+                              max_concurrent_runs=settings.max_concurrent_runs),
         liveness=ExecutionLiveness(stepfunctions), max_takeovers=settings.max_takeovers,
         queued_seconds=settings.queued_seconds,
         resume_grace=settings.resume_grace_seconds, event_sinks=[LogEventSink()],
@@ -56,7 +67,33 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     for action, metric in _METRICS.items():
         count(metric, summary.count(action))
     count("ReconcileResumedRequested", _resumed_from_outbox(summary))
-    return {"reconcile_id": summary.reconcile_id, "counts": summary.counts()}
+    for outcome in summary.outcomes:
+        if outcome.action is Action.FAILED_RUN:  # crash_loop: clients hear of it too
+            announce_record_finished(services.events, services.store, outcome.run_id,
+                                     bus=settings.event_bus)
+    return {"reconcile_id": summary.reconcile_id, "counts": summary.counts(),
+            "cut_short": reconciler.cut_short}
+
+
+class _TimedReconciler(Reconciler):
+    """A pass that takes no new run once the Lambda has less than `PASS_MARGIN_SECONDS`
+    left, so it ends before its own timeout (the next pass goes on: each run it left
+    is still a candidate then)."""
+
+    def __init__(self, context: LambdaContext, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._context = context
+        self.cut_short = False
+
+    def candidates(self) -> Iterable[RunRecord]:
+        for run in super().candidates():
+            if self._context.get_remaining_time_in_millis() < PASS_MARGIN_SECONDS * 1000:
+                self.cut_short = True
+                count("ReconcilePassCutShort")
+                logger.warning("reconcile pass stopped before the function's timeout; the "
+                               "next pass continues", extra={"next_run_id": run.run_id})
+                return
+            yield run
 
 
 def _resumed_from_outbox(summary: ReconcileSummary) -> int:

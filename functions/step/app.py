@@ -24,21 +24,33 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime import AgentRuntime, RunResult
 from functions import environment
+from functions.capacity import at_capacity
 from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
 from functions.run_events import FINISHED_STATUSES, announce_run_finished
 from functions.telemetry import LogEventSink, count, logger
-from stores.base import InvalidTransition, LeaseHeld, RunNotFound, RunTerminal
+from stores import dynamodb_slices as slices
+from stores.base import (
+    InvalidTransition,
+    LeaseHeld,
+    RunNotFound,
+    RunTerminal,
+    StaleAttempt,
+    StoreError,
+)
 from stores.records import Budget, RunRecord, RunStatus
 
 CONTINUE = "continue"
 SUPERSEDED = "superseded"
 RESERVED = "reserved"
 SKIPPED = "skipped"
+HELD = "held"
+QUEUED = "queued"
 
 _ADVANCE_METRICS = {CONTINUE: "AdvanceContinued", "suspended": "RunSuspended",
                     "completed": "RunCompleted", "failed": "RunFailed",
-                    "cancelled": "RunCancelled", SUPERSEDED: "AdvanceSuperseded"}
+                    "cancelled": "RunCancelled", SUPERSEDED: "AdvanceSuperseded",
+                    HELD: "AdvanceHeld"}
 
 
 class AdvanceRequest(BaseModel):
@@ -85,7 +97,7 @@ def reserve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except LeaseHeld as held:
         current = store.load_run(request.run_id)
         if current is None or current.status is not RunStatus.RUNNING \
-                or current.lease_owner != request.execution_arn:
+                or slices.execution_of(current.lease_owner or "") != request.execution_arn:
             return _skipped(request, current, type(held).__name__)
         record = current
     except (RunNotFound, RunTerminal, InvalidTransition) as refusal:
@@ -127,9 +139,18 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     remaining = timedelta(milliseconds=context.get_remaining_time_in_millis())
     deadline = (services.clock.now() + remaining
                 - timedelta(seconds=services.settings.advance_margin_seconds))
-    runtime = services.runtime([LogEventSink()], owner=request.execution_arn)
-    result = asyncio.run(_advance(runtime, request, deadline))
+    owner = slices.slice_owner(request.execution_arn, context.aws_request_id)
+    refused = _claim(services, request, owner)
+    if refused is not None:
+        count(_ADVANCE_METRICS[refused])
+        logger.info("advance ended", extra={"status": refused})
+        return _result(request.run_id, request.attempt, refused)
+    runtime = services.runtime([LogEventSink()], owner=request.execution_arn,
+                               store=services.store.owned_by(request.run_id, owner))
+    result = _run_slice(_advance(runtime, request, deadline))
     status = _step_status(result, request.attempt)
+    if status == CONTINUE:
+        _release(services, request, owner)
     count(_ADVANCE_METRICS[status])
     logger.info("advance ended", extra={"status": status, "usage": result.usage,
                                         "error_type": (result.error or {}).get("type")})
@@ -139,6 +160,66 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if result.status.terminal:
         _resume_parent(services, request.run_id)
     return _result(request.run_id, request.attempt, status)
+
+
+def _run_slice(slice_: Coroutine[Any, Any, RunResult]) -> RunResult:
+    """`asyncio.run`, except that the loop's worker threads are not waited for: a
+    plain-function tool abandoned at the deadline may still be running in one
+    (a thread cannot be stopped), and waiting for it would run the Lambda into
+    its timeout. Its result is never used: the next slice calls it again."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(slice_)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()  # shuts the default executor down without waiting
+
+
+def _claim(services: environment.Services, request: AdvanceSlice, owner: str) -> str | None:
+    """Claim the attempt's lease for this invocation before executing anything
+    (stores/dynamodb_slices.py); the status to end with when it cannot, else None.
+
+    `held`: another invocation of this execution (a Lambda retry after a lost
+    response) is still advancing the attempt; the state machine waits and
+    advances again. `superseded`: another owner holds it, or a sibling
+    invocation died holding it (its lease expired): the execution ends and
+    the reconciler takes the run over with a new attempt, as after a crash.
+    A run that is not running at this attempt any more is left to `advance`
+    to report.
+    """
+    try:
+        slices.claim_slice(services.store, request.run_id, expected_attempt=request.attempt,
+                           execution=request.execution_arn, owner=owner,
+                           now=services.clock.now(),
+                           lease_seconds=services.settings.lease_seconds)
+    except LeaseHeld as held:
+        sibling = slices.execution_of(held.owner or "") == request.execution_arn
+        alive = held.expires_at is not None and held.expires_at > services.clock.now()
+        logger.info("the attempt's lease is held", extra={"holder": held.owner,
+                                                          "expired": not alive})
+        # A sibling that let its lease expire died: a crash, for the reconciler.
+        return HELD if sibling and alive else SUPERSEDED
+    except (RunNotFound, StaleAttempt, RunTerminal, InvalidTransition):
+        return None
+    return None
+
+
+def _release(services: environment.Services, request: AdvanceSlice, owner: str) -> None:
+    """Hand the lease back to the execution, for its next Advance. Not done (the
+    Lambda died, the write failed), the next one waits for the lease to expire."""
+    try:
+        slices.release_slice(services.store, request.run_id, expected_attempt=request.attempt,
+                             owner=owner, now=services.clock.now())
+    except StoreError as error:
+        logger.warning("the slice's lease was not handed back; the next Advance waits for "
+                       "it to expire", extra={"error_type": type(error).__name__})
 
 
 def _advance(runtime: AgentRuntime, request: AdvanceSlice,
@@ -211,7 +292,8 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     The event names the attempt the run is at; the execution reserves the
     next one and is named after it, so a repeated event starts nothing new.
     A request for a run that has moved on (another attempt, running, or
-    finished) is skipped.
+    finished) is skipped; one beyond `MaxConcurrentRuns` is left queued for
+    the reconciler (functions/capacity.py).
     """
     request = ResumeRequested.model_validate(event.get("detail"))
     logger.append_keys(run_id=request.run_id, attempt=request.attempt)
@@ -223,6 +305,13 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count("StartSkipped")
         logger.info("resume request skipped", extra={"reason": request.reason, "why": stale})
         return {"run_id": request.run_id, "attempt": attempt, "status": SKIPPED}
+    full = at_capacity(services.store, services.settings.max_concurrent_runs)
+    if full is not None:
+        # Not failed, not lost: the run stays created (or its resume request stays
+        # in the outbox) and the reconciler starts it once capacity frees.
+        count("StartQueued")
+        logger.info("left queued for capacity", extra={"reason": request.reason, "why": full})
+        return {"run_id": request.run_id, "attempt": attempt, "status": QUEUED}
     started = start_attempt(services.stepfunctions, services.settings.require_state_machine(),
                             services.store, request.run_id, attempt, takeover=False,
                             max_total_tokens=request.max_total_tokens)

@@ -5,10 +5,11 @@ alarms, read from the template itself.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from aws_stack import FUNCTION
+from aws_stack import DEFINITION, FUNCTION
 from test_template import _statements, resources
 
 from agent_runtime.reconcile import Action
@@ -155,3 +156,31 @@ def test_tracing_is_a_parameter_of_the_functions_and_the_state_machine() -> None
              for function in resources(FUNCTION).values()} | {"RunStateMachineRole"}
     for role in roles:
         assert xray in properties(role)["ManagedPolicyArns"], role
+
+
+def test_the_functions_get_their_margins_limits_and_grace_from_the_template() -> None:
+    parameters = load_template()["Parameters"]
+    margin = parameters["AdvanceMarginSeconds"]
+    # Room for at least some work within Advance's 900 s timeout.
+    assert margin["MaxValue"] < properties("AdvanceFunction")["Timeout"]
+    env = {name: properties(name)["Environment"]["Variables"]
+           for name in ("AdvanceFunction", "StartFunction", "ReconcilerFunction")}
+    assert env["AdvanceFunction"]["AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS"] == {
+        "Ref": "AdvanceMarginSeconds"}
+    for name in ("StartFunction", "ReconcilerFunction"):
+        assert env[name]["AGENT_RUNTIME_MAX_CONCURRENT_RUNS"] == {"Ref": "MaxConcurrentRuns"}
+    assert float(env["ReconcilerFunction"]["AGENT_RUNTIME_RESUME_GRACE_SECONDS"]) > 0
+    # The start function counts running runs on the status index.
+    (runs,) = [statement for statement
+               in properties("RunStoreReadPolicy")["PolicyDocument"]["Statement"]
+               if "dynamodb:Query" in statement["Action"]]
+    assert {"Fn::Sub": "${RunsTable.Arn}/index/by-status"} in runs["Resource"]
+
+
+def test_a_held_attempt_waits_and_advances_again() -> None:
+    states = json.loads(DEFINITION.read_text())["States"]
+    held = [choice for choice in states["Continue?"]["Choices"]
+            if choice.get("StringEquals") == "held"]
+    assert [choice["Next"] for choice in held] == ["SliceHeld"]
+    wait = states["SliceHeld"]
+    assert wait["Type"] == "Wait" and wait["Seconds"] > 0 and wait["Next"] == "Advance"

@@ -1,0 +1,92 @@
+"""A webhook cut by the end of an `advance` slice is sent again by the next one.
+
+A real HTTP server on 127.0.0.1 takes longer than the slice to answer the
+first request (it holds the answer). The engine abandons the request at the
+slice's deadline (the fake clock does not move: the slice's 0.5 s is real
+time the event loop measures); the run stays running; the next slice sends it again with the same
+Idempotency-Key, which a receiver deduplicates, and the run completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from engine_harness import ECHO, Harness, manifest
+
+from agent_runtime import RunStatus
+from agent_runtime.config import parse_config
+from agent_runtime.manifest import manifest_hash, manifest_json
+from stores.records import RunRecord
+
+ALLOW_LOCAL = parse_config({"version": "1.0", "webhooks": {"allowPrivateNetworks": True}},
+                           source="test-config")
+
+
+class SlowFirst:
+    """A local receiver that holds its first answer until `release` is set; it
+    records each request's Idempotency-Key as the request arrives."""
+
+    def __init__(self) -> None:
+        self.keys: list[str | None] = []
+        self.url = ""
+        self.release = threading.Event()
+
+
+@pytest.fixture
+def receiver() -> Iterator[SlowFirst]:
+    state = SlowFirst()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            state.keys.append(self.headers.get("Idempotency-Key"))
+            if len(state.keys) == 1:
+                state.release.wait(timeout=10)
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    yield state
+    state.release.set()
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def test_a_webhook_cut_by_the_slice_is_sent_again_with_the_same_key(
+        receiver: SlowFirst) -> None:
+    h = Harness(config=ALLOW_LOCAL)
+    agent = manifest({"id": "draft", "type": "prompt", "prompt": "Draft it."},
+                     {"id": "notify", "type": "webhook", "url": receiver.url, "method": "POST",
+                      "body": {"done": True}, "retries": 0, "includeInFinalOutput": True})
+    h.store.create_run(RunRecord(run_id="hook", manifest_hash=manifest_hash(agent),
+                                 manifest=manifest_json(agent), options=ECHO))
+    h.store.resume_run("hook", owner="sfn", now=h.clock.now(), lease_seconds=60)
+
+    cut = asyncio.run(h.runtime.advance(
+        "hook", deadline=h.clock.now() + timedelta(seconds=0.5)))
+    assert cut.status is RunStatus.RUNNING and cut.error is None
+    assert len(receiver.keys) == 1
+
+    done = asyncio.run(h.runtime.advance("hook", deadline=h.clock.now() + timedelta(seconds=5)))
+    assert done.status is RunStatus.COMPLETED and done.output["status"] == 200
+    first, again = receiver.keys
+    assert first is not None and first == again
+    record = h.store.load_run("hook")
+    assert record is not None and record.takeovers == 0 and record.attempt == 1
