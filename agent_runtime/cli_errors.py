@@ -57,7 +57,7 @@ _CONFLICTS = (Conflict, LeaseHeld, RunTerminal, InvalidTransition, ApprovalConfl
               RunAlreadyExists, CheckpointConflict, StaleAttempt)
 
 
-def _store_name(args: argparse.Namespace | None) -> str:
+def store_name(args: argparse.Namespace | None) -> str:
     driver = getattr(args, "store_driver", None)
     if args is None or driver is None:
         return "the store"
@@ -76,10 +76,10 @@ def classify(error: BaseException, args: argparse.Namespace | None) -> tuple[int
     if isinstance(error, InvalidInput):
         return EXIT_INVALID, "invalid_input", str(error)
     if isinstance(error, CorruptRecord):
-        return EXIT_FAILED, "store_damaged", f"{_store_name(args)} is damaged: {error}"
+        return EXIT_FAILED, "store_damaged", f"{store_name(args)} is damaged: {error}"
     if isinstance(error, StoreError):
         return EXIT_FAILED, "store_error", \
-            f"{_store_name(args)}: {type(error).__name__}: {error}"
+            f"{store_name(args)}: {type(error).__name__}: {error}"
     if isinstance(error, OSError):
         where = f"{error.filename}: " if error.filename else ""
         return EXIT_FAILED, "os_error", f"{where}{error.strerror or type(error).__name__}"

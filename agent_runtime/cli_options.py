@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import errno
-import math
 import os
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,62 +26,28 @@ from stores.artifacts import LocalArtifactStore
 from stores.base import RunStore
 from stores.records import Budget
 
+from agent_runtime.cli_flags import (
+    CONFIG_FILE,
+    DEFAULT_EVENTS,
+    DEFAULT_FILE_STORE,
+    DEFAULT_STORE,
+)
+from agent_runtime.cli_output import guarded
 from agent_runtime.config import RuntimeConfig, import_tool_target, load_config
 from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import ConfigError, InvalidInput, NotFound
+from agent_runtime.errors import ConfigError, InvalidInput, ManifestError, NotFound
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
 from agent_runtime.excerpts import excerpt
 from agent_runtime.limits import current_limits, set_limits
 from agent_runtime.manifest_input import check_structure, parse_document, text_problem
 from agent_runtime.reports import print_event
+from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 from agent_runtime.stream import StreamView
 from agent_runtime.tools import Tool, load_tool_file, tool
 
-DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
-DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
-DEFAULT_ARTIFACTS = "./.agent-runtime/artifacts"
-
-MAX_SECONDS = 7 * 24 * 3600.0  # a lease or an interval past a week is a typo
-MAX_COUNT = 2**53 - 1  # the largest integer every store and JSON reader keeps exactly
 _MAX_RUN_ID_BYTES = 200  # what every store can hold, the file store's file names included
 
 PathKind = Literal["missing", "file", "directory", "other"]
-
-
-# -- flag values (argparse `type=`) ---------------------------------------------
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds, at most a week: `--lease-seconds`, `--interval`."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {excerpt(text)}"
-                                         ) from None
-    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds above 0 and at most {MAX_SECONDS:.0f}, "
-            f"got {excerpt(text)}")
-    return value
-
-
-def count(minimum: int) -> Callable[[str], int]:
-    """An integer from `minimum` up to 2**53-1: `--limit`, `--seq`, `--max-total-tokens`."""
-    def parse(text: str) -> int:
-        stripped = text.strip()
-        digits = stripped.lstrip("+-")
-        if not digits.isascii() or not digits.isdigit() or len(stripped) - len(digits) > 1:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {excerpt(text)}")
-        # More digits than any allowed value has: refused before int() reads them all.
-        value = int(stripped) if len(digits) <= 20 else (-1 if stripped[0] == "-" else 1) * (
-            MAX_COUNT + 1)
-        if not minimum <= value <= MAX_COUNT:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {excerpt(text)}"
-                                             if value < minimum else
-                                             f"must be at most {MAX_COUNT}, got {excerpt(text)}")
-        return value
-    parse.__name__ = "count"
-    return parse
 
 
 def check_text_flags(args: argparse.Namespace) -> None:
@@ -179,8 +144,10 @@ def check_input_file(path: str, *, flag: str) -> None:
 
 
 def store_location(args: argparse.Namespace) -> str | None:
-    """Where the command's store lives, as given or by default (None: memory)."""
-    return args.store or (DEFAULT_STORE if args.store_driver != "memory" else None)
+    """Where the command's store lives (`cli_store.select_store` filled it in; None: memory)."""
+    if args.store is not None or args.store_driver == "memory":
+        return str(args.store) if args.store is not None else None
+    return DEFAULT_FILE_STORE if args.store_driver == "file" else DEFAULT_STORE
 
 
 def check_store(args: argparse.Namespace, *, create: bool) -> None:
@@ -196,7 +163,8 @@ def check_store(args: argparse.Namespace, *, create: bool) -> None:
     kind = path_kind(location, flag="--store")
     wanted: PathKind = "file" if args.store_driver == "sqlite" else "directory"
     if kind == "missing" and not create:
-        raise NotFound(f"no {args.store_driver} store at {excerpt(location)}", source="--store")
+        raise NotFound(f"no {args.store_driver} store at {excerpt(location)} (nothing was "
+                       "created)", source=getattr(args, "store_source", "--store"))
     if kind not in (wanted, "missing"):
         raise InvalidInput(f"{excerpt(location)} is {_KINDS[kind]}; a {args.store_driver} "
                            f"store is {_KINDS[wanted]}", source="--store")
@@ -208,6 +176,22 @@ def open_run_store(args: argparse.Namespace, *, create: bool = True) -> RunStore
         return open_store(args.store_driver, store_location(args))
     except ValueError as error:
         raise ConfigError(str(error), source="--store") from error
+    except ImportError as error:  # the dynamodb driver without boto3
+        raise ConfigError(f"the {args.store_driver} driver needs {error.name or 'boto3'}, "
+                          "which is not installed: pip install 'agent-runtime-durable[aws]'",
+                          source="--store-driver") from None
+
+
+def load_manifest(file: str) -> LoadedManifest:
+    """The manifest file a command runs or checks; a run manifest's `runId` checked too."""
+    try:
+        loaded = load_manifest_file(file)
+    except OSError as error:  # a run manifest's agent.ref no file system can name
+        raise ManifestError(f"cannot read the agent manifest: {error.strerror or error}",
+                            source=file, field="agent.ref") from None
+    if loaded.run is not None and loaded.run.run_id is not None:
+        check_run_id(loaded.run.run_id, source=f"{file}: runId")
+    return loaded
 
 
 # -- runtime options ------------------------------------------------------------
@@ -226,9 +210,17 @@ def model_option(value: str | None) -> str | None:
     return value
 
 
-def run_options(args: argparse.Namespace, previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Runtime options of a run: given flags win, else what the run remembered."""
+def run_options(args: argparse.Namespace, previous: dict[str, Any] | None = None, *,
+                discover_config: bool = False) -> dict[str, Any]:
+    """Runtime options of a run: given flags win, else what the run remembered.
+
+    With `discover_config` (a new run, `validate`), an `agent-runtime.config.yaml`
+    in the current directory is the runtime config when `--config` is not given,
+    as the reference implementation finds its config.
+    """
     options = dict(previous or {})
+    if discover_config and not getattr(args, "config", None) and Path(CONFIG_FILE).is_file():
+        options["config"] = str(Path(CONFIG_FILE).resolve())
     if getattr(args, "model", None):
         options["model"] = model_option(args.model)
     if getattr(args, "config", None):
@@ -290,14 +282,18 @@ def build_runtime(
     if events and events != "none":
         files.append(JsonlEventSink(events))
         sinks.append(files[-1])
-    view = StreamView(sys.stderr) if getattr(args, "stream", False) else None
+    # Output is not the run: a reader that goes away (`| head`) loses the rest
+    # of the output, and the run goes on.
+    view = StreamView(guarded(sys.stderr)) if getattr(args, "stream", False) else None
     if view is not None:
         sinks.append(view)
     if getattr(args, "format", "pretty") == "ndjson":
-        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
+        out = guarded(sys.stdout)
+        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out)))
     artifacts = getattr(args, "artifacts", None)
     runtime = AgentRuntime(store=store, config=config, tools=tools,
-                           event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0),
+                           event_sinks=sinks,
+                           lease_seconds=getattr(args, "lease_seconds", None) or 30.0,
                            text_sink=None if view is None else view.text,
                            artifacts=None if artifacts in (None, "none")
                            else LocalArtifactStore(artifacts))

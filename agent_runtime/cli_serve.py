@@ -22,23 +22,17 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stores.base import RunStore
-from stores.records import RunRecord
-
-from agent_runtime.cli_options import (
-    DEFAULT_ARTIFACTS,
-    DEFAULT_EVENTS,
-    DEFAULT_STORE,
-    build_runtime,
-    open_run_store,
-    run_options,
-    seconds,
-)
-from agent_runtime.engine import AgentRuntime
+from agent_runtime.cli_flags import DEFAULT_ARTIFACTS, DEFAULT_EVENTS, DEFAULT_STORE, seconds
 from agent_runtime.errors import InvalidInput
-from agent_runtime.events import EventSink, JsonlEventSink
+
+if TYPE_CHECKING:  # the engine is imported when `serve` runs, not when the parser is built
+    from stores.base import RunStore
+    from stores.records import RunRecord
+
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.events import EventSink
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -167,6 +161,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent_runtime.api.local_reconcile import ReconcileLoop  # noqa: PLC0415
     from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
     from agent_runtime.api.services import ApiServices  # noqa: PLC0415
+    from agent_runtime.cli_options import open_run_store  # noqa: PLC0415
+    from agent_runtime.events import JsonlEventSink  # noqa: PLC0415
 
     _check(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -222,5 +218,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | None,
              sinks: list[EventSink]) -> AgentRuntime:
+    from agent_runtime.cli_options import build_runtime, run_options  # noqa: PLC0415
+
     options = run_options(run_args, None if record is None else record.options)
     return build_runtime(run_args, store, options, extra_sinks=sinks)[0]

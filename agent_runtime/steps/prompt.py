@@ -145,6 +145,7 @@ class PromptStepExecutor:
                                  f"step {frame.step_path}: {MAX_MODEL_ROUNDS} model rounds "
                                  "without a final answer")
             ctx.state.budget.check(before="model request")
+            ctx.check_interrupt(before="model request")
             messages = [_as_message(item) for item in ctx.state.transcript[state["from"]:]]
             if limits and limits.max_messages_per_prompt is not None \
                     and len(messages) > limits.max_messages_per_prompt:
@@ -260,6 +261,7 @@ class PromptStepExecutor:
             # the call's position in its response: how events tell calls apart
             call = {**pending[state["next"]], "index": state["next"]}
             ctx.state.budget.check(before="tool call")
+            ctx.check_interrupt(before="tool call")
             result = await self._dispatch(call, frame, ctx, tools)
             part = {"type": "tool-result", "result": {"callId": call["call_id"],
                                                       "name": call["name"],

@@ -195,6 +195,7 @@ class WebhookStepExecutor:
         # Checked before the effect is reserved: a refused webhook sent nothing.
         destination = await resolve_destination(step.url, policy)
         headers = _request_headers(step, key, destination)
+        ctx.check_interrupt(before="webhook")
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
                                         at=ctx.now())
         if effect.status is EffectStatus.COMPLETED:
