@@ -280,6 +280,16 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
     return handler
 
 
+def _format_word(words: list[str]) -> str | None:
+    """The value of `--format` among command-line words the parser refused."""
+    for index, word in enumerate(words):
+        if word.startswith("--format="):
+            return word.partition("=")[2]
+        if word == "--format" and index + 1 < len(words):
+            return words[index + 1]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from stores.base import StoreError  # noqa: PLC0415
 
@@ -301,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             select_store(args)
         return _handler(args.command)(args)
     except (InvalidInput, StoreError, OSError) as error:
+        if args is None:  # refused by the parser: the format asked for, from the words
+            args = argparse.Namespace(format=_format_word(sys.argv[1:] if argv is None
+                                                          else list(argv)))
         if isinstance(error, BrokenPipeError):
             # The reader went away (`| head`): what it wanted, it got. What is
             # still buffered goes nowhere, so exit prints no traceback either.

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stores import transitions
 from stores.base import RunStore
-from stores.records import RunRecord, RunStatus
+from stores.records import RunRecord, RunStatus, utc_now
 
 from agent_runtime.cli_errors import (
     EXIT_COMPLETED,
@@ -144,16 +145,22 @@ def resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
     """Continue `record` here; a finished run's result is printed as it stands."""
     if record.status.terminal:
         return finish(recorded_result(record), args)
+    takeover = getattr(args, "allow_running_takeover", False)
+    dead_owner = _dead_owner(record) if takeover else None
+    # The store's own rule, tried on the record as read: a held lease is refused
+    # before an event log or artifacts directory is opened (the store decides
+    # again, atomically, when the attempt is reserved).
+    transitions.reserve_attempt(record, record.run_id, owner="-", now=utc_now(),
+                                lease_seconds=1, allow_running_takeover=takeover,
+                                expired_owner=dead_owner)
     options = run_options(args, record.options)
     runtime, files = build_runtime(args, store, options)
     manifest_path = options.get("manifest_path")
     manifest = manifest_path if manifest_path and Path(manifest_path).is_file() else None
-    takeover = getattr(args, "allow_running_takeover", False)
     try:
         result = execute(args, runtime, record.run_id, lambda: runtime.run_sync(
             run_id=record.run_id, resume=True, manifest=manifest, budget=budget_from(args),
-            allow_running_takeover=takeover,
-            expired_owner=_dead_owner(record) if takeover else None,
+            allow_running_takeover=takeover, expired_owner=dead_owner,
             effect_resolutions=effect_resolutions))
     finally:
         for sink in files:
