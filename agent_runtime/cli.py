@@ -291,18 +291,17 @@ def _format_word(words: list[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from stores.base import StoreError  # noqa: PLC0415
-
-    from agent_runtime.cli_errors import EXIT_INTERRUPTED, report_error  # noqa: PLC0415
-    from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits  # noqa: PLC0415
-
-    # The limits in effect start as the defaults; a runtime config read on the
-    # way replaces them for this command only.
-    token = set_limits(DEFAULT_LIMITS)
     args: argparse.Namespace | None = None
+    reset: Callable[[], None] | None = None
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(argv)  # `--help` and `--version` end here, quickly
         from agent_runtime.cli_options import check_text_flags  # noqa: PLC0415
+        from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits  # noqa: PLC0415
+
+        # The limits in effect start as the defaults; a runtime config read on
+        # the way replaces them for this command only.
+        token = set_limits(DEFAULT_LIMITS)
+        reset = lambda: reset_limits(token)  # noqa: E731
 
         check_text_flags(args)
         if hasattr(args, "store_driver"):
@@ -310,7 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             select_store(args)
         return _handler(args.command)(args)
-    except (InvalidInput, StoreError, OSError) as error:
+    except Exception as error:
+        if not _reported(error):
+            raise
+        from agent_runtime.cli_errors import report_error  # noqa: PLC0415
+
         if args is None:  # refused by the parser: the format asked for, from the words
             args = argparse.Namespace(format=_format_word(sys.argv[1:] if argv is None
                                                           else list(argv)))
@@ -323,10 +326,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return report_error(error, args)
     except KeyboardInterrupt:
+        from agent_runtime.cli_errors import EXIT_INTERRUPTED  # noqa: PLC0415
+
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        reset_limits(token)
+        if reset is not None:
+            reset()
+
+
+def _reported(error: Exception) -> bool:
+    """Whether `error` ends the command with an error line (else it is a bug: raised)."""
+    if isinstance(error, InvalidInput | OSError):
+        return True
+    # A store error can only come from a command that imported the stores.
+    store_base = sys.modules.get("stores.base")
+    return store_base is not None and isinstance(error, store_base.StoreError)
 
 
 if __name__ == "__main__":

@@ -27,19 +27,6 @@ import json
 import sys
 from typing import Any
 
-from stores.base import (
-    ApprovalConflict,
-    CheckpointConflict,
-    CorruptRecord,
-    InvalidTransition,
-    LeaseHeld,
-    RunAlreadyExists,
-    RunNotFound,
-    RunTerminal,
-    StaleAttempt,
-    StoreError,
-)
-
 from agent_runtime.errors import Conflict, InvalidInput, NotFound
 from agent_runtime.excerpts import printable
 
@@ -53,8 +40,6 @@ EXIT_INTERRUPTED = 130
 
 MAX_MESSAGE = 400
 
-_CONFLICTS = (Conflict, LeaseHeld, RunTerminal, InvalidTransition, ApprovalConflict,
-              RunAlreadyExists, CheckpointConflict, StaleAttempt)
 
 
 def store_name(args: argparse.Namespace | None) -> str:
@@ -69,9 +54,25 @@ def store_name(args: argparse.Namespace | None) -> str:
 
 def classify(error: BaseException, args: argparse.Namespace | None) -> tuple[int, str, str]:
     """(exit code, error code, message) for an error the command ends with."""
+    # Imported here: a command that never opened a store need not load them.
+    from stores.base import (  # noqa: PLC0415
+        ApprovalConflict,
+        CheckpointConflict,
+        CorruptRecord,
+        InvalidTransition,
+        LeaseHeld,
+        RunAlreadyExists,
+        RunNotFound,
+        RunTerminal,
+        StaleAttempt,
+        StoreError,
+    )
+
+    conflicts = (Conflict, LeaseHeld, RunTerminal, InvalidTransition, ApprovalConflict,
+                 RunAlreadyExists, CheckpointConflict, StaleAttempt)
     if isinstance(error, NotFound | RunNotFound):
         return EXIT_NOT_FOUND, "not_found", str(error)
-    if isinstance(error, _CONFLICTS):
+    if isinstance(error, conflicts):
         return EXIT_CONFLICT, "conflict", str(error)
     if isinstance(error, InvalidInput):
         return EXIT_INVALID, "invalid_input", str(error)

@@ -17,33 +17,23 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-from stores import open_store
-from stores.artifacts import LocalArtifactStore
-from stores.base import RunStore
-from stores.records import Budget
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent_runtime.cli_flags import (
     CONFIG_FILE,
-    DEFAULT_EVENTS,
     DEFAULT_FILE_STORE,
     DEFAULT_STORE,
 )
-from agent_runtime.cli_output import guarded
-from agent_runtime.config import RuntimeConfig, import_tool_target, load_config
-from agent_runtime.engine import AgentRuntime
+from agent_runtime.config import RuntimeConfig, load_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestError, NotFound
-from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
 from agent_runtime.excerpts import excerpt
 from agent_runtime.limits import current_limits, set_limits
 from agent_runtime.manifest_input import check_structure, parse_document, text_problem
-from agent_runtime.reports import print_event
 from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
-from agent_runtime.stream import StreamView
-from agent_runtime.tools import Tool, load_tool_file, tool
+
+if TYPE_CHECKING:
+    from stores.base import RunStore
 
 _MAX_RUN_ID_BYTES = 200  # what every store can hold, the file store's file names included
 
@@ -171,6 +161,8 @@ def check_store(args: argparse.Namespace, *, create: bool) -> None:
 
 
 def open_run_store(args: argparse.Namespace, *, create: bool = True) -> RunStore:
+    from stores import open_store  # noqa: PLC0415 - not for commands that open no store
+
     check_store(args, create=create)
     try:
         return open_store(args.store_driver, store_location(args))
@@ -241,17 +233,6 @@ def runtime_config(options: dict[str, Any]) -> RuntimeConfig | None:
     return config
 
 
-def load_tools(options: dict[str, Any], config: Any) -> list[Tool]:
-    found: list[Tool] = []
-    for path in options.get("tools", []):
-        found.extend(load_tool_file(path))
-    if config is not None:
-        for name, target in config.tools.items():
-            item = import_tool_target(target, source=options.get("config", "--config"), name=name)
-            found.append(item if isinstance(item, Tool) else tool(name=name)(item))
-    return found
-
-
 def check_sinks(args: argparse.Namespace) -> None:
     """Refuse an `--events` or `--artifacts` path that cannot be one, before opening any."""
     events = getattr(args, "events", None)
@@ -260,50 +241,3 @@ def check_sinks(args: argparse.Namespace) -> None:
     artifacts = getattr(args, "artifacts", None)
     if artifacts and artifacts != "none":
         check_output_directory(artifacts, flag="--artifacts")
-
-
-def build_runtime(
-        args: argparse.Namespace, store: RunStore, options: dict[str, Any],
-        extra_sinks: Sequence[EventSink] = (),
-        prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
-) -> tuple[AgentRuntime, list[JsonlEventSink]]:
-    """A runtime for a run's options, and the event files it writes (to close after).
-
-    `prepared` is the config and tools already loaded for these options (a
-    tools file is imported once)."""
-    if prepared is None:
-        config = runtime_config(options)
-        prepared = config, load_tools(options, config)
-    config, tools = prepared
-    check_sinks(args)
-    sinks: list[EventSink] = list(extra_sinks)
-    files: list[JsonlEventSink] = []
-    events = getattr(args, "events", DEFAULT_EVENTS)
-    if events and events != "none":
-        files.append(JsonlEventSink(events))
-        sinks.append(files[-1])
-    # Output is not the run: a reader that goes away (`| head`) loses the rest
-    # of the output, and the run goes on.
-    view = StreamView(guarded(sys.stderr)) if getattr(args, "stream", False) else None
-    if view is not None:
-        sinks.append(view)
-    if getattr(args, "format", "pretty") == "ndjson":
-        out = guarded(sys.stdout)
-        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out)))
-    artifacts = getattr(args, "artifacts", None)
-    runtime = AgentRuntime(store=store, config=config, tools=tools,
-                           event_sinks=sinks,
-                           lease_seconds=getattr(args, "lease_seconds", None) or 30.0,
-                           text_sink=None if view is None else view.text,
-                           artifacts=None if artifacts in (None, "none")
-                           else LocalArtifactStore(artifacts))
-    return runtime, files
-
-
-def budget_from(args: argparse.Namespace) -> Budget | None:
-    value = getattr(args, "max_total_tokens", None)
-    if value is None:
-        return None
-    if value <= 0:
-        raise InvalidInput("must be a positive number of tokens", source="--max-total-tokens")
-    return Budget(max_total_tokens=value)

@@ -11,8 +11,9 @@ import sys
 
 from agent_runtime.cli_errors import EXIT_COMPLETED, EXIT_FAILED
 from agent_runtime.cli_flags import DEFAULT_ARTIFACTS
-from agent_runtime.cli_options import build_runtime, check_output_file, open_run_store, run_options
+from agent_runtime.cli_options import check_output_file, open_run_store, run_options
 from agent_runtime.cli_output import guarded
+from agent_runtime.cli_runtime import build_runtime
 from agent_runtime.events import EventSink, JsonlEventSink
 from agent_runtime.reconcile import Reconciler
 from agent_runtime.reports import print_reconcile_summary

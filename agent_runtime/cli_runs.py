@@ -27,18 +27,16 @@ from agent_runtime.cli_errors import (
 )
 from agent_runtime.cli_interrupts import graceful_interrupts
 from agent_runtime.cli_options import (
-    budget_from,
-    build_runtime,
     check_run_id,
     check_sinks,
     load_manifest,
-    load_tools,
     open_run_store,
     parse_json_option,
     run_options,
     runtime_config,
 )
 from agent_runtime.cli_output import guarded
+from agent_runtime.cli_runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli_store import store_flags_text
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import Conflict, InvalidInput, NotFound

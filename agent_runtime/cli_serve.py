@@ -17,7 +17,6 @@ never printed or logged, only where to read it.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import re
 import sys
@@ -94,6 +93,8 @@ def add_serve_parser(commands: Any,
 
 def missing_serve_extra() -> str | None:
     """Why `serve` cannot run here, or None."""
+    import importlib.metadata  # noqa: PLC0415 - costly; needed only by `serve`
+
     try:
         version = importlib.metadata.version("aws-lambda-powertools")
         import aws_lambda_powertools.event_handler.http_resolver  # noqa: F401, PLC0415
@@ -218,7 +219,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | None,
              sinks: list[EventSink]) -> AgentRuntime:
-    from agent_runtime.cli_options import build_runtime, run_options  # noqa: PLC0415
+    from agent_runtime.cli_options import run_options  # noqa: PLC0415
+    from agent_runtime.cli_runtime import build_runtime  # noqa: PLC0415
 
     options = run_options(run_args, None if record is None else record.options)
     return build_runtime(run_args, store, options, extra_sinks=sinks)[0]

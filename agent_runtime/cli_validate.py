@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from agent_runtime.cli_errors import EXIT_COMPLETED
-from agent_runtime.cli_options import load_manifest, load_tools, run_options, runtime_config
+from agent_runtime.cli_options import load_manifest, run_options, runtime_config
 from agent_runtime.cli_output import guarded
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
@@ -26,7 +26,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         overrides = {item.key: item.value for item in loaded.run.variables or []}
         resolve_variables(loaded.agent, overrides, source=str(loaded.path))
     if options is not None:
-        from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - only for a host check
+        from agent_runtime.cli_runtime import load_tools  # noqa: PLC0415 - a host check only
+        from agent_runtime.engine import AgentRuntime  # noqa: PLC0415
 
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))

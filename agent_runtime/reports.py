@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TextIO
-
-from stores.records import RunRecord
+from typing import TYPE_CHECKING, Any, TextIO
 
 from agent_runtime.cli_output import STATUS_COLOURS, paint
 from agent_runtime.events import Event
 from agent_runtime.excerpts import escape_json_text, printable
-from agent_runtime.reconcile import Action, ReconcileSummary, RunOutcome
-from agent_runtime.results import RunResult
+
+if TYPE_CHECKING:  # the reconciler (and the engine) load only for `reconcile`
+    from stores.records import RunRecord
+
+    from agent_runtime.reconcile import ReconcileSummary, RunOutcome
+    from agent_runtime.results import RunResult
 
 
 def to_json_text(value: Any, *, indent: int | None = None) -> str:
@@ -185,6 +187,8 @@ def print_reconcile_summary(summary: ReconcileSummary, fmt: str, out: TextIO) ->
 
 
 def _reconciled(outcome: RunOutcome) -> str:
+    from agent_runtime.reconcile import Action  # noqa: PLC0415
+
     run, detail = _field(outcome.run_id), _field(outcome.detail)
     if outcome.action is Action.RESUMED:
         if outcome.status is None:
