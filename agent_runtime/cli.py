@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--allow-running-takeover", action="store_true",
                         help="take over a run whose owner died: at once when it was a process "
                              "of this host that is gone, else once its lease expired")
+    resume.add_argument("--here", action="store_true",
+                           help="with the dynamodb store: execute on this machine instead of "
+                                "requesting the resume from the stack")
     _execution_flags(resume)
 
     approve = _command(commands, "approve", "answer the approval a run waits for",
@@ -141,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("--response", metavar="JSON", help="a JSON value to record")
     approve.add_argument("--by", metavar="NAME", help="who answers")
     approve.add_argument("--resume", action="store_true", help="resume the run afterwards")
+    approve.add_argument("--here", action="store_true",
+                            help="with the dynamodb store: execute on this machine instead of "
+                                 "requesting the resume from the stack")
     _execution_flags(approve)
 
     effects = _command(
@@ -152,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     settle.add_argument("--retry", action="store_true", help="call the tool again, same key")
     settle.add_argument("--result", metavar="JSON", help="record this as the call's result")
     settle.add_argument("--skip", action="store_true", help="tell the model the call was skipped")
+    effects.add_argument("--here", action="store_true",
+                            help="with the dynamodb store: execute on this machine instead of "
+                                 "requesting the resume from the stack")
     _execution_flags(effects)
 
     fork = _command(commands, "fork", "start a new run from a saved checkpoint",

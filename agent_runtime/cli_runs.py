@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stores import transitions
-from stores.base import RunStore
+from stores.base import RunStore, StoreError
 from stores.records import RunRecord, RunStatus, utc_now
 
 from agent_runtime.cli_errors import (
@@ -42,7 +42,7 @@ from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import Conflict, InvalidInput, NotFound
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
-from agent_runtime.reports import print_result
+from agent_runtime.reports import print_result, to_json_text
 from agent_runtime.results import RunResult
 
 
@@ -138,11 +138,56 @@ def _dead_owner(record: RunRecord) -> str | None:
     return record.lease_owner if ProcessLiveness()(record).liveness is Liveness.GONE else None
 
 
+def from_stack(args: argparse.Namespace) -> bool:
+    """Whether a resume is requested from the AWS stack rather than executed here: runs
+    in the DynamoDB store execute in their stack unless `--here` says otherwise."""
+    return bool(args.store_driver == "dynamodb" and not getattr(args, "here", False))
+
+
+def request_from_stack(args: argparse.Namespace, store: RunStore, record: RunRecord, *,
+                       reason: str) -> int:
+    """Record the resume request (the stack's reconciler reads it) and put the
+    `resume-requested` event on the stack's bus when it is known (the fast path)."""
+    from stores.dynamodb_location import stack_resume_events  # noqa: PLC0415 - needs boto3
+
+    if record.status is not RunStatus.SUSPENDED:
+        raise Conflict(f"run {excerpt(record.run_id)} is {record.status.value}: only a suspended "
+                       "run is resumed by request; the stack's reconciler takes over runs whose "
+                       "execution died (or take it over here: --here --allow-running-takeover)",
+                       source="RUN_ID")
+    store.request_resume(record.run_id, at=utc_now(), reason=reason)
+    events = stack_resume_events(str(args.store))
+    budget = budget_from(args)
+    sent, note = None, "no event bus known (event_bus= or AGENT_RUNTIME_EVENT_BUS): the " \
+        "stack's reconciler resumes it on its next pass"
+    if events is not None:
+        try:
+            events.put(record.run_id, attempt=record.attempt, reason=reason,
+                       max_total_tokens=None if budget is None else budget.max_total_tokens)
+            sent, note = events.bus, f"resume-requested event put on bus {events.bus}"
+        except StoreError as error:
+            note = f"{error}; the stack's reconciler resumes it on its next pass"
+    out = guarded(sys.stdout)
+    if args.format in ("json", "ndjson"):
+        print(to_json_text({"run_id": record.run_id, "status": record.status.value,
+                            "attempt": record.attempt, "resume_requested": True,
+                            "event_bus": sent}), file=out)
+    else:
+        print(printable(f"resume of run {record.run_id} requested from its stack: {note}. "
+                        "To execute it on this machine instead, add --here.", multiline=False),
+              file=out)
+    return EXIT_COMPLETED
+
+
 def resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
-           effect_resolutions: dict[str, dict[str, Any]] | None = None) -> int:
-    """Continue `record` here; a finished run's result is printed as it stands."""
+           effect_resolutions: dict[str, dict[str, Any]] | None = None, *,
+           reason: str = "resumed-by-operator") -> int:
+    """Continue `record` here, or request it from the stack (`from_stack`); a finished
+    run's result is printed as it stands."""
     if record.status.terminal:
         return finish(recorded_result(record), args)
+    if from_stack(args):
+        return request_from_stack(args, store, record, reason=reason)
     takeover = getattr(args, "allow_running_takeover", False)
     dead_owner = _dead_owner(record) if takeover else None
     # The store's own rule, tried on the record as read: a held lease is refused
@@ -204,7 +249,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
               file=guarded(sys.stderr))
         if not args.resume:
             return EXIT_COMPLETED
-        return resume(args, store, load_run(store, record.run_id, args))
+        return resume(args, store, load_run(store, record.run_id, args),
+                      reason="approval-recorded")
 
 
 def cmd_effects_resolve(args: argparse.Namespace, run_id: str, key: str) -> int:
@@ -227,6 +273,12 @@ def cmd_effects_resolve(args: argparse.Namespace, run_id: str, key: str) -> int:
                 or suspension.reason != "effect-unknown" or suspension.details.get("key") != key:
             raise Conflict(f"run {quote(run_id)} is not waiting on effect {quote(key)} "
                            f"(it is {record.status.value})", source="effects resolve")
+        if from_stack(args):
+            # Recorded where the stack's executor reads it (`Execution.effect_resolution`).
+            store.resolve_approval(run_id, key, approved=True, response=resolution,
+                                   responded_by=None, at=utc_now())
+            return request_from_stack(args, store, load_run(store, run_id, args),
+                                      reason="effect-settled")
         return resume(args, store, record, effect_resolutions={key: resolution})
 
 
