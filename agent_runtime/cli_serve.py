@@ -4,7 +4,7 @@
                         [--token T | --tokens FILE] [--reconcile-interval 30]
                         [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
 
-Needs the `serve` extra (uvicorn, Powertools): `pip install 'agent-runtime[serve]'`,
+Needs the `serve` extra (uvicorn, Powertools): `pip install 'agent-runtime-durable[serve]'`,
 or `make serve` in the repository. Runs live in the same store as the CLI's,
 so `agent-runtime list`/`inspect` see what the API started and the reverse.
 
@@ -41,7 +41,7 @@ DEFAULT_GRACE_SECONDS = 10.0
 # HttpResolverLocal arrived in 3.25; before 3.35 it shared one request's
 # state with every concurrent request (aws-powertools/powertools-lambda-python#8451).
 MIN_POWERTOOLS = (3, 35)
-INSTALL_HINT = ("install the serve extra: pip install 'agent-runtime[serve]' "
+INSTALL_HINT = ("install the serve extra: pip install 'agent-runtime-durable[serve]' "
                 "(in the repository: make serve)")
 
 EXIT_FAILED = 1
