@@ -243,6 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("file", nargs="?", default="agent-runtime.config.yaml")
     config.add_argument("--format", choices=("pretty", "json"), default="pretty")
 
+    examples = _command(commands, "examples", "list, show or run the example agents",
+                        "agent-runtime examples list | show NAME | run NAME [run flags]: the "
+                        "repository's example agents; run uses each one's scripted model and "
+                        "tools, so it runs offline.")
+    examples.add_argument("action", choices=("list", "show", "run"))
+    examples.add_argument("name", nargs="?")
+    examples.add_argument("--variables", metavar="JSON|@FILE")
+    examples.add_argument("--run-id", metavar="ID")
+    _execution_flags(examples)
+
     from agent_runtime.cli_serve import add_serve_parser  # noqa: PLC0415 - light: flags only
 
     add_serve_parser(commands, _store_flags)
@@ -276,6 +286,7 @@ COMMANDS: dict[str, str | Callable[[argparse.Namespace], int]] = {
     "reconcile": "agent_runtime.cli_reconcile:cmd_reconcile",
     "serve": "agent_runtime.cli_serve:cmd_serve",
     "completion": "agent_runtime.cli_help:cmd_completion",
+    "examples": "agent_runtime.cli_examples:cmd_examples",
 }
 
 

@@ -78,3 +78,14 @@ def test_config_validate(cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "validate", "bad.yaml", "--format", "json"]) == 2
     error = json.loads(capsys.readouterr().err)["error"]
     assert "bad.yaml" in error["message"] and "DRIVER:LOCATION" in error["message"]
+
+
+def test_examples_list_show_and_run(cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["examples", "list"]) == 0
+    assert capsys.readouterr().out.startswith("triage ")
+    assert main(["examples", "show", "triage"]) == 0
+    assert "id: support-triage" in capsys.readouterr().out
+    assert main(["examples", "run", "triage", "--format", "json", "--events", "none"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "completed"
+    assert main(["examples", "run", "nope"]) == 3
+    assert 'NAME: no example "nope"; there are: triage' in capsys.readouterr().err
