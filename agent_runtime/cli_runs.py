@@ -311,5 +311,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise Conflict(f"run {excerpt(args.run_id)} is already {record.status.value}",
                            source="RUN_ID")
         AgentRuntime(store=store).cancel(args.run_id)
+        cancelled = load_run(store, args.run_id, args)
+    if args.format == "json":
+        print(to_json_text(recorded_result(cancelled).to_json()), file=guarded(sys.stdout))
+    else:
         print(printable(f"cancelled run {args.run_id}", multiline=False), file=guarded(sys.stdout))
     return EXIT_COMPLETED

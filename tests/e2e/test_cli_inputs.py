@@ -89,3 +89,15 @@ def test_examples_list_show_and_run(cwd: Path, capsys: pytest.CaptureFixture[str
     assert json.loads(capsys.readouterr().out)["status"] == "completed"
     assert main(["examples", "run", "nope"]) == 3
     assert 'NAME: no example "nope"; there are: triage' in capsys.readouterr().err
+
+
+def test_next_step_hints_carry_the_store_flags(cwd: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    approval = REPO / "tests" / "fixtures" / "manifests" / "approval.agent.yaml"
+    assert main(["run", str(approval), "--model", "scripted/echo", "--events", "none",
+                 "--run-id", "ask", "--store", "my runs.sqlite"]) == 10
+    out = capsys.readouterr().out
+    assert "agent-runtime approve ask --resume --store-driver sqlite --store 'my runs.sqlite'" \
+        in out
+    assert main(["cancel", "ask", "--store", "my runs.sqlite", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "cancelled"
