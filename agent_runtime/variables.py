@@ -196,8 +196,9 @@ def _from_pairs(pairs: list[Any], *, source: str) -> dict[str, Any]:
     for index, pair in enumerate(pairs):
         at = f"variables[{index}]"
         if not isinstance(pair, dict) or set(pair) != {"key", "value"}:
-            raise VariableError("expected an object with exactly `key` and `value`",
-                                source=source, field=at)
+            raise VariableError("expected a JSON object of variable values, or a list of "
+                                "objects with exactly `key` and `value`", source=source,
+                                field=at)
         if not isinstance(pair["key"], str) or not pair["key"]:
             raise VariableError("the key must be a non-empty string", source=source,
                                 field=f"{at}.key")
