@@ -172,7 +172,7 @@ class Execution:
         self.events.emit("checkpoint.saved", seq=self.state.seq)
         if self.deadline is not None and now >= self.deadline:
             raise DeadlineReached()
-        self.check_interrupt(before="the next step")
+        self.check_interrupt(before="the next action")
 
     def check_interrupt(self, *, before: str) -> None:
         """Suspend the run (`interrupted`) when the runtime was asked to stop.
