@@ -25,7 +25,6 @@ from agent_runtime.cli_flags import (
     DEFAULT_FILE_STORE,
     DEFAULT_STORE,
 )
-from agent_runtime.config import RuntimeConfig, load_config
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestError, NotFound
 from agent_runtime.excerpts import excerpt
 from agent_runtime.limits import current_limits, set_limits
@@ -34,6 +33,8 @@ from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 
 if TYPE_CHECKING:
     from stores.base import RunStore
+
+    from agent_runtime.config import RuntimeConfig
 
 _MAX_RUN_ID_BYTES = 200  # what every store can hold, the file store's file names included
 
@@ -228,6 +229,8 @@ def runtime_config(options: dict[str, Any]) -> RuntimeConfig | None:
     """The runtime config a run's options name, its `limits` put in effect."""
     if not options.get("config"):
         return None
+    from agent_runtime.config import load_config  # noqa: PLC0415 - only with a config
+
     config = load_config(options["config"])
     set_limits(config.limits)
     return config
