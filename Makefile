@@ -66,11 +66,13 @@ test: dev lint template-check
 	$(BIN)/pytest
 
 # Speed and storage, printed as ratios measured in one run (ours vs a raw
-# SQLite floor and vs LangGraph's SqliteSaver).
+# SQLite floor and vs LangGraph's SqliteSaver; the CLI's start-up vs importing
+# pydantic).
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py
 	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/cli_startup.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

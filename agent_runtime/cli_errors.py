@@ -27,19 +27,6 @@ import json
 import sys
 from typing import Any
 
-from stores.base import (
-    ApprovalConflict,
-    CheckpointConflict,
-    CorruptRecord,
-    InvalidTransition,
-    LeaseHeld,
-    RunAlreadyExists,
-    RunNotFound,
-    RunTerminal,
-    StaleAttempt,
-    StoreError,
-)
-
 from agent_runtime.errors import Conflict, InvalidInput, NotFound
 from agent_runtime.excerpts import printable
 
@@ -53,11 +40,9 @@ EXIT_INTERRUPTED = 130
 
 MAX_MESSAGE = 400
 
-_CONFLICTS = (Conflict, LeaseHeld, RunTerminal, InvalidTransition, ApprovalConflict,
-              RunAlreadyExists, CheckpointConflict, StaleAttempt)
 
 
-def _store_name(args: argparse.Namespace | None) -> str:
+def store_name(args: argparse.Namespace | None) -> str:
     driver = getattr(args, "store_driver", None)
     if args is None or driver is None:
         return "the store"
@@ -69,17 +54,33 @@ def _store_name(args: argparse.Namespace | None) -> str:
 
 def classify(error: BaseException, args: argparse.Namespace | None) -> tuple[int, str, str]:
     """(exit code, error code, message) for an error the command ends with."""
+    # Imported here: a command that never opened a store need not load them.
+    from stores.base import (  # noqa: PLC0415
+        ApprovalConflict,
+        CheckpointConflict,
+        CorruptRecord,
+        InvalidTransition,
+        LeaseHeld,
+        RunAlreadyExists,
+        RunNotFound,
+        RunTerminal,
+        StaleAttempt,
+        StoreError,
+    )
+
+    conflicts = (Conflict, LeaseHeld, RunTerminal, InvalidTransition, ApprovalConflict,
+                 RunAlreadyExists, CheckpointConflict, StaleAttempt)
     if isinstance(error, NotFound | RunNotFound):
         return EXIT_NOT_FOUND, "not_found", str(error)
-    if isinstance(error, _CONFLICTS):
+    if isinstance(error, conflicts):
         return EXIT_CONFLICT, "conflict", str(error)
     if isinstance(error, InvalidInput):
         return EXIT_INVALID, "invalid_input", str(error)
     if isinstance(error, CorruptRecord):
-        return EXIT_FAILED, "store_damaged", f"{_store_name(args)} is damaged: {error}"
+        return EXIT_FAILED, "store_damaged", f"{store_name(args)} is damaged: {error}"
     if isinstance(error, StoreError):
         return EXIT_FAILED, "store_error", \
-            f"{_store_name(args)}: {type(error).__name__}: {error}"
+            f"{store_name(args)}: {type(error).__name__}: {error}"
     if isinstance(error, OSError):
         where = f"{error.filename}: " if error.filename else ""
         return EXIT_FAILED, "os_error", f"{where}{error.strerror or type(error).__name__}"

@@ -1,5 +1,8 @@
 """`agent-runtime events FILE`: print the events of a JSONL event log.
 
+`--tail N` prints only the last N matching events (as the reference's
+`events --tail` does); `--follow` keeps reading what is appended.
+
 An event log is a file anyone may hand to the command, so it is read as
 hostile input: a line is at most `limits.EVENT_LINE_BYTES`, and a line that
 is not an event (not UTF-8, not JSON, a field of the wrong type) stops the
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_runtime.cli_options import path_kind
+from agent_runtime.cli_output import TerminalStream, guarded
 from agent_runtime.errors import InvalidInput, NotFound
 from agent_runtime.events import Event
 from agent_runtime.limits import EVENT_LINE_BYTES
@@ -88,18 +92,30 @@ def _matches(event: Event, args: argparse.Namespace) -> bool:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    """Print the matching events; `--tail N` only the last N of them, `--follow` then keeps
+    printing what is appended. A reader that goes away (`| head`) ends the command."""
     path = Path(args.file)
     kind = path_kind(path, flag="FILE")
     if kind == "missing":
         raise NotFound("event log not found", source=args.file)
     if kind != "file":
         raise InvalidInput("is not a file, expected a JSONL event log", source=args.file)
+    out = guarded(sys.stdout)
     seen = 0
+    first = True
     while True:
+        fresh = []
         for index, event in enumerate(read_event_log(path)):
             if index >= seen and _matches(event, args):
-                print_event(event, args.format, sys.stdout)
+                fresh.append(event)
             seen = max(seen, index + 1)
-        if not args.tail:
+        if first and args.tail is not None:
+            fresh = fresh[-args.tail:] if args.tail else []
+        first = False
+        for event in fresh:
+            print_event(event, args.format, out)
+            if isinstance(out, TerminalStream) and out.closed_by_reader:
+                return 0
+        if not args.follow:
             return 0
         time.sleep(0.5)

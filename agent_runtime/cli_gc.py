@@ -14,22 +14,17 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stores.artifacts import LocalArtifactStore
-from stores.base import ArtifactStore
-from stores.records import RunStatus
+from agent_runtime.cli_flags import DEFAULT_ARTIFACTS
 
-from agent_runtime.cli_errors import EXIT_COMPLETED
-from agent_runtime.cli_options import DEFAULT_ARTIFACTS, open_run_store
-from agent_runtime.excerpts import printable
-from agent_runtime.retention import (
-    FINISHED_NAMES,
-    Collected,
-    collect,
-    finished_statuses,
-    parse_duration,
-)
+if TYPE_CHECKING:
+    from agent_runtime.retention import Collected
+
+# The parser is built for every command, `--help` included: it names the
+# statuses itself rather than load the stores' records to list them.
+STATUSES = ("created", "running", "suspended", "completed", "failed", "cancelled")
+FINISHED = "completed, failed, cancelled"
 
 
 def add_gc_parser(commands: Any,
@@ -41,9 +36,9 @@ def add_gc_parser(commands: Any,
                     help="delete runs that finished at least this long ago: 30d, 12h, 15m, "
                     "0s, 2w or a sum (1d12h)")
     gc.add_argument("--status", action="append", metavar="STATUS",
-                    choices=[status.value for status in RunStatus],
+                    choices=STATUSES,
                     help=f"only runs in this finished status (repeatable; default: "
-                    f"{FINISHED_NAMES}); a running, created or suspended run is never deleted")
+                    f"{FINISHED}); a running, created or suspended run is never deleted")
     gc.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     gc.add_argument("--artifacts", metavar="DIR|none", default=DEFAULT_ARTIFACTS,
                     help=f"the artifacts directory whose runs' artifacts go too "
@@ -53,6 +48,14 @@ def add_gc_parser(commands: Any,
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    # Imported here: the parser above is built for every command.
+    from stores.artifacts import LocalArtifactStore  # noqa: PLC0415
+    from stores.base import ArtifactStore  # noqa: PLC0415
+
+    from agent_runtime.cli_errors import EXIT_COMPLETED  # noqa: PLC0415
+    from agent_runtime.cli_options import open_run_store  # noqa: PLC0415
+    from agent_runtime.retention import collect, finished_statuses, parse_duration  # noqa: PLC0415
+
     older_than = parse_duration(args.older_than)
     statuses = finished_statuses(args.status)
     artifacts: ArtifactStore | None = None
@@ -67,6 +70,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def _report(result: Collected, form: str) -> None:
+    from agent_runtime.excerpts import printable  # noqa: PLC0415
+
     if form == "json":
         print(json.dumps({"dryRun": result.dry_run, "cutoff": result.cutoff.isoformat(),
                           "runs": [{"runId": run.run_id, "status": run.status.value,

@@ -14,75 +14,31 @@ from __future__ import annotations
 
 import argparse
 import errno
-import math
 import os
 import stat
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from stores import open_store
-from stores.artifacts import LocalArtifactStore
-from stores.base import RunStore
-from stores.records import Budget
-
-from agent_runtime.config import RuntimeConfig, import_tool_target, load_config
-from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import ConfigError, InvalidInput, NotFound
-from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
+from agent_runtime.cli_flags import (
+    CONFIG_FILE,
+    DEFAULT_FILE_STORE,
+    DEFAULT_STORE,
+)
+from agent_runtime.errors import ConfigError, InvalidInput, ManifestError, NotFound
 from agent_runtime.excerpts import excerpt
 from agent_runtime.limits import current_limits, set_limits
 from agent_runtime.manifest_input import check_structure, parse_document, text_problem
-from agent_runtime.reports import print_event
-from agent_runtime.stream import StreamView
-from agent_runtime.tools import Tool, load_tool_file, tool
+from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 
-DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
-DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
-DEFAULT_ARTIFACTS = "./.agent-runtime/artifacts"
+if TYPE_CHECKING:
+    from stores.base import RunStore
 
-MAX_SECONDS = 7 * 24 * 3600.0  # a lease or an interval past a week is a typo
-MAX_COUNT = 2**53 - 1  # the largest integer every store and JSON reader keeps exactly
+    from agent_runtime.config import RuntimeConfig
+
 _MAX_RUN_ID_BYTES = 200  # what every store can hold, the file store's file names included
 
 PathKind = Literal["missing", "file", "directory", "other"]
-
-
-# -- flag values (argparse `type=`) ---------------------------------------------
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds, at most a week: `--lease-seconds`, `--interval`."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {excerpt(text)}"
-                                         ) from None
-    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds above 0 and at most {MAX_SECONDS:.0f}, "
-            f"got {excerpt(text)}")
-    return value
-
-
-def count(minimum: int) -> Callable[[str], int]:
-    """An integer from `minimum` up to 2**53-1: `--limit`, `--seq`, `--max-total-tokens`."""
-    def parse(text: str) -> int:
-        stripped = text.strip()
-        digits = stripped.lstrip("+-")
-        if not digits.isascii() or not digits.isdigit() or len(stripped) - len(digits) > 1:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {excerpt(text)}")
-        # More digits than any allowed value has: refused before int() reads them all.
-        value = int(stripped) if len(digits) <= 20 else (-1 if stripped[0] == "-" else 1) * (
-            MAX_COUNT + 1)
-        if not minimum <= value <= MAX_COUNT:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {excerpt(text)}"
-                                             if value < minimum else
-                                             f"must be at most {MAX_COUNT}, got {excerpt(text)}")
-        return value
-    parse.__name__ = "count"
-    return parse
 
 
 def check_text_flags(args: argparse.Namespace) -> None:
@@ -179,8 +135,10 @@ def check_input_file(path: str, *, flag: str) -> None:
 
 
 def store_location(args: argparse.Namespace) -> str | None:
-    """Where the command's store lives, as given or by default (None: memory)."""
-    return args.store or (DEFAULT_STORE if args.store_driver != "memory" else None)
+    """Where the command's store lives (`cli_store.select_store` filled it in; None: memory)."""
+    if args.store is not None or args.store_driver == "memory":
+        return str(args.store) if args.store is not None else None
+    return DEFAULT_FILE_STORE if args.store_driver == "file" else DEFAULT_STORE
 
 
 def check_store(args: argparse.Namespace, *, create: bool) -> None:
@@ -196,18 +154,37 @@ def check_store(args: argparse.Namespace, *, create: bool) -> None:
     kind = path_kind(location, flag="--store")
     wanted: PathKind = "file" if args.store_driver == "sqlite" else "directory"
     if kind == "missing" and not create:
-        raise NotFound(f"no {args.store_driver} store at {excerpt(location)}", source="--store")
+        raise NotFound(f"no {args.store_driver} store at {excerpt(location)} (nothing was "
+                       "created)", source=getattr(args, "store_source", "--store"))
     if kind not in (wanted, "missing"):
         raise InvalidInput(f"{excerpt(location)} is {_KINDS[kind]}; a {args.store_driver} "
                            f"store is {_KINDS[wanted]}", source="--store")
 
 
 def open_run_store(args: argparse.Namespace, *, create: bool = True) -> RunStore:
+    from stores import open_store  # noqa: PLC0415 - not for commands that open no store
+
     check_store(args, create=create)
     try:
         return open_store(args.store_driver, store_location(args))
     except ValueError as error:
         raise ConfigError(str(error), source="--store") from error
+    except ImportError as error:  # the dynamodb driver without boto3
+        raise ConfigError(f"the {args.store_driver} driver needs {error.name or 'boto3'}, "
+                          "which is not installed: pip install 'agent-runtime-durable[aws]'",
+                          source="--store-driver") from None
+
+
+def load_manifest(file: str) -> LoadedManifest:
+    """The manifest file a command runs or checks; a run manifest's `runId` checked too."""
+    try:
+        loaded = load_manifest_file(file)
+    except OSError as error:  # a run manifest's agent.ref no file system can name
+        raise ManifestError(f"cannot read the agent manifest: {error.strerror or error}",
+                            source=file, field="agent.ref") from None
+    if loaded.run is not None and loaded.run.run_id is not None:
+        check_run_id(loaded.run.run_id, source=f"{file}: runId")
+    return loaded
 
 
 # -- runtime options ------------------------------------------------------------
@@ -226,9 +203,17 @@ def model_option(value: str | None) -> str | None:
     return value
 
 
-def run_options(args: argparse.Namespace, previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Runtime options of a run: given flags win, else what the run remembered."""
+def run_options(args: argparse.Namespace, previous: dict[str, Any] | None = None, *,
+                discover_config: bool = False) -> dict[str, Any]:
+    """Runtime options of a run: given flags win, else what the run remembered.
+
+    With `discover_config` (a new run, `validate`), an `agent-runtime.config.yaml`
+    in the current directory is the runtime config when `--config` is not given,
+    as the reference implementation finds its config.
+    """
     options = dict(previous or {})
+    if discover_config and not getattr(args, "config", None) and Path(CONFIG_FILE).is_file():
+        options["config"] = str(Path(CONFIG_FILE).resolve())
     if getattr(args, "model", None):
         options["model"] = model_option(args.model)
     if getattr(args, "config", None):
@@ -244,20 +229,11 @@ def runtime_config(options: dict[str, Any]) -> RuntimeConfig | None:
     """The runtime config a run's options name, its `limits` put in effect."""
     if not options.get("config"):
         return None
+    from agent_runtime.config import load_config  # noqa: PLC0415 - only with a config
+
     config = load_config(options["config"])
     set_limits(config.limits)
     return config
-
-
-def load_tools(options: dict[str, Any], config: Any) -> list[Tool]:
-    found: list[Tool] = []
-    for path in options.get("tools", []):
-        found.extend(load_tool_file(path))
-    if config is not None:
-        for name, target in config.tools.items():
-            item = import_tool_target(target, source=options.get("config", "--config"), name=name)
-            found.append(item if isinstance(item, Tool) else tool(name=name)(item))
-    return found
 
 
 def check_sinks(args: argparse.Namespace) -> None:
@@ -268,46 +244,3 @@ def check_sinks(args: argparse.Namespace) -> None:
     artifacts = getattr(args, "artifacts", None)
     if artifacts and artifacts != "none":
         check_output_directory(artifacts, flag="--artifacts")
-
-
-def build_runtime(
-        args: argparse.Namespace, store: RunStore, options: dict[str, Any],
-        extra_sinks: Sequence[EventSink] = (),
-        prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
-) -> tuple[AgentRuntime, list[JsonlEventSink]]:
-    """A runtime for a run's options, and the event files it writes (to close after).
-
-    `prepared` is the config and tools already loaded for these options (a
-    tools file is imported once)."""
-    if prepared is None:
-        config = runtime_config(options)
-        prepared = config, load_tools(options, config)
-    config, tools = prepared
-    check_sinks(args)
-    sinks: list[EventSink] = list(extra_sinks)
-    files: list[JsonlEventSink] = []
-    events = getattr(args, "events", DEFAULT_EVENTS)
-    if events and events != "none":
-        files.append(JsonlEventSink(events))
-        sinks.append(files[-1])
-    view = StreamView(sys.stderr) if getattr(args, "stream", False) else None
-    if view is not None:
-        sinks.append(view)
-    if getattr(args, "format", "pretty") == "ndjson":
-        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", sys.stdout)))
-    artifacts = getattr(args, "artifacts", None)
-    runtime = AgentRuntime(store=store, config=config, tools=tools,
-                           event_sinks=sinks, lease_seconds=getattr(args, "lease_seconds", 30.0),
-                           text_sink=None if view is None else view.text,
-                           artifacts=None if artifacts in (None, "none")
-                           else LocalArtifactStore(artifacts))
-    return runtime, files
-
-
-def budget_from(args: argparse.Namespace) -> Budget | None:
-    value = getattr(args, "max_total_tokens", None)
-    if value is None:
-        return None
-    if value <= 0:
-        raise InvalidInput("must be a positive number of tokens", source="--max-total-tokens")
-    return Budget(max_total_tokens=value)

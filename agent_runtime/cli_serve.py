@@ -4,7 +4,7 @@
                         [--token T | --tokens FILE] [--reconcile-interval 30]
                         [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
 
-Needs the `serve` extra (uvicorn, Powertools): `pip install 'agent-runtime[serve]'`,
+Needs the `serve` extra (uvicorn, Powertools): `pip install 'agent-runtime-durable[serve]'`,
 or `make serve` in the repository. Runs live in the same store as the CLI's,
 so `agent-runtime list`/`inspect` see what the API started and the reverse.
 
@@ -17,28 +17,21 @@ never printed or logged, only where to read it.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stores.base import RunStore
-from stores.records import RunRecord
-
-from agent_runtime.cli_options import (
-    DEFAULT_ARTIFACTS,
-    DEFAULT_EVENTS,
-    DEFAULT_STORE,
-    build_runtime,
-    open_run_store,
-    run_options,
-    seconds,
-)
-from agent_runtime.engine import AgentRuntime
+from agent_runtime.cli_flags import DEFAULT_ARTIFACTS, DEFAULT_EVENTS, DEFAULT_STORE, seconds
 from agent_runtime.errors import InvalidInput
-from agent_runtime.events import EventSink, JsonlEventSink
+
+if TYPE_CHECKING:  # the engine is imported when `serve` runs, not when the parser is built
+    from stores.base import RunStore
+    from stores.records import RunRecord
+
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.events import EventSink
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -48,7 +41,7 @@ DEFAULT_GRACE_SECONDS = 10.0
 # HttpResolverLocal arrived in 3.25; before 3.35 it shared one request's
 # state with every concurrent request (aws-powertools/powertools-lambda-python#8451).
 MIN_POWERTOOLS = (3, 35)
-INSTALL_HINT = ("install the serve extra: pip install 'agent-runtime[serve]' "
+INSTALL_HINT = ("install the serve extra: pip install 'agent-runtime-durable[serve]' "
                 "(in the repository: make serve)")
 
 EXIT_FAILED = 1
@@ -100,6 +93,8 @@ def add_serve_parser(commands: Any,
 
 def missing_serve_extra() -> str | None:
     """Why `serve` cannot run here, or None."""
+    import importlib.metadata  # noqa: PLC0415 - costly; needed only by `serve`
+
     try:
         version = importlib.metadata.version("aws-lambda-powertools")
         import aws_lambda_powertools.event_handler.http_resolver  # noqa: F401, PLC0415
@@ -167,6 +162,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent_runtime.api.local_reconcile import ReconcileLoop  # noqa: PLC0415
     from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
     from agent_runtime.api.services import ApiServices  # noqa: PLC0415
+    from agent_runtime.cli_options import open_run_store  # noqa: PLC0415
+    from agent_runtime.events import JsonlEventSink  # noqa: PLC0415
 
     _check(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -222,5 +219,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | None,
              sinks: list[EventSink]) -> AgentRuntime:
+    from agent_runtime.cli_options import run_options  # noqa: PLC0415
+    from agent_runtime.cli_runtime import build_runtime  # noqa: PLC0415
+
     options = run_options(run_args, None if record is None else record.options)
     return build_runtime(run_args, store, options, extra_sinks=sinks)[0]

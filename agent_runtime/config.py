@@ -215,6 +215,19 @@ class RuntimeConfig(_Strict):
     webhooks: WebhookPolicy = Field(default_factory=WebhookPolicy)
     limits: InputLimits = Field(default_factory=InputLimits)
     execution: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
+    # Where the CLI keeps runs when no flag or AGENT_RUNTIME_STORE says:
+    # `DRIVER:LOCATION`, e.g. `sqlite:./runs.sqlite` (the CLI's store selection).
+    store: str | None = None
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: str | None) -> str | None:
+        driver, separator, location = (value or "").partition(":")
+        if value is not None and not (driver == "memory" or (
+                driver in ("file", "sqlite", "dynamodb") and separator and location)):
+            raise ValueError("must be DRIVER:LOCATION with DRIVER memory, file, sqlite or "
+                             "dynamodb, e.g. sqlite:./runs.sqlite")
+        return value
 
     @field_validator("providers", "models", "connections")
     @classmethod

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -102,6 +103,10 @@ class AgentRuntime:
         # Model text as it arrives, for a live view; events never carry it.
         self.text_sink = text_sink
         self.connections = McpConnections()
+        # Set (from any thread or a signal handler) to stop this runtime's runs
+        # gracefully: no new model request, tool call or step starts, and each
+        # run suspends with `interrupted` at its next commit point.
+        self.interrupt = threading.Event()
 
     # -- models and tools ----------------------------------------------------
 
@@ -212,17 +217,20 @@ class AgentRuntime:
                   allow_running_takeover: bool = False, options: Mapping[str, Any] | None = None,
                   parent: ParentRef | None = None,
                   effect_resolutions: Mapping[str, dict[str, Any]] | None = None,
-                  tenant: str | None = None) -> RunResult:
+                  tenant: str | None = None, expired_owner: str | None = None) -> RunResult:
         """Start a run, or with `resume=True` continue `run_id` from its latest checkpoint.
 
         A sub-run's child (`parent=`) belongs to its parent's tenant unless told.
+        `expired_owner` (with `allow_running_takeover`) names a lease owner the
+        caller confirmed dead: its run is taken over without waiting for the lease.
         """
         if resume:
             if run_id is None:
                 raise InvalidInput("resume needs a run_id", field="run_id")
             return await self._resume(run_id, manifest=manifest, budget=budget,
                                       allow_running_takeover=allow_running_takeover,
-                                      effect_resolutions=effect_resolutions)
+                                      effect_resolutions=effect_resolutions,
+                                      expired_owner=expired_owner)
         if manifest is None:
             raise InvalidInput("a run needs a manifest", field="manifest")
         if tenant is None and parent is not None:
@@ -327,7 +335,8 @@ class AgentRuntime:
 
     async def _resume(self, run_id: str, *, manifest: Any, budget: Budget | None,
                       allow_running_takeover: bool,
-                      effect_resolutions: Mapping[str, dict[str, Any]] | None) -> RunResult:
+                      effect_resolutions: Mapping[str, dict[str, Any]] | None,
+                      expired_owner: str | None = None) -> RunResult:
         record = self.store.load_run(run_id)
         if record is None:
             raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
@@ -347,7 +356,8 @@ class AgentRuntime:
         try:
             reserved = self.store.resume_run(run_id, owner=self.owner, now=self.clock.now(),
                                              lease_seconds=self.lease_seconds,
-                                             allow_running_takeover=allow_running_takeover)
+                                             allow_running_takeover=allow_running_takeover,
+                                             expired_owner=expired_owner)
         except RunTerminal:  # it finished since it was read
             return finished_result(self.store.load_run(run_id) or record)
         try:

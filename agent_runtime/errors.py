@@ -110,7 +110,8 @@ class RunSignal(BaseException):
 
 
 class SuspendRun(RunSignal):
-    """Suspend the run for `reason` (approval, sub-run, token-budget, effect-unknown)."""
+    """Suspend the run for `reason` (approval, sub-run, token-budget, effect-unknown,
+    interrupted)."""
 
     def __init__(self, reason: str, details: dict[str, Any]) -> None:
         super().__init__(reason)

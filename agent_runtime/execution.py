@@ -186,6 +186,18 @@ class Execution:
         self.events.emit("checkpoint.saved", seq=self.state.seq)
         if self.deadline is not None and now >= self.deadline:
             raise DeadlineReached()
+        self.check_interrupt(before="the next action")
+
+    def check_interrupt(self, *, before: str) -> None:
+        """Suspend the run (`interrupted`) when the runtime was asked to stop.
+
+        Called at commit points and before a model request, tool call or
+        sub-run starts (never between an effect's reservation and its call),
+        so what finished is saved and nothing new begins.
+        """
+        if self.runtime.interrupt.is_set():
+            path = self.stack[-1].step_path if self.stack else ""
+            raise SuspendRun("interrupted", {"before": before, "step_path": path})
 
     def cursor(self) -> list[Frame]:
         return [frame.model_copy(deep=True) for frame in self.stack]

@@ -44,7 +44,6 @@ from agent_runtime.manifest_input import (
     rule_error,
 )
 from agent_runtime.messages import PromptMessage, history_problem
-from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.variables import VariableKey, VariablePath, VariableType, value_matches_type
 
 SCHEMA_VERSION = "1.0"
@@ -106,6 +105,10 @@ def _connection_alias(value: str) -> str:
 def _json_schema(schema: JsonObject | None) -> JsonObject | None:
     """A schema the runtime can apply safely (see `agent_runtime.schemas`)."""
     if schema is not None:
+        # Imported with the first schema: a manifest without one (and the CLI's
+        # start-up) does not load jsonschema.
+        from agent_runtime.schemas import SchemaRefused, compile_schema  # noqa: PLC0415
+
         try:
             compile_schema(schema)
         except SchemaRefused as exc:

@@ -275,7 +275,7 @@ class Reconciler:
                  queued_seconds: float = DEFAULT_QUEUED_SECONDS,
                  resume_grace: float = DEFAULT_RESUME_GRACE_SECONDS,
                  event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
-                 page_size: int = 100) -> None:
+                 page_size: int = 100, dead_owners_early: bool = False) -> None:
         if max_takeovers < 0:
             raise ValueError("max_takeovers must be 0 or more")
         self.store = store
@@ -288,6 +288,10 @@ class Reconciler:
         self.queued_seconds = queued_seconds
         self.resume_grace = resume_grace
         self.page_size = page_size
+        # Take over a running run whose owner `liveness` confirms gone without
+        # waiting for its lease (the local reconciler: a pid of this host is
+        # checked for free). Needs a resume that passes `expired_owner`.
+        self.dead_owners_early = dead_owners_early
 
     def _plain_runtime(self, run: RunRecord) -> AgentRuntime:
         return AgentRuntime(store=self.store, event_sinks=self.event_sinks, clock=self.clock)
@@ -299,6 +303,11 @@ class Reconciler:
         for status, before in ((RunStatus.RUNNING, now),
                                (RunStatus.CREATED, now - timedelta(seconds=self.queued_seconds))):
             yield from self._pages(statuses=[status], lease_expired_before=before)
+        if self.dead_owners_early:
+            for run in self._pages(statuses=[RunStatus.RUNNING]):
+                if run.lease_expires_at is not None and run.lease_expires_at >= now \
+                        and self.liveness(run).liveness is Liveness.GONE:
+                    yield run
         seen: set[str] = set()
         for run in self._pages(statuses=[RunStatus.SUSPENDED],
                                resume_requested_before=self._resume_cutoff()):
@@ -378,10 +387,13 @@ class Reconciler:
                                  f"moved on since it was listed (now {now_status})")
         if run.status is RunStatus.RUNNING:
             expires = run.lease_expires_at
-            if expires is not None and expires > now:
+            live_lease = expires is not None and expires > now
+            owner = None if live_lease and not self.dead_owners_early else self.liveness(run)
+            if expires is not None and live_lease and (
+                    owner is None or owner.liveness is not Liveness.GONE):
                 return self._skipped(events, run, OWNER_ALIVE,
                                      f"lease renewed until {expires.isoformat()}")
-            owner = self.liveness(run)
+            owner = owner or self.liveness(run)
             if owner.liveness is Liveness.ALIVE:
                 return self._skipped(events, run, OWNER_ALIVE, owner.detail)
             if owner.liveness is Liveness.UNKNOWN:
@@ -430,8 +442,12 @@ class Reconciler:
 
     async def _resume_in_process(self, run: RunRecord) -> Resumed:
         runtime = self.runtime_for(run)
+        running = run.status is RunStatus.RUNNING
+        # The owner was confirmed gone: the store lets this take over before the
+        # lease expires, while that owner still holds it.
         result = await runtime.run(run_id=run.run_id, resume=True,
-                                   allow_running_takeover=run.status is RunStatus.RUNNING)
+                                   allow_running_takeover=running,
+                                   expired_owner=run.lease_owner if running else None)
         if not result.executed:  # another executor finished it first
             raise RunTerminal(f"run {run.run_id} is now {result.status.value}, "
                               f"attempt {result.attempt}")

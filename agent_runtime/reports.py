@@ -13,14 +13,19 @@ wrote, so nothing reaches the terminal raw: JSON goes through
 from __future__ import annotations
 
 import json
-from typing import Any, TextIO
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TextIO
 
-from stores.records import CheckpointInfo, EffectRecord, RunRecord
-
+from agent_runtime.cli_output import STATUS_COLOURS, paint
 from agent_runtime.events import Event
 from agent_runtime.excerpts import escape_json_text, printable
-from agent_runtime.reconcile import Action, ReconcileSummary, RunOutcome
-from agent_runtime.results import RunResult
+
+if TYPE_CHECKING:  # the reconciler (and the engine) load only for `reconcile`
+    from stores.records import RunRecord
+
+    from agent_runtime.reconcile import ReconcileSummary, RunOutcome
+    from agent_runtime.results import RunResult
 
 
 def to_json_text(value: Any, *, indent: int | None = None) -> str:
@@ -40,15 +45,19 @@ def _field(value: Any) -> str:
     return printable(str(value), multiline=False)
 
 
-def print_result(result: RunResult, fmt: str, out: TextIO) -> None:
+def print_result(result: RunResult, fmt: str, out: TextIO, *, store_flags: str = "") -> None:
+    """The result of an execution; next-step hints repeat `store_flags` (the flags
+    that name the store, already quoted for a shell)."""
     if fmt in ("json", "ndjson"):
         out.write(to_json_text(result.to_json()) + "\n")
         return
     usage = result.usage
     tokens = usage.get("consumed_tokens", 0)
     run_id = _field(result.run_id)
-    out.write(f"run {run_id}: {result.status.value} (attempt {result.attempt}, "
+    status = paint(out, result.status.value, STATUS_COLOURS.get(result.status.value, "bold"))
+    out.write(f"run {run_id}: {status} (attempt {result.attempt}, "
               f"{tokens} tokens, {usage.get('model_requests', 0)} model requests)\n")
+    flags = _field(store_flags)
     if result.status.value == "completed":
         out.write("\n" + _output_text(result.output) + "\n")
     elif result.status.value == "suspended" and result.suspension:
@@ -57,12 +66,24 @@ def print_result(result: RunResult, fmt: str, out: TextIO) -> None:
         out.write(f"suspended for {_field(reason)}")
         if reason == "approval":
             out.write(f": {printable(str(details.get('prompt') or ''))}\n"
-                      f"  approve: agent-runtime approve {run_id} --resume\n"
-                      f"  reject:  agent-runtime approve {run_id} --reject --resume\n")
+                      f"  approve: agent-runtime approve {run_id} --resume{flags}\n"
+                      f"  reject:  agent-runtime approve {run_id} --reject --resume{flags}\n")
         elif reason == "token-budget":
             out.write(f": {_field(details.get('consumed_tokens'))} of "
                       f"{_field(details.get('max_total_tokens'))} tokens used\n"
-                      f"  continue: agent-runtime resume {run_id} --max-total-tokens N\n")
+                      f"  continue: agent-runtime resume {run_id} --max-total-tokens N{flags}\n")
+        elif reason == "interrupted":
+            out.write(f" before {_field(details.get('before'))} at "
+                      f"{_field(details.get('step_path') or '-')}; what finished is saved\n"
+                      f"  continue: agent-runtime resume {run_id}{flags}\n")
+        elif reason == "effect-unknown":
+            key = _field(details.get("key"))
+            out.write(f": tool {_field(details.get('tool'))} at "
+                      f"{_field(details.get('step_path'))} may or may not have run\n"
+                      f"  settle: agent-runtime effects resolve {run_id} {key} "
+                      f"--retry | --result JSON | --skip{flags}\n")
+        elif reason == "sub-run":
+            out.write(f": waiting on run {_field(details.get('child_run_id'))}\n")
         else:
             out.write(f": {to_json_text(details)}\n")
     elif result.error:
@@ -70,17 +91,37 @@ def print_result(result: RunResult, fmt: str, out: TextIO) -> None:
                   f"{_field(result.error.get('message'))}\n")
 
 
-def print_record(record: RunRecord, checkpoints: list[CheckpointInfo] | None, fmt: str,
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One checkpoint of a run as `inspect --checkpoints` shows it."""
+
+    seq: int
+    attempt: int
+    created_at: datetime
+    size_bytes: int
+    step_path: str  # where the cursor stood: the step that just finished or waits
+    kind: str  # that step's type
+    tokens: int  # consumed so far
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "attempt": self.attempt,
+                "created_at": self.created_at.isoformat(), "size_bytes": self.size_bytes,
+                "step_path": self.step_path, "kind": self.kind, "tokens": self.tokens}
+
+
+def print_record(record: RunRecord, checkpoints: list[TimelineEntry] | None, fmt: str,
                  out: TextIO) -> None:
     if fmt == "json":
         body = record.model_dump(mode="json")
         if checkpoints is not None:
-            body["checkpoints"] = [info.model_dump(mode="json") for info in checkpoints]
+            body["checkpoints"] = [entry.to_json() for entry in checkpoints]
         out.write(to_json_text(body, indent=2) + "\n")
         return
     rows = [
         ("run", record.run_id),
-        ("status", record.status.value),
+        ("status", record.status.value + (f" ({record.suspension.reason})"
+                                          if record.suspension and record.status.value
+                                          == "suspended" else "")),
         ("attempt", str(record.attempt)),
         ("manifest", f"{record.manifest.get('id') or record.manifest.get('name') or '-'} "
                      f"({record.manifest_hash})"),
@@ -110,28 +151,13 @@ def print_record(record: RunRecord, checkpoints: list[CheckpointInfo] | None, fm
     if record.status.value == "completed":
         out.write("output\n" + _output_text(record.output) + "\n")
     if checkpoints is not None:
-        out.write(f"\ncheckpoints ({len(checkpoints)})\n")
-        out.write("  seq  attempt  bytes  created\n")
-        for info in checkpoints:
-            out.write(f"  {info.seq:>3}  {info.attempt:>7}  {info.size_bytes:>5}  "
-                      f"{info.created_at.isoformat()}\n")
-
-
-def print_runs(runs: list[RunRecord], fmt: str, out: TextIO) -> None:
-    if fmt == "json":
-        out.write(to_json_text([{
-            "run_id": run.run_id, "status": run.status.value, "attempt": run.attempt,
-            "manifest_id": run.manifest.get("id"), "updated_at": run.updated_at.isoformat(),
-        } for run in runs], indent=2) + "\n")
-        return
-    if not runs:
-        out.write("no runs\n")
-        return
-    out.write(f"{'run':<26} {'status':<10} {'attempt':>7}  {'agent':<20} updated\n")
-    for run in runs:
-        agent = _field(str(run.manifest.get("id") or run.manifest.get("name") or "-")[:20])
-        out.write(f"{_field(run.run_id):<26} {run.status.value:<10} {run.attempt:>7}  {agent:<20} "
-                  f"{run.updated_at.isoformat(timespec='seconds')}\n")
+        out.write(f"\ntimeline ({len(checkpoints)} checkpoints)\n")
+        out.write(f"  {'seq':>4}  {'attempt':>7}  {'time':<19}  {'tokens':>7}  "
+                  f"{'kind':<9} step\n")
+        for entry in checkpoints:
+            out.write(f"  {entry.seq:>4}  {entry.attempt:>7}  "
+                      f"{entry.created_at.isoformat(timespec='seconds')[:19]:<19}  "
+                      f"{entry.tokens:>7}  {_field(entry.kind):<9} {_field(entry.step_path)}\n")
 
 
 def print_event(event: Event, fmt: str, out: TextIO) -> None:
@@ -144,23 +170,6 @@ def print_event(event: Event, fmt: str, out: TextIO) -> None:
         out.write(_field(f"{event.timestamp.isoformat(timespec='milliseconds')} {event.run_id} "
                          f"a{event.attempt}#{event.sequence} {event.type}{where}{data}") + "\n")
     out.flush()
-
-
-def print_effects(effects: list[EffectRecord], fmt: str, out: TextIO) -> None:
-    if fmt in ("json", "ndjson"):
-        out.write(to_json_text([effect.model_dump(mode="json") for effect in effects],
-                               indent=2) + "\n")
-        return
-    if not effects:
-        out.write("no effects\n")
-        return
-    out.write(f"{'key':<34} {'status':<10} {'attempt':>7}  result\n")
-    for effect in effects:
-        result = "" if effect.result is None else to_json_text(effect.result)
-        if len(result) > 60:
-            result = result[:57] + "..."
-        out.write(f"{_field(effect.key):<34} {effect.status.value:<10} {effect.attempt:>7}  "
-                  f"{_field(result)}\n")
 
 
 def print_reconcile_summary(summary: ReconcileSummary, fmt: str, out: TextIO) -> None:
@@ -178,6 +187,8 @@ def print_reconcile_summary(summary: ReconcileSummary, fmt: str, out: TextIO) ->
 
 
 def _reconciled(outcome: RunOutcome) -> str:
+    from agent_runtime.reconcile import Action  # noqa: PLC0415
+
     run, detail = _field(outcome.run_id), _field(outcome.detail)
     if outcome.action is Action.RESUMED:
         if outcome.status is None:

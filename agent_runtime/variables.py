@@ -176,9 +176,11 @@ def parse_variables_json(text: str, *, source: str = "--variables",
     """
     data = parse_document(text, source=source, json_format=not yaml_format,
                           limit=current_limits().variables_bytes, error=VariableError)
+    if isinstance(data, list):
+        data = _from_pairs(data, source=source)
     if not isinstance(data, dict):
-        raise VariableError(f"expected a JSON object of variable values, got {describe(data)}",
-                            source=source)
+        raise VariableError(f"expected a JSON object of variable values (or a list of "
+                            f"{{key, value}}), got {describe(data)}", source=source)
     try:
         check_structure(data, source=source)
     except ManifestError as exc:
@@ -187,19 +189,42 @@ def parse_variables_json(text: str, *, source: str = "--variables",
     return data
 
 
+def _from_pairs(pairs: list[Any], *, source: str) -> dict[str, Any]:
+    """The reference implementation's `[{key, value}, ...]` as a mapping; a key twice
+    is refused, as in an object."""
+    found: dict[str, Any] = {}
+    for index, pair in enumerate(pairs):
+        at = f"variables[{index}]"
+        if not isinstance(pair, dict) or set(pair) != {"key", "value"}:
+            raise VariableError("expected a JSON object of variable values, or a list of "
+                                "objects with exactly `key` and `value`", source=source,
+                                field=at)
+        if not isinstance(pair["key"], str) or not pair["key"]:
+            raise VariableError("the key must be a non-empty string", source=source,
+                                field=f"{at}.key")
+        if pair["key"] in found:
+            raise VariableError(f"variable {pair['key']!r} is given twice", source=source,
+                                field=f"{at}.key")
+        found[pair["key"]] = pair["value"]
+    return found
+
+
 def _inner(field: str | None) -> str:
     return "" if not field else field if field.startswith("[") else f".{field}"
 
 
 def read_variables_option(option: str) -> tuple[dict[str, Any], str]:
-    """The CLI's `--variables JSON|@file`: the overrides and the source to report errors with.
+    """The CLI's `--variables JSON|@FILE|FILE`: the overrides and the source to report
+    errors with. Either form may be an object or a list of `{key, value}`.
 
     A file is read up to the variables size limit; a `.json` file is JSON,
     any other YAML (with the same refusals as a manifest).
     """
-    if not option.startswith("@"):
+    inline = option.lstrip()[:1] in ("{", "[")
+    if not option.startswith("@") and (inline or not Path(option).is_file()):
         return parse_variables_json(option), "--variables"
-    path = Path(option[1:])
+    # `@FILE`, or a plain path to a file (as the reference's `--variables FILE`).
+    path = Path(option[1:] if option.startswith("@") else option)
     source = str(path)
     raw = read_bounded(path, current_limits().variables_bytes, what="variables file",
                        error=VariableError, missing=VariablesNotFound)

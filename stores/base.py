@@ -158,11 +158,14 @@ class RunStore(Protocol):
         """
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
-                   allow_running_takeover: bool = False) -> RunRecord:
+                   allow_running_takeover: bool = False,
+                   expired_owner: str | None = None) -> RunRecord:
         """Reserve a new attempt: status `running`, attempt + 1, a lease for `owner`.
 
         Allowed from `created` and `suspended`. From `running` only with
-        `allow_running_takeover=True` and a lease that expires at or before `now`;
+        `allow_running_takeover=True` and either a lease that expires at or
+        before `now` or `expired_owner` equal to the stored lease owner (the
+        caller confirmed that owner dead: same host and its pid gone);
         otherwise `LeaseHeld`. Terminal runs raise `RunTerminal`. The returned
         record keeps the last `suspension` (with its `decision`) and has no
         pending resume request (`resume_requested_at`, `resume_reason` cleared);

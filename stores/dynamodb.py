@@ -271,13 +271,15 @@ class DynamoDbRunStore:
             raise StoreError(f"run {run.run_id!r} could not be created")
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
-                   allow_running_takeover: bool = False) -> RunRecord:
+                   allow_running_takeover: bool = False,
+                   expired_owner: str | None = None) -> RunRecord:
         with self._lock(run_id):
             rounds = self._rounds(run_id)
             for stored in rounds:
                 updated = transitions.reserve_attempt(
                     None if stored is None else stored.run, run_id, owner=owner, now=now,
-                    lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover)
+                    lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover,
+                    expired_owner=expired_owner)
                 try:
                     return self._put_run(stored, updated).run.model_copy(deep=True)
                 except Refused as refused:

@@ -12,15 +12,19 @@ import boto3
 from botocore.exceptions import NoRegionError
 
 from stores.dynamodb import DEFAULT_INLINE_LIMIT, DEFAULT_RETENTION, DynamoDbRunStore
+from stores.resume_events import ResumeEvents, resume_events
 from stores.s3 import S3BlobStore
 
+# `event_bus` is not the table's: it names the stack's bus, where a resume is
+# requested (`stack_resume_events`).
 _OPTIONS = {"bucket", "kms_key", "prefix", "region", "endpoint_url", "inline_limit",
-            "retention_days"}
+            "retention_days", "event_bus"}
 
 
 def open_dynamodb_store(location: str) -> DynamoDbRunStore:
     """The store at `TABLE[?bucket=B&kms_key=K&prefix=P&region=R&endpoint_url=U
-    &inline_limit=BYTES&retention_days=D]` (a leading `dynamodb://` is allowed).
+    &inline_limit=BYTES&retention_days=D&event_bus=BUS]` (a leading `dynamodb://` is
+    allowed; `event_bus` is for `stack_resume_events`).
 
     `bucket` with `kms_key` (a key id, ARN or alias) adds the S3 blob store;
     `retention_days=0` turns the TTL off. Credentials, region and endpoint
@@ -29,15 +33,7 @@ def open_dynamodb_store(location: str) -> DynamoDbRunStore:
     AWS_ENDPOINT_URL_S3), which boto3 reads itself; `endpoint_url=` sets
     one endpoint for both services, as a local emulator needs.
     """
-    table, _, query = location.removeprefix("dynamodb://").partition("?")
-    if not table or any(c in table for c in "/#:&="):
-        raise ValueError(f"not a DynamoDB store location: {location!r} "
-                         "(expected TABLE?bucket=B&kms_key=K)")
-    options = dict(parse_qsl(query, keep_blank_values=True))
-    unknown = sorted(set(options) - _OPTIONS)
-    if unknown:
-        raise ValueError(f"unknown DynamoDB store option(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(sorted(_OPTIONS))}")
+    table, options = _parsed(location)
     if bool(options.get("bucket")) != bool(options.get("kms_key")):
         raise ValueError("a DynamoDB store location names bucket= and kms_key= together")
     try:
@@ -57,3 +53,24 @@ def open_dynamodb_store(location: str) -> DynamoDbRunStore:
                          "AWS_DEFAULT_REGION), or add region=REGION to the location") from None
     return DynamoDbRunStore(table, blobs=blobs, inline_limit=inline_limit, client=client,
                             retention=timedelta(days=days) if days > 0 else None)
+
+
+def _parsed(location: str) -> tuple[str, dict[str, str]]:
+    table, _, query = location.removeprefix("dynamodb://").partition("?")
+    if not table or any(c in table for c in "/#:&="):
+        raise ValueError(f"not a DynamoDB store location: {location!r} "
+                         "(expected TABLE?bucket=B&kms_key=K)")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown DynamoDB store option(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(_OPTIONS))}")
+    return table, options
+
+
+def stack_resume_events(location: str) -> ResumeEvents | None:
+    """Where a resume of a run in this store is requested from its stack: the bus of
+    the location's `event_bus=`, else of AGENT_RUNTIME_EVENT_BUS; None when unknown."""
+    _, options = _parsed(location)
+    return resume_events(options.get("event_bus"), region=options.get("region") or None,
+                         endpoint_url=options.get("endpoint_url") or None)

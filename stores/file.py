@@ -311,12 +311,14 @@ class FileRunStore:
             self._commit(RunFile(run, 0, uuid.uuid4().hex, 0), run)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
-                   allow_running_takeover: bool = False) -> RunRecord:
+                   allow_running_takeover: bool = False,
+                   expired_owner: str | None = None) -> RunRecord:
         with self._locked(run_id) as found:
             state = _existing(found, run_id)
             run = transitions.reserve_attempt(
                 state.run, run_id, owner=owner, now=now, lease_seconds=lease_seconds,
-                allow_running_takeover=allow_running_takeover)
+                allow_running_takeover=allow_running_takeover,
+                expired_owner=expired_owner)
             self._sweep(state)
             restore_decision(self._dir(run_id), state.run)
             self._commit(state, run)

@@ -143,11 +143,13 @@ class MemoryRunStore:
             self._put_run(run)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
-                   allow_running_takeover: bool = False) -> RunRecord:
+                   allow_running_takeover: bool = False,
+                   expired_owner: str | None = None) -> RunRecord:
         with self._lock:
             run = transitions.reserve_attempt(
                 self._run(run_id), run_id, owner=owner, now=now, lease_seconds=lease_seconds,
-                allow_running_takeover=allow_running_takeover)
+                allow_running_takeover=allow_running_takeover,
+                expired_owner=expired_owner)
             self._put_run(run)
             return run
 

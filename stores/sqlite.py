@@ -279,11 +279,13 @@ class SqliteRunStore:
             count_runs(conn, self.path, +1)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
-                   allow_running_takeover: bool = False) -> RunRecord:
+                   allow_running_takeover: bool = False,
+                   expired_owner: str | None = None) -> RunRecord:
         with self._write() as conn:
             run = transitions.reserve_attempt(
                 self._run(conn, run_id), run_id, owner=owner, now=now,
-                lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover)
+                lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover,
+                expired_owner=expired_owner)
             self._put_run(conn, run, fence=run.attempt - 1)
             return run
 

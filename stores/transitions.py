@@ -60,7 +60,8 @@ def check_running(run: RunRecord, action: str) -> None:
 
 
 def reserve_attempt(run: RunRecord | None, run_id: str, *, owner: str, now: datetime,
-                    lease_seconds: float, allow_running_takeover: bool) -> RunRecord:
+                    lease_seconds: float, allow_running_takeover: bool,
+                    expired_owner: str | None = None) -> RunRecord:
     run = require_run(run, run_id)
     if run.status.terminal:
         raise RunTerminal(f"run {run_id!r} is {run.status.value}; it cannot be resumed")
@@ -74,7 +75,11 @@ def reserve_attempt(run: RunRecord | None, run_id: str, *, owner: str, now: date
                 "if that owner died, wait for the lease to expire and take over explicitly",
                 owner=run.lease_owner, expires_at=expires,
             )
-        if expires is not None and expires > now:
+        # A caller that confirmed the holder dead (same host, its pid gone) need
+        # not wait for the lease: but only while that holder still holds it, so
+        # a live owner that took over meanwhile is never displaced.
+        confirmed_dead = expired_owner is not None and run.lease_owner == expired_owner
+        if expires is not None and expires > now and not confirmed_dead:
             raise LeaseHeld(
                 f"run {run_id!r} is running under a lease held by {holder}{until}; "
                 "takeover is allowed only after it expires",

@@ -98,7 +98,7 @@ def _session(settings: ProviderSettings) -> Any:
     except ImportError as error:
         raise StepFailed("provider_unavailable",
                          f"model provider {settings.name!r} (bedrock) needs boto3: "
-                         "pip install 'agent-runtime[aws]'") from error
+                         "pip install 'agent-runtime-durable[aws]'") from error
     session = boto3.session.Session(region_name=settings.region)
     if not session.region_name:
         raise StepFailed("provider_config_invalid",

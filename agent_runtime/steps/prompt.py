@@ -183,6 +183,7 @@ class PromptStepExecutor:
                 raise StepFailed("tool_loop_limit",
                                  f"step {frame.step_path}: {MAX_MODEL_ROUNDS} model rounds "
                                  "without a final answer")
+            ctx.check_interrupt(before="model request")
             # Only this step's items: a parallel wave's members share the transcript.
             messages = resolve_media(
                 [_as_message(item) for item in ctx.state.transcript[state["from"]:]
@@ -321,6 +322,7 @@ class PromptStepExecutor:
             # the call's position in its response: how events tell calls apart
             call = {**pending[state["next"]], "index": state["next"]}
             ctx.state.budget.check(before="tool call")
+            ctx.check_interrupt(before="tool call")
             result = await self._dispatch(call, frame, ctx, tools)
             part = {"type": "tool-result", "result": {"callId": call["call_id"],
                                                       "name": call["name"],

@@ -94,6 +94,7 @@ class SubRunStepExecutor:
             self._count(ctx, state, record)
         if record is None or not record.status.terminal:
             ctx.state.budget.check(before="sub-run")
+            ctx.check_interrupt(before="sub-run")
             budget = Budget(max_total_tokens=self._child_limit(ctx, state))
             if record is not None:
                 await self._resume(step, frame, ctx, record, budget)

@@ -196,6 +196,7 @@ class WebhookStepExecutor:
         destination = await ctx.bounded(resolve_destination(step.url, policy),
                                         "webhook's address lookup", step_path=frame.step_path)
         headers = _request_headers(step, key, destination)
+        ctx.check_interrupt(before="webhook")
         # Too late in the slice: end it before the effect is reserved.
         ctx.slice.require_room("webhook", step_path=frame.step_path)
         effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,

@@ -297,7 +297,7 @@ class McpSession:
             from mcp.client.stdio import stdio_client  # noqa: PLC0415
         except ImportError as error:
             raise McpConnectionError("MCP connections need the MCP SDK: "
-                                     "pip install 'agent-runtime[mcp]'") from error
+                                     "pip install 'agent-runtime-durable[mcp]'") from error
 
         definition = self.definition
         async with AsyncExitStack() as stack:

@@ -126,6 +126,30 @@ class LifecycleConformance:
         assert run.takeovers == 1  # the previous owner died running
         assert store.load_run(RUN) == run
 
+    def test_takeover_of_a_confirmed_dead_owner_needs_no_expired_lease(
+            self, store: RunStore) -> None:
+        start_run(store)  # owner-1 holds the lease until at(60)
+        run = store.resume_run(RUN, owner="other", now=at(5), lease_seconds=60,
+                               allow_running_takeover=True, expired_owner="owner-1")
+        assert (run.status, run.attempt, run.lease_owner, run.lease_expires_at) == (
+            RunStatus.RUNNING, 2, "other", at(65))
+        assert run.takeovers == 1
+        assert store.load_run(RUN) == run
+
+    def test_expired_owner_counts_only_while_it_still_holds_the_lease(
+            self, store: RunStore) -> None:
+        start_run(store)
+        before = observe(store)
+        # Another owner than the one confirmed dead holds it: the lease stands.
+        with pytest.raises(LeaseHeld):
+            store.resume_run(RUN, owner="other", now=at(5), lease_seconds=60,
+                             allow_running_takeover=True, expired_owner="owner-9")
+        # Confirmed dead, but no takeover asked for: still a held lease.
+        with pytest.raises(LeaseHeld):
+            store.resume_run(RUN, owner="other", now=at(5), lease_seconds=60,
+                             expired_owner="owner-1")
+        assert observe(store) == before
+
     def test_a_checkpoint_resets_takeovers(self, store: RunStore) -> None:
         # `takeovers` counts consecutive takeovers without progress (crash_loop).
         start_run(store, attempts=3)  # two takeovers, no checkpoint in between

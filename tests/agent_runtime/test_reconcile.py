@@ -162,6 +162,24 @@ def test_a_run_whose_owner_died_resumes_from_its_checkpoint() -> None:
     assert (resumed.run_id, resumed.attempt, resumed.data["status"]) == ("r1", 2, "completed")
 
 
+def test_with_dead_owners_early_a_gone_owner_is_taken_over_before_its_lease_expires() -> None:
+    h = Harness(three_step_model())
+    for run_id, owner in (("dead", DEAD), ("alive", ALIVE), ("elsewhere", "host-b:333")):
+        queued(h, run_id)
+        h.store.resume_run(run_id, owner=owner, now=h.clock.now(), lease_seconds=600)
+    # The lease has ten minutes to go; the clock does not move.
+    assert reconciler(h).reconcile_sync().outcomes == []  # the default: wait for leases
+    summary = reconciler(h, dead_owners_early=True).reconcile_sync()
+
+    outcomes = by_run(summary)
+    assert set(outcomes) == {"dead"}  # live and unknown owners are not even candidates
+    assert (outcomes["dead"].action, outcomes["dead"].status) == (Action.RESUMED,
+                                                                  RunStatus.COMPLETED)
+    for run_id in ("alive", "elsewhere"):
+        record = h.store.load_run(run_id)
+        assert record is not None and (record.status, record.attempt) == (RunStatus.RUNNING, 1)
+
+
 def test_a_live_owner_and_an_unknown_owner_are_left_alone_even_with_expired_leases() -> None:
     h = Harness(three_step_model())
     stranded(h, "alive", ALIVE)

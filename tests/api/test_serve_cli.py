@@ -36,7 +36,7 @@ def test_serve_without_its_extra_says_what_to_install(tmp_path: Path, hidden: tu
     done = cli_without(hidden, "serve", cwd=tmp_path)
     assert done.returncode == 1
     assert missing in done.stderr
-    assert "pip install 'agent-runtime[serve]'" in done.stderr
+    assert "pip install 'agent-runtime-durable[serve]'" in done.stderr
     assert "make serve" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".agent-runtime").exists()  # nothing created, nothing served

@@ -135,7 +135,8 @@ def test_resolve_refuses_a_run_not_waiting_on_that_effect(tmp_path: Path) -> Non
                           "--format", "json")
     assert code == 0
     code, _, err = cli(tmp_path, "effects", "resolve", result["run_id"], "nope", "--skip")
-    assert code == 2 and "not waiting on effect 'nope'" in err
+    # A conflict (exit 4): the run is in a state that cannot take this answer.
+    assert code == 4 and "not waiting on effect 'nope'" in err
 
 
 @pytest.mark.slow

@@ -273,7 +273,7 @@ def test_exit_codes_for_not_found_conflict_and_a_damaged_store(
     assert main(["run", "hello.agent.yaml", *ECHO, "--run-id", "r1", "--events", "none"]) == 0
     capsys.readouterr()
     assert refused(capsys, "inspect", "r2", code=3) == \
-        'error: RUN_ID: no run with id "r2" in this store'
+        'error: RUN_ID: no run with id "r2" in the sqlite store ./.agent-runtime/runs.sqlite'
     assert refused(capsys, "run", "hello.agent.yaml", *ECHO, "--run-id", "r1", code=4) == \
         'error: --run-id: a run with id "r1" already exists'
     assert "already completed" in refused(capsys, "cancel", "r1", code=4)

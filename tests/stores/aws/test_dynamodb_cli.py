@@ -57,7 +57,8 @@ def test_run_approve_resume_inspect_and_list_on_the_dynamodb_store(
     run_id = suspended["run_id"]
     approved = cli("approve", run_id, *from_env, cwd=tmp_path, endpoint=moto_server)
     assert approved.returncode == 0, approved.stderr
-    done = cli("resume", run_id, "--format", "json", "--events", "none", *from_env,
+    # --here: executed on this machine (without it, the stack is asked to resume it).
+    done = cli("resume", run_id, "--here", "--format", "json", "--events", "none", *from_env,
                cwd=tmp_path, endpoint=moto_server)
     resumed = result(done)
     assert (done.returncode, resumed["status"], resumed["attempt"]) == (0, "completed", 2)

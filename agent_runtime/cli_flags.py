@@ -1,0 +1,78 @@
+"""The values of the CLI's flags, checked as argparse reads them, and their defaults.
+
+Light on purpose: `agent-runtime --help` builds the parser from this module
+and nothing heavier (no engine, no pydantic), so it starts as fast as Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from agent_runtime.excerpts import excerpt
+
+DEFAULT_STORE = "./.agent-runtime/runs.sqlite"
+DEFAULT_FILE_STORE = "./.agent-runtime/runs"
+DEFAULT_EVENTS = "./.agent-runtime/events.jsonl"
+DEFAULT_ARTIFACTS = "./.agent-runtime/artifacts"
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_GRACE_SECONDS = 10.0
+DEFAULT_PAGE = 50
+# The reconciler's own defaults (agent_runtime.reconcile), repeated here so the
+# parser need not import it; tests/e2e/test_cli_help.py keeps them equal.
+DEFAULT_MAX_TAKEOVERS = 3
+DEFAULT_RESUME_GRACE_SECONDS = 30.0
+
+STORE_DRIVERS = ("memory", "file", "sqlite", "dynamodb")
+RUN_STATUSES = ("created", "running", "suspended", "completed", "failed", "cancelled")
+# Where a store is chosen when no flag says (DESIGN section 9).
+STORE_VARIABLE = "AGENT_RUNTIME_STORE"
+CONFIG_FILE = "agent-runtime.config.yaml"
+
+MAX_SECONDS = 7 * 24 * 3600.0  # a lease or an interval past a week is a typo
+MAX_COUNT = 2**53 - 1  # the largest integer every store and JSON reader keeps exactly
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds, at most a week: `--lease-seconds`, `--interval`."""
+    return _seconds(text, minimum_exclusive=True)
+
+
+def grace_seconds(text: str) -> float:
+    """Zero or more seconds, at most a week: `--grace-seconds`."""
+    return _seconds(text, minimum_exclusive=False)
+
+
+def _seconds(text: str, *, minimum_exclusive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {excerpt(text)}"
+                                         ) from None
+    low = value <= 0 if minimum_exclusive else value < 0
+    if not math.isfinite(value) or low or value > MAX_SECONDS:
+        bound = "above 0" if minimum_exclusive else "0 or more"
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds {bound} and at most {MAX_SECONDS:.0f}, "
+            f"got {excerpt(text)}")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An integer from `minimum` up to 2**53-1: `--limit`, `--seq`, `--max-total-tokens`."""
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        digits = stripped.lstrip("+-")
+        if not digits.isascii() or not digits.isdigit() or len(stripped) - len(digits) > 1:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {excerpt(text)}")
+        # More digits than any allowed value has: refused before int() reads them all.
+        value = int(stripped) if len(digits) <= 20 else (-1 if stripped[0] == "-" else 1) * (
+            MAX_COUNT + 1)
+        if not minimum <= value <= MAX_COUNT:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {excerpt(text)}"
+                                             if value < minimum else
+                                             f"must be at most {MAX_COUNT}, got {excerpt(text)}")
+        return value
+    parse.__name__ = "count"
+    return parse

@@ -1,0 +1,86 @@
+"""How the CLI builds the runtime of a run: its tools, sinks, artifacts and budget.
+
+Apart from `cli_options` (flags, paths, options: light) because this is where
+the engine is imported: only commands that execute runs pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from stores.artifacts import LocalArtifactStore
+from stores.base import RunStore
+from stores.records import Budget
+
+from agent_runtime.cli_flags import DEFAULT_EVENTS
+from agent_runtime.cli_options import check_sinks, runtime_config
+from agent_runtime.cli_output import guarded
+from agent_runtime.config import RuntimeConfig, import_tool_target
+from agent_runtime.engine import AgentRuntime
+from agent_runtime.errors import InvalidInput
+from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
+from agent_runtime.reports import print_event
+from agent_runtime.stream import StreamView
+from agent_runtime.tools import Tool, load_tool_file, tool
+
+
+def load_tools(options: dict[str, Any], config: Any) -> list[Tool]:
+    found: list[Tool] = []
+    for path in options.get("tools", []):
+        found.extend(load_tool_file(path))
+    if config is not None:
+        for name, target in config.tools.items():
+            item = import_tool_target(target, source=options.get("config", "--config"), name=name)
+            found.append(item if isinstance(item, Tool) else tool(name=name)(item))
+    return found
+
+
+
+def build_runtime(
+        args: argparse.Namespace, store: RunStore, options: dict[str, Any],
+        extra_sinks: Sequence[EventSink] = (),
+        prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
+) -> tuple[AgentRuntime, list[JsonlEventSink]]:
+    """A runtime for a run's options, and the event files it writes (to close after).
+
+    `prepared` is the config and tools already loaded for these options (a
+    tools file is imported once)."""
+    if prepared is None:
+        config = runtime_config(options)
+        prepared = config, load_tools(options, config)
+    config, tools = prepared
+    check_sinks(args)
+    sinks: list[EventSink] = list(extra_sinks)
+    files: list[JsonlEventSink] = []
+    events = getattr(args, "events", DEFAULT_EVENTS)
+    if events and events != "none":
+        files.append(JsonlEventSink(events))
+        sinks.append(files[-1])
+    # Output is not the run: a reader that goes away (`| head`) loses the rest
+    # of the output, and the run goes on.
+    view = StreamView(guarded(sys.stderr)) if getattr(args, "stream", False) else None
+    if view is not None:
+        sinks.append(view)
+    if getattr(args, "format", "pretty") == "ndjson":
+        out = guarded(sys.stdout)
+        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out)))
+    artifacts = getattr(args, "artifacts", None)
+    runtime = AgentRuntime(store=store, config=config, tools=tools,
+                           event_sinks=sinks,
+                           lease_seconds=getattr(args, "lease_seconds", None) or 30.0,
+                           text_sink=None if view is None else view.text,
+                           artifacts=None if artifacts in (None, "none")
+                           else LocalArtifactStore(artifacts))
+    return runtime, files
+
+
+def budget_from(args: argparse.Namespace) -> Budget | None:
+    value = getattr(args, "max_total_tokens", None)
+    if value is None:
+        return None
+    if value <= 0:
+        raise InvalidInput("must be a positive number of tokens", source="--max-total-tokens")
+    return Budget(max_total_tokens=value)

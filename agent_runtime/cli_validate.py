@@ -1,0 +1,72 @@
+"""`agent-runtime validate FILE` and `agent-runtime config validate FILE`.
+
+They load only what they check: the manifest reader, and the engine only
+when `--config`, `--model` or `--tools` ask whether this host can run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agent_runtime.cli_errors import EXIT_COMPLETED
+from agent_runtime.cli_options import load_manifest, run_options, runtime_config
+from agent_runtime.cli_output import guarded
+from agent_runtime.excerpts import printable
+from agent_runtime.manifest import manifest_hash
+from agent_runtime.reports import to_json_text
+from agent_runtime.variables import resolve_variables
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    options = run_options(args) if args.config or args.model or args.tools else None
+    config = runtime_config(options) if options else None  # its limits apply from here
+    loaded = load_manifest(args.file)
+    if loaded.run is not None:
+        overrides = {item.key: item.value for item in loaded.run.variables or []}
+        resolve_variables(loaded.agent, overrides, source=str(loaded.path))
+    if options is not None:
+        from agent_runtime.cli_runtime import load_tools  # noqa: PLC0415 - a host check only
+        from agent_runtime.engine import AgentRuntime  # noqa: PLC0415
+
+        AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
+            loaded.agent, options, source=str(loaded.agent_path))
+    summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
+               "agent": loaded.agent.id or loaded.agent.name,
+               "steps": len(loaded.agent.steps), "manifest_hash": manifest_hash(loaded.agent)}
+    plan = None
+    if args.plan:
+        from agent_runtime.execution_plan import plan_json  # noqa: PLC0415 - asked for only
+
+        plan = plan_json(loaded, config)
+        summary["plan"] = plan
+    out = guarded(sys.stdout)
+    if args.format == "json":
+        print(to_json_text(summary), file=out)
+    else:
+        print(printable(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
+                        f"{summary['agent'] or '-'}, {summary['steps']} top-level steps, "
+                        f"{summary['manifest_hash']})", multiline=False), file=out)
+        if plan is not None:
+            from agent_runtime.execution_plan import print_plan  # noqa: PLC0415
+
+            print_plan(plan, out)
+    return EXIT_COMPLETED
+
+
+def cmd_config_validate(args: argparse.Namespace) -> int:
+    from agent_runtime.config import load_config  # noqa: PLC0415
+
+    config = load_config(args.file)
+    summary = {"file": args.file, "valid": True, "providers": sorted(config.providers),
+               "models": sorted(config.models), "tools": sorted(config.tools),
+               "store": config.store}
+    out = guarded(sys.stdout)
+    if args.format == "json":
+        print(to_json_text(summary), file=out)
+    else:
+        print(printable(f"ok: {args.file} ({len(config.providers)} providers, "
+                        f"{len(config.models)} model profiles, {len(config.tools)} tools"
+                        + (f", store {config.store}" if config.store else "") + ")",
+                        multiline=False), file=out)
+    return EXIT_COMPLETED
