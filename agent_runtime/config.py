@@ -45,14 +45,16 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PositiveInt,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -91,11 +93,29 @@ class SecretReference(_Strict):
     field: str | None = Field(default=None, min_length=1)
 
 
+def _key_reference_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "secret" if "secret" in value else "env"
+    if isinstance(value, (EnvReference, SecretReference)):
+        return "secret" if isinstance(value, SecretReference) else "env"
+    return None
+
+
+# Where a provider key comes from: an environment variable or a secret, never
+# the key itself. One union with one error, named by the field, for anything else.
+KeyReference = Annotated[
+    Annotated[EnvReference, Tag("env")] | Annotated[SecretReference, Tag("secret")],
+    Discriminator(_key_reference_kind, custom_error_type="key_reference",
+                  custom_error_message="must be {env: NAME} or {secret: NAME}, never the "
+                  "key itself"),
+]
+
+
 class ProviderConfig(_Strict):
     driver: Literal["openai", "openai-compatible", "anthropic", "bedrock", "scripted",
                     "google", "xai", "groq", "cohere"]
     base_url: str | EnvReference | None = Field(default=None, alias="baseURL")
-    api_key: EnvReference | SecretReference | None = Field(default=None, alias="apiKey")
+    api_key: KeyReference | None = Field(default=None, alias="apiKey")
     headers: dict[str, EnvReference] | None = None
     include_usage: bool | None = Field(default=None, alias="includeUsage")
     supports_structured_outputs: bool | None = Field(default=None,

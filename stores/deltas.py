@@ -30,6 +30,11 @@ from pydantic import ValidationError
 from stores.records import APPEND_ONLY_FIELDS, Checkpoint
 
 BODY_FORMAT = "checkpoint-delta/1"
+# A body whose variables are a change to the previous body's: which variables
+# were set (their new values) and which were removed. Written only when that
+# is what changed, so a body of the first format stays readable by older code.
+VARIABLES_DELTA_FORMAT = "checkpoint-delta/2"
+_FORMATS = (BODY_FORMAT, VARIABLES_DELTA_FORMAT)
 _LIST_FIELDS: set[str] = set(APPEND_ONLY_FIELDS)
 
 
@@ -99,16 +104,49 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
         lists[name] = {"base": base, "items": items[base:]}
     stable = {name: getattr(checkpoint, name) for name in _STABLE_FIELDS}
     exclude = set(_LIST_FIELDS)
+    variables_delta = None
     if previous is not None:
         exclude.update(name for name, value in stable.items()
                        if name in previous.stable and previous.stable[name] == value)
+        before = previous.stable.get("variables")
+        if "variables" not in exclude and isinstance(before, dict):
+            # Most commit points change a variable or two (a step's output, a
+            # loop's item) among many (a loop's whole source list): only those.
+            variables_delta = _variables_delta(before, stable["variables"])
+            exclude.add("variables")
     # The head through pydantic's own encoder: the hot path of every save.
     head = checkpoint.model_dump_json(exclude=exclude, exclude_none=True)
     # pydantic's Rust encoder for the new entries too: the same JSON as the
     # json module, several times faster on the hot path.
-    body = (f'{{"format":"{BODY_FORMAT}","head":{head},'
-            f'"lists":{pydantic_core.to_json(lists).decode()}}}')
+    encoded_lists = pydantic_core.to_json(lists).decode()
+    if variables_delta is None:
+        body = f'{{"format":"{BODY_FORMAT}","head":{head},"lists":{encoded_lists}}}'
+    else:
+        body = (f'{{"format":"{VARIABLES_DELTA_FORMAT}","head":{head},'
+                f'"variables":{pydantic_core.to_json(variables_delta).decode()},'
+                f'"lists":{encoded_lists}}}')
     return body, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable, counts=counts)
+
+
+def _variables_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The variables set (with their values) and removed between two checkpoints.
+    A value that is the same object is unchanged: the engine replaces a variable's
+    value, it never changes one in place."""
+    changed = {key: value for key, value in after.items()
+               if key not in before or (before[key] is not value and before[key] != value)}
+    return {"set": changed, "unset": [key for key in before if key not in after]}
+
+
+def _apply_variables_delta(head: dict[str, Any], delta: Any) -> None:
+    base = head.get("variables")
+    if not isinstance(delta, dict) or not isinstance(base, dict) \
+            or not isinstance(delta.get("set"), dict) or not isinstance(delta.get("unset"), list):
+        raise DeltaFormatError(f"checkpoint {head.get('seq')} has a malformed variables delta "
+                               "or no variables before it")
+    variables = {**base, **delta["set"]}
+    for key in delta["unset"]:
+        variables.pop(key, None)
+    head["variables"] = variables
 
 
 class DeltaFormatError(ValueError):
@@ -123,7 +161,7 @@ def _fold(bodies: Iterable[str | bytes]) -> tuple[dict[str, Any], dict[str, list
             decoded = json.loads(body)
         except ValueError as error:
             raise DeltaFormatError(f"checkpoint body is not JSON: {error}") from error
-        if not isinstance(decoded, dict) or decoded.get("format") != BODY_FORMAT:
+        if not isinstance(decoded, dict) or decoded.get("format") not in _FORMATS:
             raise DeltaFormatError("checkpoint body has an unknown format")
         part_head = decoded.get("head")
         parts = decoded.get("lists")
@@ -131,6 +169,8 @@ def _fold(bodies: Iterable[str | bytes]) -> tuple[dict[str, Any], dict[str, list
             raise DeltaFormatError("checkpoint body lacks its head or lists")
         # A head holds only what changed since the previous checkpoint.
         head = part_head if head is None else {**head, **part_head}
+        if decoded["format"] == VARIABLES_DELTA_FORMAT:
+            _apply_variables_delta(head, decoded.get("variables"))
         for name in APPEND_ONLY_FIELDS:
             part = parts.get(name)
             if part is None:

@@ -21,8 +21,11 @@ lines.
 
 Durability: the items are saved once, as a step result, when the loop starts;
 each iteration's result is saved as a step result when it ends. The loop's
-frame keeps counters, the last output and the previous iteration, so a
-resumed loop rebuilds `loop.outputs` from the saved results.
+frame keeps counters, the last output and where the previous iteration ended;
+`loop` itself is a scope while the loop runs (saved in the variables only
+when it ends), so a checkpoint inside a long loop stays small, and a resumed
+loop rebuilds `loop.outputs` from the saved results and `loop.previous` from
+the checkpoint that ended it.
 """
 
 from __future__ import annotations
@@ -80,8 +83,9 @@ def bind(variables: dict[str, Any], path: str, value: Any) -> None:
         variables[head] = value
         return
     inner = variables.get(head)
-    if not isinstance(inner, dict):
-        inner = variables[head] = {}
+    # A copy of the object on the way: the one there may be shared with a saved
+    # step result or a snapshot of `loop.previous`, which must not change.
+    inner = variables[head] = dict(inner) if isinstance(inner, dict) else {}
     bind(inner, ".".join(rest), value)
 
 
@@ -99,14 +103,23 @@ class LoopStepExecutor:
         items_entry = ctx.state.result(LOOP_ITEMS, frame.step_path)
         items: list[Any] = [] if items_entry is None else items_entry["items"]
         variables = ctx.state.variables
+        # `loop` (index, outputs, previous, current) lives in a scope while the
+        # loop runs, not in the saved variables: its outputs and the variable
+        # snapshots of `previous`/`current` grow with the iterations, and saving
+        # them at every commit point would make storage grow with the square of
+        # the loop. The outputs come back from the saved iteration results and
+        # `previous`'s snapshot from the checkpoint saved when it ended.
+        outputs = self._results(ctx, frame.step_path, state["next"])
+        previous = self._previous(ctx, state, outputs)
+        finished: dict[str, Any] | None = None
         while state["next"] < state["count"]:
             index = state["next"]
             iteration_path = join_path(frame.step_path, index)
+            loop_scope = {"index": index, "iteration": index + 1, "outputs": outputs,
+                          "previous": previous}
+            bindings = self._bindings(spec, variables, items, index)
             if state.get("entered") != index:
-                results = self._results(ctx, frame.step_path, index)
-                bindings = self._bindings(spec, variables, items, index,
-                                          {"outputs": results, "previous": state.get("previous")})
-                ctx.scopes.append(bindings)
+                ctx.scopes.append({**bindings, "loop": loop_scope})
                 try:
                     skipped = spec.condition is not None and not ctx.condition(
                         spec.condition, step_path=iteration_path, field="loop.condition")
@@ -124,12 +137,20 @@ class LoopStepExecutor:
                 state["entered"] = index
                 ctx.events.emit("loop.iteration.started", step_id=step.id,
                                 step_path=iteration_path, iteration=index)
-            await ctx.run_sequence(step.steps, prefix=iteration_path,
-                                   loop_iteration=index, resume=resume)
-            resume = []
-            self._complete_iteration(step, frame, ctx, index)
-            goal_met = spec.goal is not None and ctx.condition(
-                spec.goal, step_path=iteration_path, field="loop.goal")
+            ctx.scopes.append({"loop": loop_scope})
+            try:
+                await ctx.run_sequence(step.steps, prefix=iteration_path,
+                                       loop_iteration=index, resume=resume)
+                resume = []
+                current = self._complete_iteration(step, frame, ctx, index)
+                outputs.append(current["output"])
+                finished = {**loop_scope, "outputs": outputs, "current": current}
+                ctx.scopes[-1] = {"loop": finished}
+                goal_met = spec.goal is not None and ctx.condition(
+                    spec.goal, step_path=iteration_path, field="loop.goal")
+            finally:
+                ctx.scopes.pop()
+            previous = current
             if goal_met:
                 state.update({"goalMet": True, "goalMetAtIteration": index + 1})
                 ctx.events.emit("loop.goal.met", step_id=step.id, step_path=frame.step_path,
@@ -137,10 +158,12 @@ class LoopStepExecutor:
             ctx.events.emit("loop.iteration.completed", step_id=step.id,
                             step_path=iteration_path, iteration=index)
             self._advance(frame, state["count"] if goal_met else index + 1)
+            # The checkpoint below holds the variables `previous` snapshots.
+            state["previousSeq"] = ctx.state.seq + 1
             await ctx.checkpoint()
         outputs = self._results(ctx, frame.step_path, state["count"])
-        loop_state = variables.get("loop")
-        variables["loop"] = {**(loop_state if isinstance(loop_state, dict) else {}),
+        base = finished if finished is not None else variables.get("loop")
+        variables["loop"] = {**(copy.deepcopy(base) if isinstance(base, dict) else {}),
                              "outputs": copy.deepcopy(outputs),
                              "goalMet": bool(state.get("goalMet")),
                              "goalMetAtIteration": state.get("goalMetAtIteration")}
@@ -153,10 +176,10 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _bindings(spec: Any, variables: dict[str, Any], items: list[Any], index: int,
-                  so_far: dict[str, Any]) -> dict[str, Any]:
-        """The top-level variables an iteration sets: item, index and `loop`, each
-        copied before a dotted path changes it, so a skipped iteration changes nothing."""
+    def _bindings(spec: Any, variables: dict[str, Any], items: list[Any],
+                  index: int) -> dict[str, Any]:
+        """The top-level variables an iteration sets, item and index, each copied
+        before a dotted path changes it, so a skipped iteration changes nothing."""
         bindings: dict[str, Any] = {}
         for path, value in ((spec.item_variable or DEFAULT_ITEM_VARIABLE,
                              copy.deepcopy(items[index]) if index < len(items) else None),
@@ -165,10 +188,26 @@ class LoopStepExecutor:
             if head not in bindings and head in variables:
                 bindings[head] = copy.deepcopy(variables[head])
             bind(bindings, path, value)
-        bindings["loop"] = {"index": index, "iteration": index + 1, **copy.deepcopy(so_far)}
         return bindings
 
-    def _complete_iteration(self, step: Any, frame: Frame, ctx: Execution, index: int) -> None:
+    @staticmethod
+    def _previous(ctx: Execution, state: dict[str, Any],
+                  outputs: list[Any]) -> dict[str, Any] | None:
+        """`loop.previous` when a loop resumes: the last completed iteration, with the
+        variables saved by the checkpoint that ended it."""
+        seq = state.get("previousSeq")
+        done = state.get("previousIndex")
+        if seq is None or done is None:
+            return None
+        saved = ctx.store.load_checkpoint(ctx.run_id, seq)
+        snapshot = {} if saved is None else {key: value for key, value in
+                                             saved.variables.items() if key != "loop"}
+        return {"index": done, "iteration": done + 1,
+                "output": outputs[-1] if outputs else None, "variables": snapshot}
+
+    def _complete_iteration(self, step: Any, frame: Frame, ctx: Execution,
+                            index: int) -> dict[str, Any]:
+        """Save the iteration's result; return it as `loop.current`."""
         spec = step.loop
         state = frame.continuation
         variables = ctx.state.variables
@@ -187,16 +226,12 @@ class LoopStepExecutor:
             bind(variables, spec.result_variable, copy.deepcopy(result))
         ctx.state.add_result({"kind": ITERATION, "step_path": iteration_path,
                               "status": COMPLETED, "output": result})
-        outputs = self._results(ctx, frame.step_path, index + 1)
-        snapshot = {key: copy.deepcopy(value) for key, value in variables.items()
-                    if key != "loop"}
-        current = {"index": index, "iteration": index + 1, "output": copy.deepcopy(result),
-                   "variables": snapshot}
-        variables["loop"] = {"index": index, "iteration": index + 1,
-                             "outputs": copy.deepcopy(outputs),
-                             "previous": copy.deepcopy(state.get("previous")),
-                             "current": current}
-        state["previous"] = copy.deepcopy(current)
+        state["previousIndex"] = index
+        # A shallow snapshot: a variable's value is replaced, never changed in
+        # place (`bind` copies what it walks), so sharing the values is safe.
+        snapshot = {key: value for key, value in variables.items() if key != "loop"}
+        return {"index": index, "iteration": index + 1, "output": result,
+                "variables": snapshot}
 
     def _start(self, step: Any, frame: Frame, ctx: Execution) -> None:
         spec = step.loop

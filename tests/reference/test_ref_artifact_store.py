@@ -23,7 +23,8 @@ def test_round_trips_bytes_with_durable_metadata_and_integrity_information(
     information"."""
     store = LocalArtifactStore(tmp_path / "artifacts")
     data = bytes([0, 1, 2, 255])
-    uri, sha256 = store.put(data, media_type="application/octet-stream")
+    uri, sha256 = store.put(data, media_type="application/octet-stream",
+                            run_id="run-1")
     assert store.get(uri) == data
     assert sha256 == hashlib.sha256(data).hexdigest()
     assert uri.startswith("file:") and path_of(uri).is_file()
@@ -34,7 +35,7 @@ def test_does_not_use_caller_provided_names_as_filesystem_paths(tmp_path: Path) 
     """artifact-store.file.test.ts: "does not use caller-provided names as filesystem paths"
     (no name is taken at all), and a uri outside the store is refused."""
     store = LocalArtifactStore(tmp_path / "artifacts")
-    uri, _ = store.put(b"safe", media_type="text/plain")
+    uri, _ = store.put(b"safe", media_type="text/plain", run_id="run-1")
     assert store.get(uri) == b"safe"
     (tmp_path / "outside.txt").write_text("outside")
     with pytest.raises(ValueError, match="not in this artifact store"):
@@ -56,7 +57,7 @@ def test_detects_artifact_data_corruption_on_read(tmp_path: Path) -> None:
     bytes against the caller reference when data and metadata are replaced" (the name is the
     hash: there is no separate metadata to replace)."""
     store = LocalArtifactStore(tmp_path / "artifacts")
-    uri, _ = store.put(b"original", media_type="text/plain")
+    uri, _ = store.put(b"original", media_type="text/plain", run_id="run-1")
     path_of(uri).write_bytes(b"changed")
     with pytest.raises(CorruptRecord, match="does not match its sha256"):
         store.get(uri)

@@ -360,6 +360,13 @@ FIELDS: dict[str, tuple[str, str]] = {
     "WebhookPolicy.max_response_bytes": ("effect", WEBHOOK + "test_a_response_over_the_cap_"
                                          "fails_the_step_naming_the_cap"),
     "RuntimeConfig.limits": ("effect", LIMITS + "test_the_runtime_config_overrides_limits"),
+    "RuntimeConfig.store": ("effect", "tests/e2e/test_cli_error_table.py::test_the_store_of_"
+                            "the_config_in_the_current_directory"),
+    "SecretReference.secret": ("effect", "tests/functions/test_provider_secrets.py::test_the_"
+                               "step_handler_calls_the_provider_with_the_key_from_secrets_"
+                               "manager"),
+    "SecretReference.field": ("effect", "tests/functions/test_provider_secrets.py::test_an_ssm_"
+                              "secure_string_and_a_json_field_are_read_too"),
     "RuntimeConfig.execution": ("effect", WAVES + "test_max_concurrency_and_the_host_cap_split_"
                                 "the_wave"),
     "ExecutionPolicy.max_concurrency": ("effect", WAVES + "test_max_concurrency_and_the_host_"

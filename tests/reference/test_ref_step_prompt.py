@@ -18,7 +18,7 @@ def test_replays_complete_rich_histories_templates_text_only_and_resolves_artifa
     and resolves artifact media". Our artifact store addresses bytes by `uri`, so the
     references carry the uri the store gave."""
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    uri, _ = artifacts.put(bytes([1, 2, 3]), media_type="image/png")
+    uri, _ = artifacts.put(bytes([1, 2, 3]), media_type="image/png", run_id="run-1")
     model = scripted(responses=[{"text": "done"}])
     host = Host(model=model, artifacts=artifacts)
     unrendered = "{{ shouldNotCompile }}"
