@@ -110,8 +110,13 @@ class LoopStepExecutor:
         # the loop. The outputs come back from the saved iteration results and
         # `previous`'s snapshot from the checkpoint saved when it ended.
         outputs = self._results(ctx, frame.step_path, state["next"])
-        previous = self._previous(ctx, state, outputs)
+        previous = self._saved_iteration(ctx, state, outputs, "previous")
         finished: dict[str, Any] | None = None
+        if previous is not None and state["next"] >= state["count"]:
+            # Resumed after its last iteration: `loop` as that iteration left it.
+            finished = {"index": previous["index"], "iteration": previous["iteration"],
+                        "outputs": outputs, "current": previous,
+                        "previous": self._saved_iteration(ctx, state, outputs, "older")}
         while state["next"] < state["count"]:
             index = state["next"]
             iteration_path = join_path(frame.step_path, index)
@@ -159,6 +164,7 @@ class LoopStepExecutor:
                             step_path=iteration_path, iteration=index)
             self._advance(frame, state["count"] if goal_met else index + 1)
             # The checkpoint below holds the variables `previous` snapshots.
+            state["olderSeq"] = state.get("previousSeq")
             state["previousSeq"] = ctx.state.seq + 1
             await ctx.checkpoint()
         outputs = self._results(ctx, frame.step_path, state["count"])
@@ -191,19 +197,20 @@ class LoopStepExecutor:
         return bindings
 
     @staticmethod
-    def _previous(ctx: Execution, state: dict[str, Any],
-                  outputs: list[Any]) -> dict[str, Any] | None:
-        """`loop.previous` when a loop resumes: the last completed iteration, with the
-        variables saved by the checkpoint that ended it."""
-        seq = state.get("previousSeq")
-        done = state.get("previousIndex")
-        if seq is None or done is None:
+    def _saved_iteration(ctx: Execution, state: dict[str, Any], outputs: list[Any],
+                         which: str) -> dict[str, Any] | None:
+        """The last (`previous`) or the one before it (`older`) completed iteration
+        when a loop resumes, with the variables saved by the checkpoint that ended it."""
+        seq = state.get(f"{which}Seq")
+        done = state.get(f"{which}Index")
+        back = 1 if which == "previous" else 2
+        if seq is None or done is None or len(outputs) < back:
             return None
         saved = ctx.store.load_checkpoint(ctx.run_id, seq)
         snapshot = {} if saved is None else {key: value for key, value in
                                              saved.variables.items() if key != "loop"}
-        return {"index": done, "iteration": done + 1,
-                "output": outputs[-1] if outputs else None, "variables": snapshot}
+        return {"index": done, "iteration": done + 1, "output": outputs[-back],
+                "variables": snapshot}
 
     def _complete_iteration(self, step: Any, frame: Frame, ctx: Execution,
                             index: int) -> dict[str, Any]:
@@ -226,6 +233,7 @@ class LoopStepExecutor:
             bind(variables, spec.result_variable, copy.deepcopy(result))
         ctx.state.add_result({"kind": ITERATION, "step_path": iteration_path,
                               "status": COMPLETED, "output": result})
+        state["olderIndex"] = state.get("previousIndex")
         state["previousIndex"] = index
         # A shallow snapshot: a variable's value is replaced, never changed in
         # place (`bind` copies what it walks), so sharing the values is safe.

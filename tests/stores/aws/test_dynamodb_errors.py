@@ -69,7 +69,7 @@ def test_a_missing_table_is_named_with_its_region(aws: AwsResources) -> None:
 def test_a_missing_bucket_is_named_with_its_region(aws: AwsResources) -> None:
     blobs = S3BlobStore("no-such-blobs", aws.key_arn, client=aws.s3)
     with pytest.raises(StoreUnavailable) as put:
-        blobs.put(b"a checkpoint body")
+        blobs.put(b"a checkpoint body", run_id="run-1")
     assert "'no-such-blobs'" in str(put.value) and REGION in str(put.value)
     with pytest.raises(StoreUnavailable) as get:
         blobs.get("s3://no-such-blobs/checkpoints/ab/" + "ab" * 32)
