@@ -85,7 +85,7 @@ def test_a_webhook_cut_by_the_slice_is_sent_again_with_the_same_key(
     assert len(receiver.keys) == 1
 
     done = asyncio.run(h.runtime.advance("hook", deadline=h.clock.now() + timedelta(seconds=5)))
-    assert done.status is RunStatus.COMPLETED and done.output["status"] == 200
+    assert done.status is RunStatus.COMPLETED
     first, again = receiver.keys
     assert first is not None and first == again
     record = h.store.load_run("hook")

@@ -16,7 +16,7 @@ from agent_runtime.run_manifest import load_agent_manifest
 from agent_runtime.testing import scripted
 
 HERE = Path(__file__).resolve().parent
-MANIFEST = HERE.parent / "fixtures" / "manifests" / "interactive-brief.agent.yaml"
+MANIFEST = HERE / "fixtures" / "interactive-brief.agent.yaml"
 STAND_IN = HERE / "context7_stand_in.py"
 
 QUESTION = "How do I bound an await with a timeout?"
