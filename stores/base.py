@@ -89,10 +89,10 @@ class LeaseHeld(StoreError):
 
 
 class InvalidTransition(StoreError):
-    pass
+    """The run's status does not allow this change."""
 
 
-class RunTerminal(StoreError):
+class RunTerminal(InvalidTransition):
     """The run is completed, failed or cancelled; nothing more may change it."""
 
 
