@@ -14,7 +14,6 @@ from agent_runtime.cli_options import load_manifest, run_options, runtime_config
 from agent_runtime.cli_output import guarded
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
-from agent_runtime.reports import to_json_text
 from agent_runtime.variables import resolve_variables
 
 
@@ -42,6 +41,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         summary["plan"] = plan
     out = guarded(sys.stdout)
     if args.format == "json":
+        from agent_runtime.reports import to_json_text  # noqa: PLC0415 - json output only
+
         print(to_json_text(summary), file=out)
     else:
         print(printable(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
@@ -63,6 +64,8 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
                "store": config.store}
     out = guarded(sys.stdout)
     if args.format == "json":
+        from agent_runtime.reports import to_json_text  # noqa: PLC0415 - json output only
+
         print(to_json_text(summary), file=out)
     else:
         print(printable(f"ok: {args.file} ({len(config.providers)} providers, "
