@@ -21,7 +21,8 @@ LOADED = """
 import sys
 from agent_runtime.cli import main
 code = main(sys.argv[1:])
-heavy = ("agent_runtime.engine", "stores", "jsonschema", "httpx", "rich")
+heavy = ("agent_runtime.engine", "stores", "jsonschema", "httpx", "rich", "logging",
+         "importlib.metadata", "pydantic.plugin._loader")
 print("loaded:" + ",".join(name for name in heavy if name in sys.modules))
 sys.exit(code)
 """
@@ -46,6 +47,29 @@ def test_help_and_validate_load_only_what_they_use() -> None:
                           capture_output=True, text=True, timeout=120, check=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.stdout.split() == ["False", "False"]
+
+
+AFTER_VALIDATE = """
+import sys
+from pydantic import BaseModel
+from agent_runtime.cli import main
+assert main(sys.argv[1:]) == 0
+class Later(BaseModel):
+    x: int
+Later(x=1)
+from pydantic.plugin import _loader
+print(type(_loader.get_plugins()).__name__, "importlib.metadata" in sys.modules)
+"""
+
+
+def test_validate_skips_pydantic_plugin_lookup_only_while_it_checks_the_manifest() -> None:
+    # Without plugins (telemetry) validate never imports importlib.metadata
+    # (asserted above); a model built after it gets pydantic's own loader back.
+    done = subprocess.run([sys.executable, "-c", AFTER_VALIDATE, "validate", str(CHAIN)],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["dict_values", "True"]
 
 
 def test_every_subcommand_has_a_description_and_an_example(
