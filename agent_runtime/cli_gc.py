@@ -31,7 +31,12 @@ def add_gc_parser(commands: Any,
                   store_flags: Callable[[argparse.ArgumentParser], None]) -> None:
     gc = commands.add_parser(
         "gc", help="delete finished runs older than a duration (checkpoints, effects, "
-        "approvals, artifacts)")
+        "approvals, artifacts)",
+        description="Delete the runs that finished (completed, failed or cancelled) at least "
+                    "--older-than ago, with their checkpoints, effects, approvals and "
+                    "artifacts; --dry-run lists them first.",
+        epilog="example:\n  agent-runtime gc --older-than 30d --dry-run",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     gc.add_argument("--older-than", required=True, metavar="DURATION",
                     help="delete runs that finished at least this long ago: 30d, 12h, 15m, "
                     "0s, 2w or a sum (1d12h)")
