@@ -112,3 +112,19 @@ def test_completion_names_every_subcommand_and_flag(
 def test_the_parser_repeats_the_reconcilers_defaults() -> None:
     assert cli_flags.DEFAULT_MAX_TAKEOVERS == reconcile.DEFAULT_MAX_TAKEOVERS
     assert cli_flags.DEFAULT_RESUME_GRACE_SECONDS == reconcile.DEFAULT_RESUME_GRACE_SECONDS
+
+
+def test_a_check_as_the_whole_process_answers_as_one_called_in_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The command line's validate runs with the collector off and frees
+    # nothing at exit (cli._check_then_exit); its verdicts are main()'s.
+    broken = tmp_path / "broken.agent.yaml"
+    broken.write_text("schemaVersion: '1.0'\nsteps:\n  - id: a\n    type: prompt\n")
+    for manifest, code in ((CHAIN, 0), (broken, 2)):
+        done = subprocess.run([sys.executable, "-m", "agent_runtime.cli", "validate",
+                               str(manifest)], capture_output=True, text=True, timeout=120,
+                              check=False, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert main(["validate", str(manifest)]) == code == done.returncode
+        called = capsys.readouterr()
+        assert (done.stdout, done.stderr) == (called.out, called.err)
+        assert (done.stdout if code == 0 else done.stderr).strip()
