@@ -1,12 +1,14 @@
 """`agent-runtime examples list|show|run NAME`: the example agents of the repository.
 
-An example is `examples/NAME.agent.yaml`, with `NAME.script.yaml` (a
-scripted model's answers, so it runs offline) and the shared `tools.py` when
-they exist. `run` runs it exactly as `agent-runtime run` would, with those as
-its `--model` and `--tools` unless given, on the same store and flags.
+An example is `NAME.agent.yaml`, with `NAME.script.yaml` (a scripted
+model's answers, so it runs offline) and the shared `tools.py` when they
+exist. `run` runs it exactly as `agent-runtime run` would, with those as its
+`--model` and `--tools` unless given, on the same store and flags.
 
-The examples live in the source repository beside the package (a clone or
-an editable install); an installed wheel has none, and says so.
+They ship inside the package (`agent_runtime/examples/`, package data), so an
+installed wheel has them too; they are copies of the repository's
+`examples/`, which the README and `make run` use, and a test keeps the two
+the same.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from agent_runtime.cli_output import guarded
 from agent_runtime.errors import InvalidInput, NotFound
 from agent_runtime.excerpts import excerpt, printable
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 SUFFIX = ".agent.yaml"
 
 
 def _examples() -> dict[str, Path]:
     if not EXAMPLES_DIR.is_dir():
-        raise NotFound("the examples ship with the source repository (examples/ beside the "
-                       "package), which this installation does not have", source="examples")
+        raise NotFound(f"this installation has no examples ({EXAMPLES_DIR} is missing)",
+                       source="examples")
     return {path.name.removesuffix(SUFFIX): path
             for path in sorted(EXAMPLES_DIR.glob(f"*{SUFFIX}"))}
 

@@ -17,7 +17,6 @@ never printed or logged, only where to read it.
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from collections.abc import Callable
@@ -153,6 +152,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if missing is not None:
         print(f"error: agent-runtime serve: {missing}; {INSTALL_HINT}", file=sys.stderr)
         return EXIT_FAILED
+    import logging  # noqa: PLC0415 - only `serve` logs; every command builds its parser
+
     from agent_runtime.api.local_auth import (  # noqa: PLC0415
         DEFAULT_TOKEN_FILE,
         BearerTokens,

@@ -7,21 +7,52 @@ when `--config`, `--model` or `--tools` ask whether this host can run it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import types
+from collections.abc import Iterator
 
 from agent_runtime.cli_errors import EXIT_COMPLETED
 from agent_runtime.cli_options import load_manifest, run_options, runtime_config
 from agent_runtime.cli_output import guarded
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
-from agent_runtime.reports import to_json_text
 from agent_runtime.variables import resolve_variables
+
+_PLUGIN_LOADER = "pydantic.plugin._loader"
+
+
+def _no_plugins() -> tuple[()]:
+    return ()
+
+
+@contextlib.contextmanager
+def _without_pydantic_plugins() -> Iterator[None]:
+    """Pydantic looks its plugins up when it builds its first validator: it imports
+    importlib.metadata and reads every installed distribution's entry points,
+    half again what importing pydantic costs. Plugins watch a host's models
+    (telemetry); checking a file has no use for them. So while a manifest is
+    checked, a pydantic that has not loaded its plugin loader yet finds one
+    that reports none, and the real one is in place again afterwards."""
+    if _PLUGIN_LOADER in sys.modules:
+        yield
+        return
+    loader = types.ModuleType(_PLUGIN_LOADER)
+    loader.get_plugins = _no_plugins  # type: ignore[attr-defined]
+    sys.modules[_PLUGIN_LOADER] = loader
+    try:
+        yield
+    finally:
+        if sys.modules.get(_PLUGIN_LOADER) is loader:
+            del sys.modules[_PLUGIN_LOADER]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     options = run_options(args) if args.config or args.model or args.tools else None
     config = runtime_config(options) if options else None  # its limits apply from here
-    loaded = load_manifest(args.file)
+    # A host check (--config, --model, --tools) builds the engine, plugins and all.
+    with contextlib.nullcontext() if options else _without_pydantic_plugins():
+        loaded = load_manifest(args.file)
     if loaded.run is not None:
         overrides = {item.key: item.value for item in loaded.run.variables or []}
         resolve_variables(loaded.agent, overrides, source=str(loaded.path))
@@ -42,6 +73,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         summary["plan"] = plan
     out = guarded(sys.stdout)
     if args.format == "json":
+        from agent_runtime.reports import to_json_text  # noqa: PLC0415 - json output only
+
         print(to_json_text(summary), file=out)
     else:
         print(printable(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
@@ -63,6 +96,8 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
                "store": config.store}
     out = guarded(sys.stdout)
     if args.format == "json":
+        from agent_runtime.reports import to_json_text  # noqa: PLC0415 - json output only
+
         print(to_json_text(summary), file=out)
     else:
         print(printable(f"ok: {args.file} ({len(config.providers)} providers, "

@@ -46,7 +46,10 @@ EVENT_LINE_BYTES = 16 * MIB
 class InputLimits(BaseModel):
     """The bounds on input; the `limits:` section of the runtime config."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # Built when a config first sets limits: a command that keeps the defaults
+    # (`validate`, `--help`) does not pay for a validator it never uses.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True,
+                              defer_build=True)
 
     manifest_bytes: int = Field(default=2 * MIB, ge=1024, le=1024 * MIB, alias="manifestBytes")
     variables_bytes: int = Field(default=MIB, ge=1024, le=1024 * MIB, alias="variablesBytes")
@@ -62,7 +65,7 @@ class InputLimits(BaseModel):
                                 alias="conditionCost")
 
 
-DEFAULT_LIMITS = InputLimits()
+DEFAULT_LIMITS = InputLimits.model_construct()  # the field defaults, which are in bounds
 _CURRENT: contextvars.ContextVar[InputLimits] = contextvars.ContextVar(
     "agent_runtime_limits", default=DEFAULT_LIMITS)
 

@@ -425,9 +425,9 @@ class AgentManifest(SchemaModel):
         return self
 
 
-LoopStep.model_rebuild()
-SubRunStep.model_rebuild()
-AgentManifest.model_rebuild()
+# `Step` and `AgentManifest` are forward references in LoopStep and SubRunStep:
+# the models build lazily (SchemaModel's defer_build), once this module has
+# defined every name they refer to.
 
 
 def iter_steps(steps: Sequence[Step], prefix: str = "steps", *,

@@ -65,6 +65,10 @@ class SchemaModel(BaseModel):
         alias_generator=to_camel,
         strict=True,
         frozen=True,
+        # A model's validator is built when it is first used, not when its
+        # module is imported: `validate` builds the one for the manifest it
+        # reads (its step models' schemas inside it), not one per model.
+        defer_build=True,
     )
 
 

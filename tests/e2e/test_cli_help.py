@@ -21,7 +21,8 @@ LOADED = """
 import sys
 from agent_runtime.cli import main
 code = main(sys.argv[1:])
-heavy = ("agent_runtime.engine", "stores", "jsonschema", "httpx", "rich")
+heavy = ("agent_runtime.engine", "stores", "jsonschema", "httpx", "rich", "logging",
+         "importlib.metadata", "pydantic.plugin._loader")
 print("loaded:" + ",".join(name for name in heavy if name in sys.modules))
 sys.exit(code)
 """
@@ -46,6 +47,29 @@ def test_help_and_validate_load_only_what_they_use() -> None:
                           capture_output=True, text=True, timeout=120, check=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.stdout.split() == ["False", "False"]
+
+
+AFTER_VALIDATE = """
+import sys
+from pydantic import BaseModel
+from agent_runtime.cli import main
+assert main(sys.argv[1:]) == 0
+class Later(BaseModel):
+    x: int
+Later(x=1)
+from pydantic.plugin import _loader
+print(type(_loader.get_plugins()).__name__, "importlib.metadata" in sys.modules)
+"""
+
+
+def test_validate_skips_pydantic_plugin_lookup_only_while_it_checks_the_manifest() -> None:
+    # Without plugins (telemetry) validate never imports importlib.metadata
+    # (asserted above); a model built after it gets pydantic's own loader back.
+    done = subprocess.run([sys.executable, "-c", AFTER_VALIDATE, "validate", str(CHAIN)],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["dict_values", "True"]
 
 
 def test_every_subcommand_has_a_description_and_an_example(
@@ -88,3 +112,19 @@ def test_completion_names_every_subcommand_and_flag(
 def test_the_parser_repeats_the_reconcilers_defaults() -> None:
     assert cli_flags.DEFAULT_MAX_TAKEOVERS == reconcile.DEFAULT_MAX_TAKEOVERS
     assert cli_flags.DEFAULT_RESUME_GRACE_SECONDS == reconcile.DEFAULT_RESUME_GRACE_SECONDS
+
+
+def test_a_check_as_the_whole_process_answers_as_one_called_in_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The command line's validate runs with the collector off and frees
+    # nothing at exit (cli._check_then_exit); its verdicts are main()'s.
+    broken = tmp_path / "broken.agent.yaml"
+    broken.write_text("schemaVersion: '1.0'\nsteps:\n  - id: a\n    type: prompt\n")
+    for manifest, code in ((CHAIN, 0), (broken, 2)):
+        done = subprocess.run([sys.executable, "-m", "agent_runtime.cli", "validate",
+                               str(manifest)], capture_output=True, text=True, timeout=120,
+                              check=False, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert main(["validate", str(manifest)]) == code == done.returncode
+        called = capsys.readouterr()
+        assert (done.stdout, done.stderr) == (called.out, called.err)
+        assert (done.stdout if code == 0 else done.stderr).strip()

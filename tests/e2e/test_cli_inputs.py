@@ -91,6 +91,18 @@ def test_examples_list_show_and_run(cwd: Path, capsys: pytest.CaptureFixture[str
     assert 'NAME: no example "nope"; there are: triage' in capsys.readouterr().err
 
 
+def test_the_packaged_examples_are_the_repositorys_own() -> None:
+    # `agent-runtime examples` reads the copies inside the package (so an
+    # installed wheel has them); the README and `make run` use examples/.
+    repo = Path(__file__).resolve().parents[2]
+    packaged = repo / "agent_runtime" / "examples"
+    sources = {path.name for path in (repo / "examples").iterdir() if path.is_file()}
+    assert {path.name for path in packaged.iterdir() if path.is_file()} == sources
+    for name in sources:
+        assert (packaged / name).read_bytes() == (repo / "examples" / name).read_bytes(), \
+            f"agent_runtime/examples/{name} differs from examples/{name}: copy it again"
+
+
 def test_next_step_hints_carry_the_store_flags(cwd: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     approval = REPO / "tests" / "fixtures" / "manifests" / "approval.agent.yaml"
