@@ -329,9 +329,10 @@ FIELDS: dict[str, tuple[str, str]] = {
     "McpAuth.type": ("effect", CONFIG + "test_accepts_explicit_mcp_auth_modes_and_rejects_"
                      "ambiguous_authorization"),
     "McpAuth.token": ("effect", MCP + "test_tool_agent_runs_against_a_streamable_http_server"),
-    "McpConnectionConfig.bearer_token": ("refused", CONFIG + "test_accepts_explicit_mcp_auth_"
-                                         "modes_and_rejects_ambiguous_authorization"),
-    "McpConnectionConfig.headers": ("refused", MCP + "test_connection_config_is_strict"),
+    "McpConnectionConfig.bearer_token": ("effect", MCP + "test_headers_and_a_bearer_token_go_"
+                                         "with_every_http_request"),
+    "McpConnectionConfig.headers": ("effect", MCP + "test_headers_and_a_bearer_token_go_with_"
+                                    "every_http_request"),
     "McpConnectionConfig.command": ("effect", MCP + "test_tool_agent_runs_against_a_stdio_"
                                     "server"),
     "McpConnectionConfig.args": ("effect", MCP + "test_tool_agent_runs_against_a_stdio_"
