@@ -271,6 +271,14 @@ def _path_of(loc: tuple[int | str, ...]) -> str:
     return path
 
 
+# Provider fields that only some drivers apply: refused on the others rather than ignored.
+# (field, attribute, the drivers that use it)
+_DRIVER_ONLY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("includeUsage", "include_usage", ("openai", "openai-compatible")),
+    ("region", "region", ("bedrock",)),
+)
+
+
 def parse_config(data: Any, *, source: str) -> RuntimeConfig:
     if not isinstance(data, dict):
         raise ConfigError("a runtime config is a mapping with `version: \"1.0\"`", source=source)
@@ -297,6 +305,11 @@ def parse_config(data: Any, *, source: str) -> RuntimeConfig:
             raise ConfigError("give the endpoint without URL credentials (user:password@); "
                               "send them with apiKey or headers as env references",
                               source=source, field=f"providers.{name}.baseURL")
+        for field, attribute, drivers in _DRIVER_ONLY:
+            if getattr(provider, attribute) is not None and provider.driver not in drivers:
+                raise ConfigError(f"only the {' and '.join(drivers)} driver uses {field}; "
+                                  f"the {provider.driver} driver would ignore it: remove it",
+                                  source=source, field=f"providers.{name}.{field}")
     for name, connection in config.connections.items():
         _check_connection(connection, source=source, at=f"connections.{name}")
     for name, target in config.tools.items():

@@ -12,7 +12,8 @@ change what is imported when; it would only hide the driver from its siblings.
   the profile). Credentials: the AWS chain (environment, profile, role) or a
   Bedrock API key in `AWS_BEARER_TOKEN_BEDROCK`, read by botocore itself;
   `apiKey` is not used. Both are checked when the adapter is built, before
-  any request. `baseURL` is an endpoint URL (a VPC endpoint).
+  any request. `baseURL` is an endpoint URL (a VPC endpoint); `headers` go
+  with every request the driver's own clients send, signed with it.
 - boto3 is synchronous: every call runs in a worker thread
   (`asyncio.to_thread`). Streamed deltas are handed back to the event loop
   as they arrive; after a timeout the worker stops reading at the next event.
@@ -136,9 +137,18 @@ class BedrockModel:
                                 connect_timeout=min(timeout or CONNECT_TIMEOUT, CONNECT_TIMEOUT),
                                 user_agent_extra="agent-runtime")
                 assert self._session is not None
-                self._clients[timeout] = self._session.client(
+                client = self._session.client(
                     "bedrock-runtime", endpoint_url=self.settings.base_url, config=config)
+                if self.settings.headers:
+                    client.meta.events.register("before-sign.bedrock-runtime",
+                                                self._add_headers)
+                self._clients[timeout] = client
             return self._clients[timeout]
+
+    def _add_headers(self, request: Any, **_: Any) -> None:
+        # Before signing, so a proxy or endpoint that checks the signature sees them signed.
+        for name, value in self.settings.headers.items():
+            request.headers[name] = value
 
     async def generate(self, request: ModelRequest, *,
                        on_text: TextListener | None = None) -> ModelResponse:

@@ -347,20 +347,19 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, Path, list[str | None]]]:
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path, list[dict[str, str]]]]:
     """The documents server on 127.0.0.1 over streamable HTTP; yields its URL, its log
-    and the Authorization headers it received."""
+    and the headers of each request it received (names in lower case)."""
     import uvicorn
     from mcp_documents_server import documents_server
 
     log = tmp_path / "received.jsonl"
     app = documents_server(log).streamable_http_app()
-    authorizations: list[str | None] = []
+    requests: list[dict[str, str]] = []
 
     async def recording(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            authorizations.append(headers.get(b"authorization", b"").decode() or None)
+            requests.append({name.decode(): value.decode() for name, value in scope["headers"]})
         await app(scope, receive, send)
 
     port = free_port()
@@ -373,15 +372,16 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path, list[str | None]]]:
         if time.monotonic() > deadline or not thread.is_alive():
             pytest.fail("the MCP HTTP server did not start")
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}/mcp", log, authorizations
+    yield f"http://127.0.0.1:{port}/mcp", log, requests
     server.should_exit = True
     thread.join(timeout=10)
 
 
 @pytest.mark.slow
 def test_tool_agent_runs_against_a_streamable_http_server(
-        http_server: tuple[str, Path, list[str | None]], monkeypatch: pytest.MonkeyPatch) -> None:
-    url, log, authorizations = http_server
+        http_server: tuple[str, Path, list[dict[str, str]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, log, requests = http_server
     monkeypatch.setenv("DOCS_MCP_URL", url)
     monkeypatch.setenv("DOCS_MCP_TOKEN", "s3cret")
     config = config_with(documents={
@@ -395,7 +395,28 @@ def test_tool_agent_runs_against_a_streamable_http_server(
     search, read = tool_results(h, result.run_id)
     assert search["output"]["hits"][0]["id"] == "doc-1" and "output" in read
     assert [call["idempotencyKey"] for call in received(log)] == tool_call_keys(h, result.run_id)
-    assert authorizations and set(authorizations) == {"Bearer s3cret"}
+    assert requests and {request.get("authorization") for request in requests} == {
+        "Bearer s3cret"}
+
+
+@pytest.mark.slow
+def test_headers_and_a_bearer_token_go_with_every_http_request(
+        http_server: tuple[str, Path, list[dict[str, str]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, log, requests = http_server
+    monkeypatch.setenv("DOCS_MCP_TENANT", "acme")
+    monkeypatch.setenv("DOCS_MCP_TOKEN", "legacy-token")
+    config = config_with(documents={
+        "driver": "mcp", "url": url, "headers": {"X-Tenant": {"env": "DOCS_MCP_TENANT"}},
+        "bearerToken": {"env": "DOCS_MCP_TOKEN"}, "tools": ["search"],
+        "readTools": ["search"]})
+    h = Harness(scripted(responses=[*TOOL_AGENT_SCRIPT[:1], {"text": "Found."}]), config=config)
+    result = h.run(agent([{"ref": "documents", "alias": "docs"}], ["docs__search"]))
+
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert [call["tool"] for call in received(log)] == ["search"]
+    assert requests and {(request.get("x-tenant"), request.get("authorization"))
+                         for request in requests} == {("acme", "Bearer legacy-token")}
 
 
 def test_an_unset_environment_reference_fails_the_connection(

@@ -1,0 +1,129 @@
+"""Settings of a `providers` entry that each driver applies the same way: `headers`
+(each an env reference) reach the provider's endpoint with every request, whatever the
+driver, and an unset variable is refused naming the header before a run exists. A
+setting only some drivers use is refused by name on the others, never ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_provider_server import FakeProviderServer, Reply, driver_run, json_reply
+
+from agent_runtime import RunStatus
+from agent_runtime.config import parse_config
+from agent_runtime.errors import ConfigError
+
+PROMPT = {"id": "ask", "type": "prompt", "prompt": "Say hello.", "includeInFinalOutput": True}
+HEADERS = {"X-Tenant": {"env": "TENANT_HEADER"}, "X-Route": {"env": "ROUTE_HEADER"}}
+
+
+def openai_reply() -> Reply:
+    return json_reply({"id": "c1", "object": "chat.completion", "created": 1,
+                       "model": "test-model",
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": "Hello."}}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                 "total_tokens": 5}})
+
+
+def anthropic_reply() -> Reply:
+    return json_reply({"id": "m1", "type": "message", "role": "assistant", "model": "test-model",
+                       "content": [{"type": "text", "text": "Hello."}],
+                       "stop_reason": "end_turn", "stop_sequence": None,
+                       "usage": {"input_tokens": 3, "output_tokens": 2}})
+
+
+def bedrock_reply() -> Reply:
+    return json_reply({"output": {"message": {"role": "assistant",
+                                              "content": [{"text": "Hello."}]}},
+                       "stopReason": "end_turn",
+                       "usage": {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5},
+                       "metrics": {"latencyMs": 1}})
+
+
+# driver -> (provider entry without headers, given the server's URL; its reply)
+DRIVERS: dict[str, tuple[Any, Any]] = {
+    "openai-compatible": (lambda url: {"baseURL": f"{url}/v1",
+                                       "apiKey": {"env": "PROVIDER_TEST_KEY"}}, openai_reply),
+    "openai": (lambda url: {"baseURL": f"{url}/v1", "apiKey": {"env": "PROVIDER_TEST_KEY"}},
+               openai_reply),
+    "anthropic": (lambda url: {"baseURL": url, "apiKey": {"env": "PROVIDER_TEST_KEY"}},
+                  anthropic_reply),
+    "bedrock": (lambda url: {"baseURL": url, "region": "us-east-1"}, bedrock_reply),
+}
+
+
+@pytest.fixture
+def server() -> Iterator[FakeProviderServer]:
+    with FakeProviderServer() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A key for the key-based drivers; fake AWS credentials and no way to find real ones."""
+    monkeypatch.setenv("PROVIDER_TEST_KEY", "test-key")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def provider(driver: str, server: FakeProviderServer) -> dict[str, Any]:
+    entry, _ = DRIVERS[driver]
+    return {"providers": {"house": {"driver": driver, **entry(server.url),
+                                    "headers": HEADERS}}}
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_headers_reach_the_provider_with_the_request(
+        driver: str, server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TENANT_HEADER", "acme")
+    monkeypatch.setenv("ROUTE_HEADER", "eu-west")
+    server.add(DRIVERS[driver][1]())
+    result = driver_run(provider(driver, server)).run(
+        PROMPT, model={"provider": "house", "model": "test-model"})
+
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "Hello."
+    [request] = server.requests
+    assert (request.headers["x-tenant"], request.headers["x-route"]) == ("acme", "eu-west")
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_an_unset_header_variable_is_refused_before_a_run_naming_the_header(
+        driver: str, server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TENANT_HEADER", "acme")
+    monkeypatch.delenv("ROUTE_HEADER", raising=False)
+    run = driver_run(provider(driver, server))
+    with pytest.raises(ConfigError) as refused:
+        run.run(PROMPT, model={"provider": "house", "model": "test-model"})
+
+    assert "providers.house.headers.X-Route" in refused.value.reason
+    assert "ROUTE_HEADER, which is not set" in refused.value.reason
+    assert run.store.list_runs().runs == []
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(("driver", "field", "value", "users"), [
+    ("anthropic", "includeUsage", True, "openai and openai-compatible"),
+    ("bedrock", "includeUsage", False, "openai and openai-compatible"),
+    ("openai", "region", "us-east-1", "bedrock"),
+    ("anthropic", "region", "us-east-1", "bedrock"),
+])
+def test_a_setting_the_driver_does_not_use_is_refused_by_name(
+        driver: str, field: str, value: Any, users: str) -> None:
+    entry = {"driver": driver, "apiKey": {"env": "PROVIDER_TEST_KEY"}, field: value}
+    if driver == "bedrock":
+        del entry["apiKey"]
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"version": "1.0", "providers": {"house": entry}}, source="cfg.yaml")
+    assert refused.value.field == f"providers.house.{field}"
+    assert refused.value.reason == (f"only the {users} driver uses {field}; the {driver} "
+                                    "driver would ignore it: remove it")
