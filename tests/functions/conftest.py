@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 from aws_stack import MOTO_CONFIG, Deployment, Lambdas, deploy
+from granted_calls import CallRecorder
 from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
@@ -56,3 +57,13 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
             for gate in lambdas.gates.values():
                 gate.set()
             stack.wait_until_idle()
+
+
+@pytest.fixture(autouse=True)
+def calls_are_granted() -> Iterator[CallRecorder]:
+    """Every AWS call a handler makes in a test must be one its role is granted
+    (moto does not check IAM): a test whose handlers call beyond their role fails."""
+    recorder = CallRecorder()
+    with recorder.recording():
+        yield recorder
+    assert recorder.ungranted() == []

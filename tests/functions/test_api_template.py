@@ -103,17 +103,17 @@ def test_the_api_logs_every_request_and_throttles() -> None:
 
 def test_the_api_function_reads_and_writes_runs_and_puts_only_its_own_events() -> None:
     role = resource("ApiRole")["Properties"]
-    store, *tracing = role["ManagedPolicyArns"]
-    assert store == {"Ref": "RunStoreAccessPolicy"}
-    assert [entry["Fn::If"][0] for entry in tracing] == ["TracingOn"]
+    assert [entry["Fn::If"][0] for entry in role["ManagedPolicyArns"]] == ["TracingOn"]
     statements = role["Policies"][0]["PolicyDocument"]["Statement"]
     (put,) = [entry for entry in statements
               if isinstance(entry, dict) and entry.get("Action") == "events:PutEvents"]
     assert put["Resource"] == {"Fn::GetAtt": ["EventBus", "Arn"]}
-    assert put["Condition"] == {"StringEquals": {"events:source": "agent-runtime",
-                                                 "events:detail-type": "resume-requested"}}
-    runs = resource("RunStoreAccessPolicy")["Properties"]["PolicyDocument"]["Statement"][0]
-    assert {"Fn::Sub": "${RunsTable.Arn}/index/by-tenant"} in runs["Resource"]
+    # resume-requested to start and resume runs; run-finished for a run a client cancels.
+    assert put["Condition"] == {"StringEquals": {
+        "events:source": "agent-runtime",
+        "events:detail-type": ["resume-requested", "run-finished"]}}
+    (indexes,) = [entry for entry in statements if entry.get("Sid") == "RunIndexes"]
+    assert {"Fn::Sub": "${RunsTable.Arn}/index/by-tenant"} in indexes["Resource"]
 
 
 def test_the_stack_outputs_the_api_url_and_a_client_policy() -> None:

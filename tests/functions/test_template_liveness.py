@@ -95,14 +95,16 @@ def test_every_put_events_is_scoped_to_the_stacks_bus_and_source() -> None:
     puts = [(name, statement) for name, statement in _statements(load_template())
             if "events:PutEvents" in (statement["Action"] if isinstance(statement["Action"], list)
                                       else [statement["Action"]])]
-    assert {name for name, _ in puts} == {"AdvanceRole", "ApiRole"}
+    assert {name for name, _ in puts} == {"AdvanceRole", "ApiRole", "ReconcilerRole"}
     for name, statement in puts:
         assert statement["Resource"] == {"Fn::GetAtt": ["EventBus", "Arn"]}, name
         assert statement["Condition"]["StringEquals"]["events:source"] == "agent-runtime", name
     detail_types = {name: statement["Condition"]["StringEquals"]["events:detail-type"]
                     for name, statement in puts}
+    # run-finished from the API (a cancel) and the reconciler (a crash_loop failure) too.
     assert detail_types == {"AdvanceRole": ["resume-requested", "run-finished"],
-                            "ApiRole": "resume-requested"}
+                            "ApiRole": ["resume-requested", "run-finished"],
+                            "ReconcilerRole": "run-finished"}
 
 
 def test_the_rule_has_a_dead_letter_queue_and_the_start_function_an_on_failure_queue() -> None:
@@ -171,10 +173,10 @@ def test_the_functions_get_their_margins_limits_and_grace_from_the_template() ->
         assert env[name]["AGENT_RUNTIME_MAX_CONCURRENT_RUNS"] == {"Ref": "MaxConcurrentRuns"}
     assert float(env["ReconcilerFunction"]["AGENT_RUNTIME_RESUME_GRACE_SECONDS"]) > 0
     # The start function counts running runs on the status index.
-    (runs,) = [statement for statement
-               in properties("RunStoreReadPolicy")["PolicyDocument"]["Statement"]
-               if "dynamodb:Query" in statement["Action"]]
-    assert {"Fn::Sub": "${RunsTable.Arn}/index/by-status"} in runs["Resource"]
+    (runs,) = [statement for policy in properties("StartRole")["Policies"]
+               for statement in policy["PolicyDocument"]["Statement"]
+               if statement.get("Sid") == "RunIndexes"]
+    assert runs["Resource"] == [{"Fn::Sub": "${RunsTable.Arn}/index/by-status"}]
 
 
 def test_a_held_attempt_waits_and_advances_again() -> None:

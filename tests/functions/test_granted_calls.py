@@ -1,0 +1,73 @@
+"""The other direction of least privilege: what the handlers call is granted.
+
+conftest's `calls_are_granted` checks every function test's calls against
+template.yaml's roles; here, a run whose state is large enough to live in S3
+blobs goes through the API, start, Reserve and Advance, and the check itself
+is shown to refuse what a role does not allow.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_stack import Deployment, http_event
+from granted_calls import Call, CallRecorder, refused
+from grants import grants, role_of
+
+from functions.executions import execution_name
+from stores.dynamodb import DEFAULT_INLINE_LIMIT
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_kept_in_blobs_calls_only_what_each_role_grants(
+        deployment: Deployment, calls_are_granted: CallRecorder) -> None:
+    stack = deployment.stack
+    sample = json.loads(http_event("api-start-run.json")["body"])
+    # Past the inline limit: the run's variables, prompt and output are blobs.
+    topic = "durable agent checkpoints " * (DEFAULT_INLINE_LIMIT // 20)
+    body = {"manifest": sample["manifest"], "options": sample["options"],
+            "variables": {"topic": topic}}
+    created = stack.call_api(http_event("api-start-run.json", body=body))
+    assert created.status == 201, created.body
+    run_id = created.body["run"]["runId"]
+    stack.deliver_resume_requests()
+    assert stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
+    answer = stack.call_api(http_event("api-get-run.json", runId=run_id))
+    assert answer.status == 200 and answer.body["run"]["status"] == "completed"
+
+    blob_calls = {(call.function, call.operation) for call in calls_are_granted.calls
+                  if call.service == "s3"}
+    assert {("ApiFunction", "PutObject"), ("AdvanceFunction", "PutObject"),
+            ("AdvanceFunction", "GetObject")} <= blob_calls
+    assert all(call.params["Key"].startswith("checkpoints/") for call in calls_are_granted.calls
+               if call.service == "s3" and "Key" in call.params)
+    assert calls_are_granted.ungranted() == []
+
+
+def _why(function: str, service: str, operation: str, params: dict[str, Any]) -> list[str]:
+    return refused(Call(function, service, operation, params), grants(role_of(function)))
+
+
+def test_the_check_refuses_what_a_role_does_not_grant() -> None:
+    deletion = {"TransactItems": [{"Delete": {"TableName": "runs", "Key": {}}},
+                                  {"Delete": {"TableName": "runs", "Key": {}}}]}
+    assert _why("ApiFunction", "dynamodb", "TransactWriteItems", deletion) == [
+        "dynamodb:DeleteItem is not granted"] * 2
+    assert _why("ReserveFunction", "dynamodb", "Query", {"IndexName": "by-status"}) == [
+        "dynamodb:Query is granted, but not on what it touches: by-status"]
+    assert _why("ApiFunction", "s3", "PutObject", {"Key": "artifacts/run_1/a"}) == [
+        "s3:PutObject is granted, but not on what it touches: artifacts/run_1/a"]
+    finished = {"Entries": [{"Source": "agent-runtime", "DetailType": "run-finished"}]}
+    assert _why("StartFunction", "events", "PutEvents", finished) == [
+        "events:PutEvents is not granted"]
+    forged = {"Entries": [{"Source": "someone-else", "DetailType": "run-finished"}]}
+    assert _why("ReconcilerFunction", "events", "PutEvents", forged) == [
+        "events:PutEvents is granted, but not on what it touches: "
+        "[('someone-else', 'run-finished')]"]
+    assert _why("RetentionFunction", "s3", "DeleteObjects", {
+        "Delete": {"Objects": [{"Key": "checkpoints/run_1/x"}]}}) == []
+    assert _why("AdvanceFunction", "dynamodb", "TransactWriteItems", {"TransactItems": [
+        {"ConditionCheck": {}}, {"Put": {}}]}) == []
