@@ -72,6 +72,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py
 	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/many_runs.py
 	$(BIN)/python bench/cli_startup.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python

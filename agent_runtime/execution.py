@@ -38,6 +38,7 @@ from agent_runtime.errors import (
 from agent_runtime.events import EventEmitter
 from agent_runtime.manifest import AgentManifest, Step
 from agent_runtime.results import RunResult
+from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
 from agent_runtime.waves import wave_runner
 
@@ -200,7 +201,12 @@ class Execution:
             raise SuspendRun("interrupted", {"before": before, "step_path": path})
 
     def cursor(self) -> list[Frame]:
-        return [frame.model_copy(deep=True) for frame in self.stack]
+        # Frames are built by the engine, so their fields are valid: copy them
+        # without pydantic's validation or deepcopy (a hot path: every commit point).
+        return [Frame.model_construct(
+            step_path=frame.step_path, step_id=frame.step_id, step_index=frame.step_index,
+            loop_iteration=frame.loop_iteration, child_index=frame.child_index,
+            continuation=json_copy(frame.continuation)) for frame in self.stack]
 
     async def guarded(self, call: Awaitable[T]) -> T:
         """Await a long model or tool call while a heartbeat keeps the lease alive."""

@@ -30,13 +30,13 @@ the checkpoint that ended it.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import TYPE_CHECKING, Any
 
 from stores.records import Frame
 
 from agent_runtime.execution import join_path
+from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, ITERATION, LOOP_ITEMS, SKIPPED, STEP
 from agent_runtime.templates import MISSING, resolve_path
 
@@ -169,8 +169,8 @@ class LoopStepExecutor:
             await ctx.checkpoint()
         outputs = self._results(ctx, frame.step_path, state["count"])
         base = finished if finished is not None else variables.get("loop")
-        variables["loop"] = {**(copy.deepcopy(base) if isinstance(base, dict) else {}),
-                             "outputs": copy.deepcopy(outputs),
+        variables["loop"] = {**(json_copy(base) if isinstance(base, dict) else {}),
+                             "outputs": json_copy(outputs),
                              "goalMet": bool(state.get("goalMet")),
                              "goalMetAtIteration": state.get("goalMetAtIteration")}
         if (spec.output_mode or "array") == "final":
@@ -188,11 +188,11 @@ class LoopStepExecutor:
         before a dotted path changes it, so a skipped iteration changes nothing."""
         bindings: dict[str, Any] = {}
         for path, value in ((spec.item_variable or DEFAULT_ITEM_VARIABLE,
-                             copy.deepcopy(items[index]) if index < len(items) else None),
+                             json_copy(items[index]) if index < len(items) else None),
                             (spec.index_variable or DEFAULT_INDEX_VARIABLE, str(index))):
             head = path.split(".")[0]
             if head not in bindings and head in variables:
-                bindings[head] = copy.deepcopy(variables[head])
+                bindings[head] = json_copy(variables[head])
             bind(bindings, path, value)
         return bindings
 
@@ -228,9 +228,9 @@ class LoopStepExecutor:
             written = resolve_path(variables, spec.result_variable)
             if written is not MISSING and written is not None:
                 result = written
-        result = copy.deepcopy(result)
+        result = json_copy(result)
         if spec.result_variable:
-            bind(variables, spec.result_variable, copy.deepcopy(result))
+            bind(variables, spec.result_variable, json_copy(result))
         ctx.state.add_result({"kind": ITERATION, "step_path": iteration_path,
                               "status": COMPLETED, "output": result})
         state["olderIndex"] = state.get("previousIndex")

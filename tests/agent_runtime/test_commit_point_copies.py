@@ -1,0 +1,43 @@
+"""The cheap copies a commit point makes: JSON values copied apart from their
+source, and event ids that are still random version-4 UUIDs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from agent_runtime.events import EventEmitter
+from agent_runtime.serde import json_copy
+
+
+def test_json_copy_is_equal_and_shares_no_container_with_its_source() -> None:
+    source = {"outputs": [{"text": "a", "n": 1, "ok": True, "none": None, "f": 1.5}],
+              "nested": {"list": [[1, 2], {"k": "v"}]}}
+    copied = json_copy(source)
+    assert copied == source
+    copied["outputs"][0]["text"] = "changed"
+    copied["nested"]["list"][0].append(3)
+    copied["nested"]["list"][1]["k"] = "w"
+    assert source == {"outputs": [{"text": "a", "n": 1, "ok": True, "none": None, "f": 1.5}],
+                      "nested": {"list": [[1, 2], {"k": "v"}]}}
+
+
+def test_json_copy_deep_copies_what_is_not_plain_json() -> None:
+    class Box:
+        def __init__(self) -> None:
+            self.items = [1]
+
+    box = Box()
+    copied = json_copy({"box": box})
+    assert copied["box"] is not box and copied["box"].items == [1]
+    assert copied["box"].items is not box.items
+
+
+def test_event_ids_are_distinct_version_4_uuids() -> None:
+    emitter = EventEmitter([], run_id="r", attempt=1, now=lambda: datetime.now(UTC))
+    ids = [emitter.emit("step.started").id for _ in range(500)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(hex=value)
+        assert len(value) == 32 and parsed.hex == value
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
