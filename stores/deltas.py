@@ -19,8 +19,8 @@ what differs between stores is only where the bodies live.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,10 @@ class DeltaFormatError(ValueError):
     pass
 
 
-def _fold(bodies: Iterable[str | bytes]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+def _folded(bodies: Iterable[str | bytes]) -> Iterator[tuple[dict[str, Any], dict[str, list[Any]]]]:
+    """The head and lists after each body, in order: one pass over the bodies.
+
+    The lists are the fold's own, changed by the next body: a caller keeps copies."""
     head: dict[str, Any] | None = None
     lists: dict[str, list[Any]] = {name: [] for name in APPEND_ONLY_FIELDS}
     for body in bodies:
@@ -188,18 +191,23 @@ def _fold(bodies: Iterable[str | bytes]) -> tuple[dict[str, Any], dict[str, list
                 )
             del lists[name][base:]
             lists[name].extend(items)
-    if head is None:
-        raise DeltaFormatError("no checkpoint bodies to assemble")
-    return head, lists
+        yield head, lists
+
+
+def _checkpoint(head: dict[str, Any], lists: dict[str, list[Any]]) -> Checkpoint:
+    try:
+        # Validation copies the lists, so the fold may go on changing its own.
+        return Checkpoint.model_validate({**head, **lists})
+    except ValidationError as error:
+        raise DeltaFormatError(f"checkpoint body is not a valid checkpoint: {error}") from error
 
 
 def assemble(bodies: Iterable[str | bytes]) -> tuple[Checkpoint, SavedLists]:
     """The checkpoint of the last body, from every body of the run up to it, in seq order."""
-    head, lists = _fold(bodies)
-    try:
-        checkpoint = Checkpoint.model_validate({**head, **lists})
-    except ValidationError as error:
-        raise DeltaFormatError(f"checkpoint body is not a valid checkpoint: {error}") from error
+    last = deque(_folded(bodies), maxlen=1)
+    if not last:
+        raise DeltaFormatError("no checkpoint bodies to assemble")
+    checkpoint = _checkpoint(*last[0])
     stable = {name: getattr(checkpoint, name) for name in _STABLE_FIELDS}
     # The checkpoint's own entries, so a caller that resumes from this
     # checkpoint hands the same objects back and the next save is a delta
@@ -207,6 +215,15 @@ def assemble(bodies: Iterable[str | bytes]) -> tuple[Checkpoint, SavedLists]:
     saved = {name: _list_items(checkpoint, name) for name in APPEND_ONLY_FIELDS}
     return checkpoint, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable,
                                   counts={name: len(items) for name, items in saved.items()})
+
+
+def assemble_each(bodies: Iterable[str | bytes], *, first: int) -> Iterator[Checkpoint]:
+    """The checkpoint of every body from the `first`-th on (bodies from seq 1, in seq
+    order), each body read once: a range of checkpoints costs one fold, not one per
+    checkpoint."""
+    for number, folded in enumerate(_folded(bodies), start=1):
+        if number >= first:
+            yield _checkpoint(*folded)
 
 
 class SavedListsCache:
