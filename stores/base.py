@@ -156,7 +156,9 @@ class RunStore(Protocol):
         cut to 1..`checkpoint_seq`), by seq, each as `load_checkpoint` returns it; []
         when the run does not exist or has none of them. Reads each stored body once,
         so a run's whole timeline costs what loading its latest checkpoint costs, not
-        that times the number of checkpoints. `CorruptRecord` as `load_checkpoint`."""
+        that times the number of checkpoints. The checkpoints may share the entries
+        of their append-only lists (never changed in place). `CorruptRecord` as
+        `load_checkpoint`."""
         ...
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic_core
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from stores.records import APPEND_ONLY_FIELDS, Checkpoint
+from stores.records import APPEND_ONLY_FIELDS, ArtifactRef, Checkpoint, JsonObject
 
 BODY_FORMAT = "checkpoint-delta/1"
 # A body whose variables are a change to the previous body's: which variables
@@ -220,10 +220,39 @@ def assemble(bodies: Iterable[str | bytes]) -> tuple[Checkpoint, SavedLists]:
 def assemble_each(bodies: Iterable[str | bytes], *, first: int) -> Iterator[Checkpoint]:
     """The checkpoint of every body from the `first`-th on (bodies from seq 1, in seq
     order), each body read once: a range of checkpoints costs one fold, not one per
-    checkpoint."""
-    for number, folded in enumerate(_folded(bodies), start=1):
-        if number >= first:
-            yield _checkpoint(*folded)
+    checkpoint. An entry of the append-only lists is validated once and shared by the
+    checkpoints that hold it (entries are never changed in place: the contract)."""
+    raw: dict[str, list[Any]] = {name: [] for name in APPEND_ONLY_FIELDS}
+    valid: dict[str, list[Any]] = {name: [] for name in APPEND_ONLY_FIELDS}
+    for number, (head, lists) in enumerate(_folded(bodies), start=1):
+        if number < first:
+            continue
+        checkpoint = _checkpoint(head, {name: [] for name in APPEND_ONLY_FIELDS})
+        for name, entries in lists.items():
+            kept = len(raw[name])
+            # The fold replaces entries only with new objects (from json.loads), so the
+            # last entry validated still in its place means every earlier one is too.
+            if kept and (kept > len(entries) or entries[kept - 1] is not raw[name][-1]):
+                kept = 0
+            added = entries[kept:]
+            raw[name][kept:] = added
+            valid[name][kept:] = _validated_entries(name, added, head)
+        yield checkpoint.model_copy(update={name: list(items) for name, items in valid.items()})
+
+
+# Each append-only list's type, as the checkpoint declares it.
+_ENTRIES: dict[str, TypeAdapter[Any]] = {
+    "step_results": TypeAdapter(list[JsonObject]), "transcript": TypeAdapter(list[JsonObject]),
+    "artifacts": TypeAdapter(list[ArtifactRef])}
+
+
+def _validated_entries(name: str, entries: list[Any], head: dict[str, Any]) -> list[Any]:
+    try:
+        validated: list[Any] = _ENTRIES[name].validate_python(entries)
+    except ValidationError as error:
+        raise DeltaFormatError(f"checkpoint {head.get('seq')} has a malformed {name} entry: "
+                               f"{error}") from error
+    return validated
 
 
 class SavedListsCache:
