@@ -71,6 +71,7 @@ test: dev lint template-check
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py
+	$(BIN)/python bench/timeline_read.py
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/many_runs.py
 	$(BIN)/python bench/cli_startup.py

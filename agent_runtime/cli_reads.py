@@ -112,8 +112,12 @@ def _where(checkpoint: Checkpoint) -> tuple[str, str]:
 
 def timeline(store: RunStore, record: RunRecord) -> Iterator[TimelineEntry]:
     kinds = _step_kinds(record.manifest.get("steps"), {})
-    for info in store.list_checkpoints(record.run_id):
-        checkpoint = store.load_checkpoint(record.run_id, info.seq)
+    infos = store.list_checkpoints(record.run_id)
+    # Every checkpoint in one read: loading them one by one refolds the run each time.
+    loaded = {checkpoint.seq: checkpoint for checkpoint in
+              store.load_checkpoints(record.run_id, 1, infos[-1].seq)} if infos else {}
+    for info in infos:
+        checkpoint = loaded.get(info.seq)
         if checkpoint is None:
             continue
         path, step_id = _where(checkpoint)

@@ -151,6 +151,16 @@ class RunStore(Protocol):
         such seq (outside 1..`checkpoint_seq`), `CorruptRecord` when it should and
         does not."""
 
+    def load_checkpoints(self, run_id: str, first_seq: int, last_seq: int) -> list[Checkpoint]:
+        """The checkpoints with seqs `first_seq`..`last_seq` that the run has (the range
+        cut to 1..`checkpoint_seq`), by seq, each as `load_checkpoint` returns it; []
+        when the run does not exist or has none of them. Reads each stored body once,
+        so a run's whole timeline costs what loading its latest checkpoint costs, not
+        that times the number of checkpoints. The checkpoints may share the entries
+        of their append-only lists (never changed in place). `CorruptRecord` as
+        `load_checkpoint`."""
+        ...
+
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         """Every checkpoint's seq, attempt, created_at and added bytes, by seq.
 
@@ -187,6 +197,10 @@ class RunStore(Protocol):
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
         """Append a checkpoint of the running attempt; renew the lease in the same write.
+
+        The run's `consumed_tokens` and `budget.max_total_tokens` become the
+        checkpoint's (a resume may have replaced the limit), in the same write;
+        so does a checkpoint passed with a state change.
 
         Raises `StaleAttempt`, `RunTerminal`, `InvalidTransition` (run not
         running) or `CheckpointConflict` (seq not latest + 1 and not an

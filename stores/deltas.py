@@ -19,15 +19,15 @@ what differs between stores is only where the bodies live.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic_core
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from stores.records import APPEND_ONLY_FIELDS, Checkpoint
+from stores.records import APPEND_ONLY_FIELDS, ArtifactRef, Checkpoint, JsonObject
 
 BODY_FORMAT = "checkpoint-delta/1"
 # A body whose variables are a change to the previous body's: which variables
@@ -153,7 +153,10 @@ class DeltaFormatError(ValueError):
     pass
 
 
-def _fold(bodies: Iterable[str | bytes]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+def _folded(bodies: Iterable[str | bytes]) -> Iterator[tuple[dict[str, Any], dict[str, list[Any]]]]:
+    """The head and lists after each body, in order: one pass over the bodies.
+
+    The lists are the fold's own, changed by the next body: a caller keeps copies."""
     head: dict[str, Any] | None = None
     lists: dict[str, list[Any]] = {name: [] for name in APPEND_ONLY_FIELDS}
     for body in bodies:
@@ -188,18 +191,23 @@ def _fold(bodies: Iterable[str | bytes]) -> tuple[dict[str, Any], dict[str, list
                 )
             del lists[name][base:]
             lists[name].extend(items)
-    if head is None:
-        raise DeltaFormatError("no checkpoint bodies to assemble")
-    return head, lists
+        yield head, lists
+
+
+def _checkpoint(head: dict[str, Any], lists: dict[str, list[Any]]) -> Checkpoint:
+    try:
+        # Validation copies the lists, so the fold may go on changing its own.
+        return Checkpoint.model_validate({**head, **lists})
+    except ValidationError as error:
+        raise DeltaFormatError(f"checkpoint body is not a valid checkpoint: {error}") from error
 
 
 def assemble(bodies: Iterable[str | bytes]) -> tuple[Checkpoint, SavedLists]:
     """The checkpoint of the last body, from every body of the run up to it, in seq order."""
-    head, lists = _fold(bodies)
-    try:
-        checkpoint = Checkpoint.model_validate({**head, **lists})
-    except ValidationError as error:
-        raise DeltaFormatError(f"checkpoint body is not a valid checkpoint: {error}") from error
+    last = deque(_folded(bodies), maxlen=1)
+    if not last:
+        raise DeltaFormatError("no checkpoint bodies to assemble")
+    checkpoint = _checkpoint(*last[0])
     stable = {name: getattr(checkpoint, name) for name in _STABLE_FIELDS}
     # The checkpoint's own entries, so a caller that resumes from this
     # checkpoint hands the same objects back and the next save is a delta
@@ -207,6 +215,44 @@ def assemble(bodies: Iterable[str | bytes]) -> tuple[Checkpoint, SavedLists]:
     saved = {name: _list_items(checkpoint, name) for name in APPEND_ONLY_FIELDS}
     return checkpoint, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable,
                                   counts={name: len(items) for name, items in saved.items()})
+
+
+def assemble_each(bodies: Iterable[str | bytes], *, first: int) -> Iterator[Checkpoint]:
+    """The checkpoint of every body from the `first`-th on (bodies from seq 1, in seq
+    order), each body read once: a range of checkpoints costs one fold, not one per
+    checkpoint. An entry of the append-only lists is validated once and shared by the
+    checkpoints that hold it (entries are never changed in place: the contract)."""
+    raw: dict[str, list[Any]] = {name: [] for name in APPEND_ONLY_FIELDS}
+    valid: dict[str, list[Any]] = {name: [] for name in APPEND_ONLY_FIELDS}
+    for number, (head, lists) in enumerate(_folded(bodies), start=1):
+        if number < first:
+            continue
+        checkpoint = _checkpoint(head, {name: [] for name in APPEND_ONLY_FIELDS})
+        for name, entries in lists.items():
+            kept = len(raw[name])
+            # The fold replaces entries only with new objects (from json.loads), so the
+            # last entry validated still in its place means every earlier one is too.
+            if kept and (kept > len(entries) or entries[kept - 1] is not raw[name][-1]):
+                kept = 0
+            added = entries[kept:]
+            raw[name][kept:] = added
+            valid[name][kept:] = _validated_entries(name, added, head)
+        yield checkpoint.model_copy(update={name: list(items) for name, items in valid.items()})
+
+
+# Each append-only list's type, as the checkpoint declares it.
+_ENTRIES: dict[str, TypeAdapter[Any]] = {
+    "step_results": TypeAdapter(list[JsonObject]), "transcript": TypeAdapter(list[JsonObject]),
+    "artifacts": TypeAdapter(list[ArtifactRef])}
+
+
+def _validated_entries(name: str, entries: list[Any], head: dict[str, Any]) -> list[Any]:
+    try:
+        validated: list[Any] = _ENTRIES[name].validate_python(entries)
+    except ValidationError as error:
+        raise DeltaFormatError(f"checkpoint {head.get('seq')} has a malformed {name} entry: "
+                               f"{error}") from error
+    return validated
 
 
 class SavedListsCache:

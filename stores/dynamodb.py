@@ -199,6 +199,10 @@ class DynamoDbRunStore:
             stored = self._reader.load(run_id)
             return None if stored is None else self._reader.stored_checkpoint(stored.run, seq)
 
+    def load_checkpoints(self, run_id: str, first_seq: int, last_seq: int) -> list[Checkpoint]:
+        with self._lock(run_id):
+            return self._reader.stored_checkpoints(run_id, first_seq, last_seq)
+
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._lock(run_id):
             stored = self._reader.load(run_id)
@@ -342,7 +346,8 @@ class DynamoDbRunStore:
         if (known is None or known.run.attempt != expected_attempt
                 or known.run.status is not RunStatus.RUNNING
                 or self._owner(checkpoint.run_id) not in (None, known.run.lease_owner)
-                or (known.run.checkpoint_seq or 0) != seq - 1):
+                or (known.run.checkpoint_seq or 0) != seq - 1
+                or transitions.budget_changes(known.run, checkpoint)):
             return False
         previous = self._reader.saved_lists(known.incarnation, seq - 1)
         if previous is None and seq != 1:

@@ -73,7 +73,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NEVER_DUE = 2**63 - 1
 
 # The fields of a run that never change after create_run: its definition.
-DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
+# (Not the budget: a resume may replace its limit. Runs stored when it was part of
+# the definition still read it from there until their record is next written.)
+DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "parent",
                      "tenant", "options", "created_at"}
 # The fields kept as attributes of META rather than in its `state` JSON.
 ATTRIBUTE_FIELDS = {"status", "attempt", "lease_expires_at", "checkpoint_seq", "consumed_tokens",

@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stores.base import CorruptRecord, StaleAttempt, StoreError
-from stores.deltas import SavedLists, SavedListsCache, assemble
+from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each
 from stores.dynamodb_items import (
     DEFINITION_SK,
     META,
@@ -42,6 +42,7 @@ from stores.dynamodb_items import (
 from stores.dynamodb_requests import Condition, Refused, Table
 from stores.records import Checkpoint, RunRecord, RunStatus
 
+_T = TypeVar("_T")
 ROUNDS = 12  # read-modify-write rounds lost to concurrent writers before giving up
 
 
@@ -166,6 +167,23 @@ class RunReader:
     def assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists]:
         """The checkpoint at `seq` (at most the run's checkpoint_seq, so it exists) from
         every body up to it."""
+        checkpoint, saved = self._folded(run_id, seq, assemble)
+        _check_identity(run_id, checkpoint, seq)
+        return checkpoint, saved
+
+    def stored_checkpoints(self, run_id: str, first: int, last: int) -> list[Checkpoint]:
+        """The run's checkpoints `first`..`last` (cut to 1..checkpoint_seq) in one fold."""
+        stored = self.load(run_id)
+        last = 0 if stored is None else min(last, stored.run.checkpoint_seq or 0)
+        if max(first, 1) > last:
+            return []
+        checkpoints = self._folded(run_id, last,
+                                   lambda bodies: list(assemble_each(bodies, first=first)))
+        for seq, checkpoint in enumerate(checkpoints, start=max(first, 1)):
+            _check_identity(run_id, checkpoint, seq)
+        return checkpoints
+
+    def _folded(self, run_id: str, seq: int, fold: Callable[[Iterator[str]], _T]) -> _T:
         items = list(self.table.query(partition(run_id),
                                       between=(checkpoint_sk(1), checkpoint_sk(seq))))
         checked_checkpoints(items, run_id, seq)
@@ -178,16 +196,12 @@ class RunReader:
                 yield checkpoint_body(item, self.texts, run_id)
 
         try:
-            checkpoint, saved = assemble(bodies())
+            return fold(bodies())
         # A body of the wrong shape surfaces as a lookup, type or attribute
         # error, a bad head as a pydantic ValidationError (a ValueError).
         except (ValueError, LookupError, TypeError, AttributeError) as error:
             raise CorruptRecord(f"checkpoint {current} of run {run_id!r} did not decode: "
                                 f"{error}") from error
-        if checkpoint.run_id != run_id or checkpoint.seq != seq:
-            raise CorruptRecord(f"checkpoint {seq} of run {run_id!r} holds checkpoint "
-                                f"{checkpoint.seq} of run {checkpoint.run_id!r}")
-        return checkpoint, saved
 
     def stored_checkpoint(self, run: RunRecord | None, seq: int) -> Checkpoint | None:
         """The stored checkpoint at `seq`, if any (only a re-save reads one back)."""
@@ -284,3 +298,9 @@ class Rounds:
     def confirm(self) -> bool:
         """True when this round's outcome must be decided again on a read."""
         return self._predicted
+
+
+def _check_identity(run_id: str, checkpoint: Checkpoint, seq: int) -> None:
+    if checkpoint.run_id != run_id or checkpoint.seq != seq:
+        raise CorruptRecord(f"checkpoint {seq} of run {run_id!r} holds checkpoint "
+                            f"{checkpoint.seq} of run {checkpoint.run_id!r}")

@@ -45,12 +45,12 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -69,7 +69,7 @@ from stores.atomic_files import (
     write_atomic,
 )
 from stores.base import CorruptRecord, RunAlreadyExists
-from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
 from stores.file_approvals import recorded_decision, restore_decision, write_decision
 from stores.file_effects import EffectLedger
 from stores.file_layout import SUBDIRS, RunFile, check_run_id, read_run_file
@@ -86,6 +86,7 @@ from stores.records import (
 )
 
 _TRASH_PREFIX = ".trash-"
+_T = TypeVar("_T")
 
 
 def _record(state: RunFile | None) -> RunRecord | None:
@@ -154,6 +155,10 @@ class FileRunStore:
         return meta, body, size
 
     def _assemble(self, run_id: str, seq: int) -> tuple[Checkpoint, SavedLists]:
+        return self._assembled(run_id, seq, assemble)
+
+    def _assembled(self, run_id: str, seq: int, fold: Callable[[Iterator[str]], _T]) -> _T:
+        """`fold` of the bodies of checkpoints 1..`seq`, damage raised as `CorruptRecord`."""
         reading: list[Path] = []
 
         def bodies() -> Iterator[str]:
@@ -162,7 +167,7 @@ class FileRunStore:
                 yield self._checkpoint_file(run_id, number)[1]
 
         try:
-            return assemble(bodies())
+            return fold(bodies())
         # deltas raises DeltaFormatError, but a well-formed JSON body of the
         # wrong shape surfaces as KeyError/TypeError, and a bad head as a
         # pydantic ValidationError (a ValueError); all are corrupt bytes.
@@ -235,6 +240,14 @@ class FileRunStore:
 
     def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         return self._load(run_id, seq)
+
+    def load_checkpoints(self, run_id: str, first_seq: int, last_seq: int) -> list[Checkpoint]:
+        with self._locked(run_id, shared=True) as state:
+            last = 0 if state is None else min(last_seq, state.latest_seq)
+            if max(first_seq, 1) > last:
+                return []
+            return self._assembled(
+                run_id, last, lambda bodies: list(assemble_each(bodies, first=first_seq)))
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._locked(run_id, shared=True) as found:

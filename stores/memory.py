@@ -18,7 +18,7 @@ from typing import Any
 
 from stores import transitions
 from stores.base import RunAlreadyExists
-from stores.deltas import SavedLists, SavedListsCache, assemble, encode_body
+from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
@@ -103,6 +103,13 @@ class MemoryRunStore:
         with self._lock:
             found = self._assemble(run_id, seq)
             return None if found is None else found[0]
+
+    def load_checkpoints(self, run_id: str, first_seq: int, last_seq: int) -> list[Checkpoint]:
+        with self._lock:
+            stored = [row for row in self._checkpoints.get(run_id, []) if row.seq <= last_seq]
+            if first_seq > last_seq or not stored or stored[-1].seq < first_seq:
+                return []
+            return list(assemble_each((row.body for row in stored), first=first_seq))
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._lock:

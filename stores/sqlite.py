@@ -68,6 +68,7 @@ from stores.sqlite_rows import (
     RUN_SEAL_SQL,
     RUN_VALUES,
     assemble_rows,
+    assemble_rows_each,
     checkpoint_row,
     digest,
     moment,
@@ -229,6 +230,15 @@ class SqliteRunStore:
             found = self._assemble(conn, run_id, latest, seq)
             return None if found is None else found[0]
 
+    def load_checkpoints(self, run_id: str, first_seq: int, last_seq: int) -> list[Checkpoint]:
+        with self._read() as conn:
+            run, _, latest = self._row(conn, run_id)
+            last = min(last_seq, latest)
+            if run is None or max(first_seq, 1) > last:
+                return []
+            rows = self._checkpoint_rows(conn, run_id, latest, last, bodies=True)
+            return assemble_rows_each(self.path, run_id, rows, first_seq)
+
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._read() as conn:
             transitions.require_run(self._run(conn, run_id), run_id)
@@ -327,7 +337,8 @@ class SqliteRunStore:
         # record text the trigger does not touch: the reading path rewrites it.
         # (Takeovers change only with the attempt, so a record known at this
         # attempt knows them.)
-        if known is None or known.run.attempt != expected_attempt or known.run.takeovers:
+        if known is None or known.run.attempt != expected_attempt or known.run.takeovers \
+                or transitions.budget_changes(known.run, checkpoint):
             return False
         previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
         if previous is None and checkpoint.seq != 1:

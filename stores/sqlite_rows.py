@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from stores.base import CorruptRecord
 from stores.codecs import open_text, seal_text
-from stores.deltas import SavedLists, assemble
+from stores.deltas import SavedLists, assemble, assemble_each
 from stores.records import Checkpoint, RunRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_T = TypeVar("_T")
 MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
 
 # What a run write sets: the record, its checksum, and beside them the fields
@@ -91,7 +92,9 @@ def moment(value: int | None) -> datetime | None:
 
 
 # The fields of a run that never change after create_run: its definition.
-DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "budget", "parent",
+# (Not the budget: a resume may replace its limit. Runs stored when it was part of
+# the definition still read it from there until their record is next written.)
+DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "parent",
                         "tenant", "options", "created_at"}
 # The fields kept in columns rather than in the record's JSON.
 COLUMNS_ONLY = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at"}
@@ -228,6 +231,23 @@ def assemble_rows(path: Path, run_id: str,
                   rows: Sequence[Sequence[Any]]) -> tuple[Checkpoint, SavedLists]:
     """The checkpoint of the last of `rows` (CHECKPOINT_SELECT and the body, by seq from
     seq 1, checked by `checked_checkpoints`)."""
+    checkpoint, saved = _decoded(path, run_id, rows, assemble)
+    _check_identity(path, run_id, checkpoint, rows[-1][1])
+    return checkpoint, saved
+
+
+def assemble_rows_each(path: Path, run_id: str, rows: Sequence[Sequence[Any]],
+                       first: int) -> list[Checkpoint]:
+    """The checkpoints of `rows` (as for `assemble_rows`) from seq `first` on, in one fold."""
+    checkpoints = _decoded(path, run_id, rows,
+                           lambda bodies: list(assemble_each(bodies, first=first)))
+    for checkpoint, row in zip(checkpoints, rows[len(rows) - len(checkpoints):], strict=True):
+        _check_identity(path, run_id, checkpoint, row[1])
+    return checkpoints
+
+
+def _decoded(path: Path, run_id: str, rows: Sequence[Sequence[Any]],
+             fold: Callable[[Iterator[str]], _T]) -> _T:
     current = rows[0][1]
 
     def bodies() -> Iterator[str]:
@@ -238,14 +258,16 @@ def assemble_rows(path: Path, run_id: str,
             yield open_text(verified(path, row[9], row[7], what), what)
 
     try:
-        checkpoint, saved = assemble(bodies())
+        return fold(bodies())
     # deltas raises DeltaFormatError for what it checks, but JSON of the
     # wrong shape surfaces as a lookup, type or attribute error, and a bad
     # head as a pydantic ValidationError (a ValueError): all are damage.
     except (ValueError, LookupError, TypeError, AttributeError) as error:
         raise CorruptRecord(f"checkpoint {current} of run {run_id!r} in {path} "
                             f"did not decode: {error}") from error
-    if checkpoint.run_id != run_id or checkpoint.seq != rows[-1][1]:
-        raise CorruptRecord(f"checkpoint {rows[-1][1]} of run {run_id!r} in {path} "
+
+
+def _check_identity(path: Path, run_id: str, checkpoint: Checkpoint, seq: object) -> None:
+    if checkpoint.run_id != run_id or checkpoint.seq != seq:
+        raise CorruptRecord(f"checkpoint {seq} of run {run_id!r} in {path} "
                             f"holds checkpoint {checkpoint.seq} of run {checkpoint.run_id!r}")
-    return checkpoint, saved

@@ -128,6 +128,7 @@ def next_checkpoint(run: RunRecord | None, checkpoint: Checkpoint, *, expected_a
         # Progress: the attempt that saved it is alive, so the takeovers that
         # led here are not a crash loop (`takeovers` counts consecutive ones).
         "takeovers": 0,
+        **_budget_field(run, checkpoint),
     }
     if lease_expires_at is not None:
         update["lease_expires_at"] = lease_expires_at
@@ -202,7 +203,21 @@ def _checkpoint_fields(run: RunRecord, checkpoint: Checkpoint | None) -> dict[st
                               "consumed_tokens": checkpoint.budget.consumed_tokens}
     if checkpoint.seq > (run.checkpoint_seq or 0):
         fields["takeovers"] = 0  # progress, as in next_checkpoint
-    return fields
+    return fields | _budget_field(run, checkpoint)
+
+
+def _budget_field(run: RunRecord, checkpoint: Checkpoint) -> dict[str, Any]:
+    """The token limit in force is the latest checkpoint's: a resume may replace it."""
+    if not budget_changes(run, checkpoint):
+        return {}
+    return {"budget": run.budget.model_copy(
+        update={"max_total_tokens": checkpoint.budget.max_total_tokens})}
+
+
+def budget_changes(run: RunRecord, checkpoint: Checkpoint) -> bool:
+    """Whether saving `checkpoint` changes the run's token limit (a store's fast path,
+    which writes no record text, then steps aside)."""
+    return run.budget.max_total_tokens != checkpoint.budget.max_total_tokens
 
 
 def suspend(run: RunRecord | None, run_id: str, *, expected_attempt: int, reason: str,

@@ -360,13 +360,15 @@ class RunRoutes:
         infos = [info for info in store.list_checkpoints(record.run_id) if info.seq > after]
         size = min(limit, self.services.limits.max_page_size)
         page, more = infos[:size], len(infos) > size
-        previous = None
-        if page and page[0].seq > 1:
-            previous = store.load_checkpoint(record.run_id, page[0].seq - 1)
+        # The page and the checkpoint before it (its step results count), in one read.
+        loaded = {} if not page else {checkpoint.seq: checkpoint for checkpoint in
+                                      store.load_checkpoints(record.run_id, page[0].seq - 1,
+                                                             page[-1].seq)}
+        previous = loaded.get(page[0].seq - 1) if page else None
         results = 0 if previous is None else len(previous.step_results)
         summaries = []
         for info in page:
-            checkpoint = store.load_checkpoint(record.run_id, info.seq)
+            checkpoint = loaded.get(info.seq)
             summaries.append(checkpoint_summary(info, checkpoint, record.manifest, results))
             if checkpoint is not None:
                 results = len(checkpoint.step_results)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stores.base import CheckpointConflict, RunStore
+from stores.base import CheckpointConflict, RunStore, StaleAttempt
 from stores.conformance.builders import (
     RUN,
     WRITES,
@@ -20,7 +20,7 @@ from stores.conformance.builders import (
     start_busy_run,
     start_run,
 )
-from stores.records import ArtifactRef, RunStatus
+from stores.records import ArtifactRef, CheckpointBudget, RunStatus
 
 
 class CheckpointConformance:
@@ -163,6 +163,67 @@ class CheckpointConformance:
         for checkpoint in [*reversed(saved), *saved]:
             assert store.load_checkpoint(RUN, checkpoint.seq) == checkpoint
         assert store.load_latest_checkpoint(RUN) == saved[-1]
+        assert store.load_checkpoints(RUN, 1, len(saved)) == saved
+        assert store.load_checkpoints(RUN, 4, 7) == saved[3:7]
+
+    def test_load_checkpoints_returns_each_of_a_range_as_load_checkpoint_does(
+            self, store: RunStore) -> None:
+        start_run(store)
+        saved = [make_checkpoint(seq=seq, variables={"topic": "leases", "seq": seq % 3})
+                 for seq in range(1, 7)]
+        for checkpoint in saved[:-1]:
+            store.save_checkpoint(checkpoint, expected_attempt=1)
+        store.suspend_run(RUN, expected_attempt=1, reason="sub-run", details={}, at=at(100),
+                          checkpoint=saved[-1])
+        assert store.load_checkpoints(RUN, 1, 6) == saved
+        assert store.load_checkpoints(RUN, 3, 3) == [saved[2]]
+        assert store.load_checkpoints(RUN, 5, 6) == saved[4:]
+        # The range is cut to the checkpoints the run has; none of them is [].
+        assert store.load_checkpoints(RUN, 0, 2) == saved[:2]
+        assert store.load_checkpoints(RUN, 5, 99) == saved[4:]
+        assert store.load_checkpoints(RUN, 7, 9) == []
+        assert store.load_checkpoints(RUN, 4, 3) == []
+        assert store.load_checkpoints("no-such-run", 1, 6) == []
+        # Each is a checkpoint of its own: changing one leaves the others as stored.
+        first, second = store.load_checkpoints(RUN, 1, 2)
+        first.transcript.append({"role": "user", "content": "changed"})
+        assert second == saved[1]
+        assert store.load_checkpoints(RUN, 1, 1) == [saved[0]]
+
+    def test_load_checkpoints_of_a_run_without_checkpoints_is_empty(
+            self, store: RunStore) -> None:
+        start_run(store)
+        assert store.load_checkpoints(RUN, 1, 10) == []
+
+    def test_a_checkpoint_with_another_token_limit_moves_the_runs_budget(
+            self, store: RunStore) -> None:
+        # A resume may replace the limit: the record shows the one of its latest checkpoint.
+        start_run(store)
+        store.save_checkpoint(make_checkpoint(seq=1), expected_attempt=1)
+        run = store.load_run(RUN)
+        assert run is not None and run.budget.max_total_tokens == 10_000
+        store.save_checkpoint(make_checkpoint(seq=2), expected_attempt=1)
+        store.suspend_run(RUN, expected_attempt=1, reason="approval", at=at(10),
+                          details={"approval_id": "a"}, checkpoint=make_checkpoint(seq=3))
+        store.resume_run(RUN, owner="b", now=at(20), lease_seconds=60)
+        raised = make_checkpoint(seq=4, attempt=2,
+                                 budget=CheckpointBudget(max_total_tokens=50_000,
+                                                         consumed_tokens=400))
+        store.save_checkpoint(raised, expected_attempt=2)
+        run = store.load_run(RUN)
+        assert run is not None and run.budget.max_total_tokens == 50_000
+        assert run.checkpoint_seq == 4
+        # Fenced like every write: a superseded attempt's checkpoint moves nothing.
+        before = observe(store)
+        with pytest.raises(StaleAttempt):
+            store.save_checkpoint(make_checkpoint(seq=5, attempt=1), expected_attempt=1)
+        assert observe(store) == before
+        unlimited = make_checkpoint(seq=5, attempt=2, budget=CheckpointBudget(
+            max_total_tokens=None, consumed_tokens=500))
+        store.complete_run(RUN, expected_attempt=2, output=1, at=at(30), checkpoint=unlimited)
+        run = store.load_run(RUN)
+        assert run is not None and run.budget.max_total_tokens is None
+        assert run.status is RunStatus.COMPLETED
 
     def test_storage_grows_linearly_with_an_appended_transcript(self, store: RunStore) -> None:
         start_run(store)

@@ -154,6 +154,20 @@ def test_resume_with_a_new_budget_continues_a_run_that_ran_out(api: Api) -> None
         ("resume-requested", None), ("resume-requested", 1_000_000)]
 
 
+@pytest.mark.parametrize("kind", ["local", "aws"])
+def test_the_run_shows_the_token_limit_a_resume_set(store: RunStore, kind: str) -> None:
+    api = Api(store, kind=kind)
+    run = api.start("prompt-chain.agent.yaml", budget={"maxTotalTokens": 1})
+    assert run["status"] == "suspended" and run["usage"]["maxTotalTokens"] == 1
+    reply = api.post(f"/runs/{run['runId']}/resume", {"maxTotalTokens": 1_000_000})
+    assert reply.status == 200 and reply.run["status"] == "completed", reply
+    shown = api.get(f"/runs/{run['runId']}").run
+    assert shown["usage"]["maxTotalTokens"] == 1_000_000
+    latest = api.get(f"/runs/{run['runId']}/checkpoints/{shown['checkpointSeq']}")
+    assert latest.status == 200
+    assert latest.body["checkpoint"]["budget"]["maxTotalTokens"] == 1_000_000
+
+
 def test_resume_starts_a_run_that_never_started(store: RunStore) -> None:
     from routes_harness import RecordingLauncher
 

@@ -20,7 +20,7 @@ from conftest import open_store, unique
 from stores.conformance import NOW, RUN, at, make_checkpoint, make_run, start_run
 from stores.dynamodb import DynamoDbRunStore
 from stores.dynamodb_items import STATUS_INDEX, TENANT_INDEX
-from stores.records import RunStatus
+from stores.records import CheckpointBudget, RunStatus
 
 
 @contextmanager
@@ -63,7 +63,10 @@ def store(aws: AwsResources) -> DynamoDbRunStore:
 def checkpoint(seq: int, entry_bytes: int = 200) -> Any:
     transcript = [{"role": "assistant", "n": n, "content": "x" * entry_bytes}
                   for n in range(1, seq + 1)]
-    return make_checkpoint(seq=seq, transcript=transcript)
+    # The token limit of `make_run`'s record, as a run's checkpoints carry it: one that
+    # differs is written to the run's record text, which the one-request save leaves be.
+    return make_checkpoint(seq=seq, transcript=transcript,
+                           budget=CheckpointBudget(consumed_tokens=100 * seq))
 
 
 def test_saving_a_small_checkpoint_is_one_dynamodb_request(aws: AwsResources,
@@ -98,7 +101,8 @@ def test_a_large_checkpoint_adds_exactly_one_s3_put(aws: AwsResources,
     start_run(store)
     store.save_checkpoint(checkpoint(1), expected_attempt=1)
     large = make_checkpoint(seq=2, transcript=[*checkpoint(1).transcript,
-                                                {"role": "tool", "content": "y" * 300_000}])
+                                                {"role": "tool", "content": "y" * 300_000}],
+                            budget=checkpoint(2).budget)
     with requests(aws.dynamodb, aws.s3) as counted:
         store.save_checkpoint(large, expected_attempt=1)
     assert counted == {"dynamodb:TransactWriteItems": 1, "s3:PutObject": 1}
