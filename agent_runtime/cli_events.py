@@ -8,8 +8,9 @@ hostile input: a line is at most `limits.EVENT_LINE_BYTES`, and a line that
 is not an event (not UTF-8, not JSON, a field of the wrong type) stops the
 command with exit 2 naming the file and the line, rather than being skipped:
 a log with a damaged middle is not what the writer wrote, and saying so beats
-printing part of it as if it were whole. A torn last line (a writer killed
-mid-line) is not damage: it is left out, as `events.read_events` does.
+printing part of it as if it were whole. A torn line (a writer killed
+mid-line: no closing brace; the next writer ends it) is not damage: it is left
+out, as `events.read_events` does.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from agent_runtime.cli_options import path_kind
 from agent_runtime.cli_output import TerminalStream, guarded
 from agent_runtime.errors import InvalidInput, NotFound
-from agent_runtime.events import Event
+from agent_runtime.events import Event, is_torn
 from agent_runtime.limits import EVENT_LINE_BYTES
 from agent_runtime.manifest_input import clip
 from agent_runtime.reports import print_event
@@ -69,8 +70,8 @@ def read_event_log(path: Path) -> Iterator[Event]:
                     raise InvalidInput(f"line {number}: longer than {EVENT_LINE_BYTES:,} bytes",
                                        source=str(path))
                 return  # a torn last line
-            if not line.strip():
-                continue
+            if not line.strip() or is_torn(line.decode("utf-8", "replace")):
+                continue  # a killed writer's fragment, ended by the next writer
             try:
                 event = _event(json.loads(line.decode("utf-8")))
             except (ValueError, RecursionError) as error:  # UnicodeDecodeError included

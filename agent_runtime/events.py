@@ -105,13 +105,29 @@ class JsonlEventSink:
         # O_APPEND makes each single write() land at the end even with
         # several processes appending to the same file.
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        """A writer killed mid-line (a write across a page boundary can be cut by
+        SIGKILL) leaves a torn last line: end it, so the next event is a line of
+        its own instead of the tail of that fragment. Readers skip the fragment."""
+        with open(self.path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            if log.tell() == 0:
+                return
+            log.seek(-1, os.SEEK_END)
+            torn = log.read(1) != b"\n"
+        if torn:
+            os.write(self._fd, b"\n")
 
     def emit(self, event: Event) -> None:
         # escaped like the CLI's JSON: a log file is read in terminals too
         text = json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False)
         line = (escape_json_text(text) + "\n").encode("utf-8")
         with self._lock:
-            os.write(self._fd, line)
+            written = os.write(self._fd, line)
+            while written < len(line):  # a short write: the rest follows it
+                written += os.write(self._fd, line[written:])
 
     def close(self) -> None:
         with self._lock:
@@ -120,14 +136,21 @@ class JsonlEventSink:
                 self._fd = -1
 
 
+def is_torn(line: str) -> bool:
+    """Whether a log line is the fragment a killed writer left: it begins as
+    `JsonlEventSink` begins every line (the event's id first) and lacks the
+    closing brace every whole line ends with. Anything else is not ours to skip."""
+    text = line.rstrip("\r\n")
+    return text.startswith('{"id":"') and not text.endswith("}")
+
+
 def read_events(path: str | Path) -> Iterator[Event]:
-    """Events of a JSONL file; a torn last line (a killed writer) is skipped."""
+    """Events of a JSONL file; a torn line (a killed writer's fragment) is skipped."""
     with open(path, encoding="utf-8") as source:
         for line in source:
-            if not line.endswith("\n"):
-                return
-            if line.strip():
-                yield Event.from_json(json.loads(line))
+            if not line.strip() or is_torn(line):
+                continue
+            yield Event.from_json(json.loads(line))
 
 
 def _event_id() -> str:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_runtime import AgentRuntime, RunStatus, Tool, ToolContext
-from agent_runtime.events import CallbackEventSink, Event, JsonlEventSink
+from agent_runtime.events import CallbackEventSink, Event, JsonlEventSink, is_torn
 from agent_runtime.models.scripted import Script, ScriptedModel
 from agent_runtime.testing import FakeClock
 from stores.base import RunStore
@@ -309,7 +309,10 @@ def _new_events(path: Path, offset: int) -> tuple[list[Event], int]:
         source.seek(offset)
         data = source.read()
     whole = data[:data.rfind(b"\n") + 1]
-    return [Event.from_json(json.loads(line)) for line in whole.splitlines()], offset + len(whole)
+    # A child killed mid-line leaves a fragment, which the next child's sink ends.
+    events = [Event.from_json(json.loads(line)) for line in whole.splitlines()
+              if not is_torn(line.decode("utf-8", "replace"))]
+    return events, offset + len(whole)
 
 
 class CrashHarness:
