@@ -50,14 +50,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, StaleAttempt
 from stores.records import RunError, RunRecord, RunStatus
 
 from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.engine import AgentRuntime
 from agent_runtime.events import Event, EventSink
+
+if TYPE_CHECKING:
+    # Built only when a pass resumes a run: the Lambda functions that share this
+    # module's types (the start function, Reserve) never load the engine.
+    from agent_runtime.engine import AgentRuntime
 
 DEFAULT_MAX_TAKEOVERS = 3
 DEFAULT_QUEUED_SECONDS = 60.0
@@ -294,6 +298,8 @@ class Reconciler:
         self.dead_owners_early = dead_owners_early
 
     def _plain_runtime(self, run: RunRecord) -> AgentRuntime:
+        from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
+
         return AgentRuntime(store=self.store, event_sinks=self.event_sinks, clock=self.clock)
 
     def candidates(self) -> Iterable[RunRecord]:

@@ -42,16 +42,22 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import yaml
 
-from agent_runtime import AgentRuntime, Clock, SystemClock, Tool, tool
-from agent_runtime.config import RuntimeConfig, empty_config, import_tool_target, parse_config
-from agent_runtime.events import EventSink
+from agent_runtime.clock import Clock, SystemClock
 from stores.dynamodb import DynamoDbRunStore
 from stores.dynamodb_location import open_dynamodb_store
-from stores.s3 import S3ArtifactStore
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
     from mypy_boto3_stepfunctions.client import SFNClient
+
+    from agent_runtime.config import RuntimeConfig
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.events import EventSink
+    from agent_runtime.tools import Tool
+
+# The engine, its config and its tools load when a path first builds a runtime
+# (Advance, the API, the reconciler's resumes): Reserve and the start function
+# never do, so their cold start skips them.
 
 STORE = "AGENT_RUNTIME_STORE"
 STATE_MACHINE_ARN = "AGENT_RUNTIME_STATE_MACHINE_ARN"
@@ -137,16 +143,20 @@ class Services:
 
     def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None,
                 store: DynamoDbRunStore | None = None,
-                kind: Callable[..., AgentRuntime] = AgentRuntime) -> AgentRuntime:
+                kind: Callable[..., AgentRuntime] | None = None) -> AgentRuntime:
         """An AgentRuntime on this container's store (or `store`, the same one held by
         a slice: `DynamoDbRunStore.owned_by`) and config. `owner` (the execution ARN)
         holds the leases of the sub-runs it starts; a run's own attempt is leased by
         Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
+        from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
+        from stores.s3 import S3ArtifactStore  # noqa: PLC0415
+
         blobs = self.store.blobs
         artifacts = None if blobs is None else S3ArtifactStore(
             blobs.bucket, blobs.kms_key_id, client=blobs.client)
         config = self.config
-        return kind(store=store or self.store, config=config, tools=config_tools(config),
+        build = kind or AgentRuntime
+        return build(store=store or self.store, config=config, tools=config_tools(config),
                             artifacts=artifacts, event_sinks=sinks, clock=self.clock,
                             owner=owner, lease_seconds=self.settings.lease_seconds)
 
@@ -158,6 +168,8 @@ def services() -> Services:
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:
+    from agent_runtime.config import empty_config  # noqa: PLC0415 - see the imports
+
     if settings.config_parameter:
         ssm = boto3.client("ssm")
         text = ssm.get_parameter(Name=settings.config_parameter,
@@ -170,12 +182,17 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
 
 
 def _parse_config_text(text: str, *, source: str) -> RuntimeConfig:
+    from agent_runtime.config import parse_config  # noqa: PLC0415 - see the imports
+
     data: Any = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
     return parse_config(data, source=source)
 
 
 def config_tools(config: RuntimeConfig) -> list[Tool]:
     """The Python tools the config names (`tools: {name: "module:function"}`)."""
+    from agent_runtime.config import import_tool_target  # noqa: PLC0415 - see the imports
+    from agent_runtime.tools import Tool, tool  # noqa: PLC0415
+
     found: list[Tool] = []
     for name, target in config.tools.items():
         item = import_tool_target(target, source="runtime config", name=name)

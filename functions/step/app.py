@@ -16,13 +16,12 @@ import asyncio
 import inspect
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_runtime import AgentRuntime, RunResult
 from functions import environment
 from functions.capacity import at_capacity
 from functions.executions import start_attempt
@@ -39,6 +38,12 @@ from stores.base import (
     StoreError,
 )
 from stores.records import Budget, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    # Only Advance builds a runtime (functions.environment loads the engine then):
+    # Reserve and the start function start without it.
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.results import RunResult
 
 CONTINUE = "continue"
 SUPERSEDED = "superseded"
