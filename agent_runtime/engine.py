@@ -52,6 +52,7 @@ from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.results import TERMINAL, RunResult, finished_result
 from agent_runtime.run_ids import generate_run_id
 from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
+from agent_runtime.run_options import FORKED_FROM, without_origin
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
@@ -65,16 +66,6 @@ from agent_runtime.waves import EXECUTION_OPTION, execution_json, execution_opti
 def default_owner() -> str:
     """Who holds a lease: host and pid, so the reconciler can tell whether it is alive."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-# Run options that say where a run came from rather than how to run it: a new
-# run (a sub-run's child, a fork) never inherits them from the run it copies.
-FORKED_FROM = "forked_from"
-REQUEST_SHA256 = "request_sha256"
-ORIGIN_OPTIONS = (FORKED_FROM, REQUEST_SHA256)
-
-def _without_origin(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {key: value for key, value in (options or {}).items() if key not in ORIGIN_OPTIONS}
 
 
 class AgentRuntime:
@@ -273,7 +264,7 @@ class AgentRuntime:
             variables_source if not run_overrides else f"{source} with {variables_source}")
         with use_limits(self.config.limits):
             resolved = resolve_variables(agent, overrides, source=label)
-        run_options = _without_origin(options)
+        run_options = without_origin(options)
         if EXECUTION_OPTION in run_options:
             run_options[EXECUTION_OPTION] = execution_json(execution_option(
                 run_options[EXECUTION_OPTION]))
@@ -437,7 +428,7 @@ class AgentRuntime:
             which = "checkpoint" if seq is None else f"checkpoint {seq}"
             raise InvalidInput(f"run {run_id!r} has no {which} to fork from", field="seq")
         now = self.clock.now()
-        options = {**_without_origin(source.options),
+        options = {**without_origin(source.options),
                    FORKED_FROM: {"run_id": run_id, "seq": checkpoint.seq}}
         limit = budget or Budget(max_total_tokens=checkpoint.budget.max_total_tokens)
         record = RunRecord(run_id=new_run_id or generate_run_id(),

@@ -35,7 +35,6 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from agent_runtime.errors import InvalidInput, ManifestError, ManifestNotFound
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.limits import (
-    DEFAULT_LIMITS,
     current_limits,
     decode_utf8,
     describe_size,
@@ -44,10 +43,6 @@ from agent_runtime.limits import (
 
 JsonObject = dict[str, Any]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-
-# The defaults; the limits in effect are `current_limits()`.
-MAX_DEPTH = DEFAULT_LIMITS.max_depth
-MAX_NODES = DEFAULT_LIMITS.max_values
 
 PathPart = str | int
 

@@ -7,36 +7,29 @@ read, in `dynamodb_requests`; reading and remembering runs in `dynamodb_runs`;
 `stores.transitions`, exactly as in every other store: this module only reads,
 writes and translates.
 
-Fencing. DynamoDB has no transactions spanning a read and a write, so every
-state change is an optimistic read-modify-write: read the run's META item,
-decide with `transitions`, write conditioned on what was read —
-`rev = :read AND attempt = :read AND status = :read`. `attempt` and `status`
-are the contract's fence; `rev`, a token every write replaces, makes the
-write exact, so a decision recorded or a checkpoint appended since the read is
-never overwritten. A refused write returns the item as it is
-(`ReturnValuesOnConditionCheckFailure=ALL_OLD`); the rules run again on that
-image and raise the contract's error (`StaleAttempt`, `RunTerminal`, ...) or,
-when the change was harmless, the write is decided again on the new image. The
-error is always the rules' verdict on the stored item, never a guess from the
-refusal.
+Fencing. With no transaction spanning a read and a write, every state change
+is an optimistic read-modify-write: read META, decide with `transitions`,
+write conditioned on `rev = :read AND attempt = :read AND status = :read`
+(`attempt` and `status` are the contract's fence; `rev`, replaced by every
+write, makes it exact). A refused write returns the item as it is
+(`ReturnValuesOnConditionCheckFailure=ALL_OLD`): the rules run again on it and
+raise the contract's error, or decide the harmless change again. The error is
+always the rules' verdict on the stored item, never a guess from the refusal.
 
 A checkpoint and the state change it comes with are one `TransactWriteItems`
 (the checkpoint put with `attribute_not_exists`, the META write fenced).
 
-Requests. An owner's `save_checkpoint` is one `TransactWriteItems` and no
-read: the store remembers the run as it last read or wrote it, and when that
-predicts the save succeeds (same incarnation and attempt, running, latest seq
-= seq - 1, the previous lists cached for the delta) it writes at once,
-conditioned on exactly that prediction. Any refusal falls back to the
-read-modify-write above, which raises the authoritative error. The effect
-writes use the same prediction. A body over `inline_limit` adds one S3 put.
+Requests. An owner's `save_checkpoint` is one `TransactWriteItems`, no read:
+the store remembers the run as it last read or wrote it and, when that
+predicts success (same incarnation and attempt, running, latest seq = seq - 1,
+the previous lists cached), writes conditioned on exactly that prediction; a
+refusal falls back to the read-modify-write above. Effect writes predict the
+same way. A body over `inline_limit` adds one S3 put.
 
-Concurrency. Across processes, DynamoDB's conditions decide (of N concurrent
-reservations exactly one wins). Inside one process, operations on the same
-run are also serialised by a striped lock, which the store's caches need
-anyway; moto, which the tests run on, does not make a condition and its write
-atomic, so a thread race there would prove nothing (see
-tests/stores/aws/test_dynamodb_fencing.py for the interleavings that do).
+Concurrency. Across processes DynamoDB's conditions decide; inside one
+process a striped lock also serialises a run's operations, which the caches
+need (tests/stores/aws/test_dynamodb_fencing.py drives the interleavings:
+moto does not make a condition and its write atomic).
 
 `list_runs` Queries the GSIs, never Scans (see `dynamodb_listing`).
 

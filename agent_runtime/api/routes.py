@@ -61,9 +61,9 @@ from agent_runtime.api.wire import (
     to_json,
 )
 from agent_runtime.console import CONSOLE_HEADERS, console_page
-from agent_runtime.engine import REQUEST_SHA256
 from agent_runtime.limits import use_limits
 from agent_runtime.run_ids import idempotent_run_id
+from agent_runtime.run_options import REQUEST_SHA256
 
 JSON = "application/json"
 # `limit` may ask for up to this many rows; `ApiLimits.max_page_size` caps what a page holds.

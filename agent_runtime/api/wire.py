@@ -27,7 +27,7 @@ from stores.records import (
     RunStatus,
 )
 
-from agent_runtime.engine import FORKED_FROM
+from agent_runtime.run_options import FORKED_FROM
 
 # A run id in a URL: what the runtime generates (`run_<hex>`, a sub-run's
 # `<parent>.sub-<hex>`) and what a user may choose, minus anything that could

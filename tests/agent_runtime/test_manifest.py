@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from agent_runtime.errors import ManifestError
+from agent_runtime.limits import DEFAULT_LIMITS
 from agent_runtime.manifest import (
     DEFAULT_MAX_TOOL_CALLS_PER_ITERATION,
     STEP_TYPES,
@@ -28,7 +29,6 @@ from agent_runtime.manifest import (
     manifest_json,
     parse_agent_manifest,
 )
-from agent_runtime.manifest_input import MAX_DEPTH, MAX_NODES
 from agent_runtime.run_manifest import load_agent_manifest, load_manifest_file, parse_run_manifest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
@@ -452,14 +452,14 @@ def test_a_run_manifest_is_not_an_agent_manifest() -> None:
 
 def test_structure_guard_rejects_deep_nesting() -> None:
     deep: Any = "leaf"
-    for _ in range(MAX_DEPTH + 1):
+    for _ in range(DEFAULT_LIMITS.max_depth + 1):
         deep = [deep]
     error = error_for(base(metadata={"deep": deep}))
-    assert f"nested deeper than {MAX_DEPTH} levels" in error.reason
+    assert f"nested deeper than {DEFAULT_LIMITS.max_depth} levels" in error.reason
 
 
 def test_structure_guard_rejects_too_many_nodes() -> None:
-    error = error_for(base(metadata={"big": list(range(MAX_NODES))}))
+    error = error_for(base(metadata={"big": list(range(DEFAULT_LIMITS.max_values))}))
     assert "too large" in error.reason
 
 

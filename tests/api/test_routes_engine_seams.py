@@ -9,8 +9,8 @@ import pytest
 from routes_harness import ECHO, MANIFESTS
 
 from agent_runtime import AgentRuntime
-from agent_runtime.engine import FORKED_FROM, REQUEST_SHA256
 from agent_runtime.errors import InvalidInput
+from agent_runtime.run_options import FORKED_FROM, REQUEST_SHA256
 from agent_runtime.testing import FakeClock
 from stores.base import RunStore
 from stores.records import Budget, RunStatus
