@@ -3,7 +3,7 @@
 Settings come from environment variables, which template.yaml sets:
 
     AGENT_RUNTIME_STORE                   the run store: TABLE?bucket=B&kms_key=K&retention_days=D
-                                          (stores/dynamodb_location.py)
+                                          (stores/dynamodb/location.py)
     AGENT_RUNTIME_STATE_MACHINE_ARN       the run state machine (start, reconciler)
     AGENT_RUNTIME_EVENT_BUS               the stack's bus: resume-requested and run-finished
                                           events go there (default: default)
@@ -43,8 +43,8 @@ import boto3
 import yaml
 
 from agent_runtime.clock import Clock, SystemClock
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_location import open_dynamodb_store
+from stores.dynamodb.location import open_dynamodb_store
+from stores.dynamodb.store import DynamoDbRunStore
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
@@ -149,7 +149,7 @@ class Services:
         holds the leases of the sub-runs it starts; a run's own attempt is leased by
         Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
-        from stores.s3 import S3ArtifactStore  # noqa: PLC0415
+        from stores.dynamodb.s3 import S3ArtifactStore  # noqa: PLC0415
 
         blobs = self.store.blobs
         artifacts = None if blobs is None else S3ArtifactStore(

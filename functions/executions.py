@@ -39,7 +39,7 @@ from botocore.exceptions import ClientError
 from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
 from functions.capacity import at_capacity
 from stores.base import RunStore
-from stores.dynamodb_slices import execution_of
+from stores.dynamodb.slices import execution_of
 from stores.records import RunRecord, RunStatus
 
 if TYPE_CHECKING:

@@ -71,7 +71,7 @@ __all__ = [
 
 def open_store(driver: str, location: str | Path | None = None) -> RunStore:
     """A store by driver name: `memory`, `file` (a directory), `sqlite` (a file) or
-    `dynamodb` (`TABLE?bucket=B&kms_key=K`, see `stores.dynamodb_location`)."""
+    `dynamodb` (`TABLE?bucket=B&kms_key=K`, see `stores.dynamodb.location`)."""
     if driver == "memory":
         return MemoryRunStore()
     if location is None or str(location) == "":
@@ -85,7 +85,7 @@ def open_store(driver: str, location: str | Path | None = None) -> RunStore:
 
         return FileRunStore(Path(location))
     if driver == "dynamodb":
-        from stores.dynamodb_location import open_dynamodb_store  # noqa: PLC0415 - needs boto3
+        from stores.dynamodb.location import open_dynamodb_store  # noqa: PLC0415 - needs boto3
 
         return open_dynamodb_store(str(location))
     raise ValueError(f"unknown store driver {driver!r}; choose one of {', '.join(DRIVERS)}")

@@ -28,10 +28,10 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.telemetry import count, logger
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_items import META, run_id_of
-from stores.dynamodb_location import open_dynamodb_store
-from stores.s3 import S3ArtifactStore
+from stores.dynamodb.items import META, run_id_of
+from stores.dynamodb.location import open_dynamodb_store
+from stores.dynamodb.s3 import S3ArtifactStore
+from stores.dynamodb.store import DynamoDbRunStore
 
 STORE = "AGENT_RUNTIME_STORE"
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"

@@ -28,7 +28,6 @@ from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
 from functions.run_events import FINISHED_STATUSES, announce_run_finished
 from functions.telemetry import LogEventSink, count, logger
-from stores import dynamodb_slices as slices
 from stores.base import (
     InvalidTransition,
     LeaseHeld,
@@ -37,6 +36,7 @@ from stores.base import (
     StaleAttempt,
     StoreError,
 )
+from stores.dynamodb import slices
 from stores.records import Budget, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def _run_slice(slice_: Coroutine[Any, Any, RunResult]) -> RunResult:
 
 def _claim(services: environment.Services, request: AdvanceSlice, owner: str) -> str | None:
     """Claim the attempt's lease for this invocation before executing anything
-    (stores/dynamodb_slices.py); the status to end with when it cannot, else None.
+    (stores/dynamodb/slices.py); the status to end with when it cannot, else None.
 
     `held`: another invocation of this execution (a Lambda retry after a lost
     response) is still advancing the attempt; the state machine waits and

@@ -17,7 +17,7 @@ from granted_calls import Call, CallRecorder, refused
 from grants import grants, role_of
 
 from functions.executions import execution_name
-from stores.dynamodb import DEFAULT_INLINE_LIMIT
+from stores.dynamodb.store import DEFAULT_INLINE_LIMIT
 
 pytestmark = pytest.mark.slow
 

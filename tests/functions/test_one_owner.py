@@ -3,7 +3,7 @@
 Step Functions retries an Advance whose response was lost (a Lambda service
 error) while the first invocation may still be running. Each invocation
 claims the attempt's lease for itself before executing (its owner is
-`<execution ARN>#<request id>`, stores/dynamodb_slices.py) and every write it
+`<execution ARN>#<request id>`, stores/dynamodb/slices.py) and every write it
 makes is conditioned on holding it. The tests interleave a second invocation
 deterministically at every commit point of the first (every checkpoint and
 effect write, the second run to its end in another thread while the first
@@ -27,7 +27,7 @@ from aws_stack import Deployment, FakeContext, LambdaCrash, sample_event
 from agent_runtime import RunStatus
 from functions.executions import execution_name
 from functions.step import app
-from stores.dynamodb import DynamoDbRunStore
+from stores.dynamodb.store import DynamoDbRunStore
 from tests.functions import lambda_tools
 
 pytestmark = pytest.mark.slow

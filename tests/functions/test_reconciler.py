@@ -20,8 +20,8 @@ from aws_stack import Deployment, LambdaCrash, sample_event
 
 from agent_runtime import AgentRuntime, RunStatus
 from functions.executions import execution_name
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_slices import execution_of
+from stores.dynamodb.slices import execution_of
+from stores.dynamodb.store import DynamoDbRunStore
 from stores.memory import MemoryRunStore
 from tests.functions import lambda_tools
 

@@ -14,10 +14,10 @@ from aws_stack import Deployment, FakeContext, sample_event
 
 from functions.retention import app as retention
 from stores.conformance import at, make_checkpoint, make_run
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_items import META, key, partition
+from stores.dynamodb.items import META, key, partition
+from stores.dynamodb.s3 import S3ArtifactStore
+from stores.dynamodb.store import DynamoDbRunStore
 from stores.records import ArtifactRef
-from stores.s3 import S3ArtifactStore
 
 BIG = "retained-bytes " * 5_000  # ~75 KB: over DynamoDB's inline limit, so an S3 blob
 # Both runs save these same bytes (> 64 KiB) as an artifact.

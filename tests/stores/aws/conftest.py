@@ -18,8 +18,8 @@ from aws_template import REGION, AwsResources, clients, create_resources, create
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from stores.dynamodb import DynamoDbRunStore
-from stores.s3 import S3BlobStore
+from stores.dynamodb.s3 import S3BlobStore
+from stores.dynamodb.store import DynamoDbRunStore
 
 FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aws_template import AwsResources, load_template, properties
 
-from stores.dynamodb_items import PARENT_INDEX, STATUS_INDEX, TENANT_INDEX, TTL_ATTRIBUTE
+from stores.dynamodb.items import PARENT_INDEX, STATUS_INDEX, TENANT_INDEX, TTL_ATTRIBUTE
 
 
 def test_the_template_is_a_sam_template_with_the_storage_resources() -> None:

@@ -1,7 +1,7 @@
 """`agent-runtime ... --store-driver dynamodb` in a child process, against moto's server.
 
 The endpoint reaches the child two ways, both documented in
-`stores.dynamodb_location`: the `endpoint_url=` option of the store location,
+`stores.dynamodb.location`: the `endpoint_url=` option of the store location,
 and AWS_ENDPOINT_URL, which boto3 reads itself.
 """
 
@@ -82,7 +82,7 @@ def test_a_bad_dynamodb_location_is_invalid_input(tmp_path: Path) -> None:
 
 def test_open_store_reads_every_option_of_the_location() -> None:
     from stores import open_store
-    from stores.dynamodb import DynamoDbRunStore
+    from stores.dynamodb.store import DynamoDbRunStore
 
     store = open_store("dynamodb", "dynamodb://runs-table?bucket=blob-bucket&kms_key=alias/k"
                        "&prefix=cp/&region=eu-west-1&endpoint_url=http://127.0.0.1:9&"

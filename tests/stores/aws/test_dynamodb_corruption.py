@@ -24,7 +24,7 @@ from conftest import open_store
 
 from agent_runtime.errors import InvalidInput
 from stores.base import RunNotFound
-from stores.dynamodb_items import APPROVAL_PREFIX, CHECKPOINT_PREFIX, DEFINITION_SK, META
+from stores.dynamodb.items import APPROVAL_PREFIX, CHECKPOINT_PREFIX, DEFINITION_SK, META
 from tests.stores.corruption_scenario import (
     FORK_SEQ,
     RUN_ID,

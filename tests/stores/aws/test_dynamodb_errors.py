@@ -25,9 +25,9 @@ from conftest import open_store
 
 from stores.base import StoreUnavailable
 from stores.conformance import RUN, at, make_checkpoint, start_run
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_requests import THROTTLED_TRIES, StoreThrottled
-from stores.s3 import S3BlobStore
+from stores.dynamodb.requests import THROTTLED_TRIES, StoreThrottled
+from stores.dynamodb.s3 import S3BlobStore
+from stores.dynamodb.store import DynamoDbRunStore
 
 REGION = "us-east-1"
 

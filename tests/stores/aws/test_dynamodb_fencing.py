@@ -32,7 +32,7 @@ from stores.conformance import (
     start_busy_run,
     suspend_for_approval,
 )
-from stores.dynamodb import DynamoDbRunStore
+from stores.dynamodb.store import DynamoDbRunStore
 from stores.records import RunStatus
 
 WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}

@@ -18,8 +18,8 @@ from aws_template import AwsResources
 from conftest import open_store, unique
 
 from stores.conformance import NOW, RUN, at, make_checkpoint, make_run, start_run
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_items import STATUS_INDEX, TENANT_INDEX
+from stores.dynamodb.items import STATUS_INDEX, TENANT_INDEX
+from stores.dynamodb.store import DynamoDbRunStore
 from stores.records import CheckpointBudget, RunStatus
 
 

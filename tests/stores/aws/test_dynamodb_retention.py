@@ -14,7 +14,7 @@ from aws_template import AwsResources
 from conftest import open_store
 
 from stores.conformance import ERROR, RUN, at, make_checkpoint, make_run, start_busy_run
-from stores.dynamodb_items import META, TTL_ATTRIBUTE, key, partition
+from stores.dynamodb.items import META, TTL_ATTRIBUTE, key, partition
 
 
 def meta(aws: AwsResources) -> dict[str, dict[str, str]]:

@@ -20,7 +20,7 @@ from conftest import unique
 from agent_runtime.cli import main
 from functions.resume_requests import DETAIL_TYPE, SOURCE, ResumeRequested
 from stores import resume_events
-from stores.dynamodb_location import open_dynamodb_store
+from stores.dynamodb.location import open_dynamodb_store
 
 REPO = Path(__file__).resolve().parents[3]
 APPROVAL = REPO / "tests" / "fixtures" / "manifests" / "approval.agent.yaml"

@@ -13,7 +13,7 @@ from aws_template import AwsResources
 from conftest import open_store, unique
 
 from stores.conformance import RUN, make_checkpoint, start_run
-from stores.dynamodb_items import partition
+from stores.dynamodb.items import partition
 
 
 def value_bytes(value: dict[str, Any]) -> int:

@@ -12,9 +12,9 @@ from conftest import open_store, unique
 
 from stores.base import CorruptRecord, StoreError
 from stores.conformance import RUN, at, make_checkpoint, make_run, start_run
-from stores.dynamodb import DynamoDbRunStore
-from stores.dynamodb_items import checkpoint_sk, key
-from stores.s3 import S3ArtifactStore, S3BlobStore
+from stores.dynamodb.items import checkpoint_sk, key
+from stores.dynamodb.s3 import S3ArtifactStore, S3BlobStore
+from stores.dynamodb.store import DynamoDbRunStore
 
 FIVE_MB = 5 * 1024 * 1024
 

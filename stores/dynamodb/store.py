@@ -1,9 +1,9 @@
 """DynamoDbRunStore: runs in one DynamoDB table, large bodies in S3.
 
-The item layout is in `dynamodb_items`; the requests, and how a refused one is
-read, in `dynamodb_requests`; reading and remembering runs in `dynamodb_runs`;
-`list_runs` over the GSIs in `dynamodb_listing`; the effect ledger in
-`dynamodb_effects`; removing a run in `dynamodb_deletion`. The lifecycle rules come from
+The item layout is in `items`; the requests, and how a refused one is
+read, in `requests`; reading and remembering runs in `runs`;
+`list_runs` over the GSIs in `listing`; the effect ledger in
+`effects`; removing a run in `deletion`. The lifecycle rules come from
 `stores.transitions`, exactly as in every other store: this module only reads,
 writes and translates.
 
@@ -31,7 +31,7 @@ process a striped lock also serialises a run's operations, which the caches
 need (tests/stores/aws/test_dynamodb_fencing.py drives the interleavings:
 moto does not make a condition and its write atomic).
 
-`list_runs` Queries the GSIs, never Scans (see `dynamodb_listing`).
+`list_runs` Queries the GSIs, never Scans (see `listing`).
 
 Retention. A terminal run's META gets a TTL (`expires_at`, `retention` after
 it ended). DynamoDB's TTL removes that item only; what the run owned is
@@ -56,9 +56,9 @@ import boto3
 from stores import transitions
 from stores.base import RunAlreadyExists, StoreError
 from stores.deltas import SavedLists, encode_body
-from stores.dynamodb_deletion import clear_leftovers, delete_run
-from stores.dynamodb_effects import EffectLedger
-from stores.dynamodb_items import (
+from stores.dynamodb.deletion import clear_leftovers, delete_run
+from stores.dynamodb.effects import EffectLedger
+from stores.dynamodb.items import (
     APPROVAL_PREFIX,
     META,
     Texts,
@@ -79,8 +79,8 @@ from stores.dynamodb_items import (
     record_item,
     s,
 )
-from stores.dynamodb_listing import list_runs
-from stores.dynamodb_requests import (
+from stores.dynamodb.listing import list_runs
+from stores.dynamodb.requests import (
     ABSENT,
     Condition,
     Refused,
@@ -89,7 +89,7 @@ from stores.dynamodb_requests import (
     put_op,
     update_op,
 )
-from stores.dynamodb_runs import ROUNDS, Rounds, RunReader, StoredRun, fence, running_at
+from stores.dynamodb.runs import ROUNDS, Rounds, RunReader, StoredRun, fence, running_at
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
-    from stores.s3 import S3BlobStore
+    from stores.dynamodb.s3 import S3BlobStore
 
 # DynamoDB's item limit is 400 KB, attribute names and the other attributes included.
 MAX_INLINE_LIMIT = 350_000
@@ -291,7 +291,7 @@ class DynamoDbRunStore:
     def change_lease(self, run_id: str, decide: Callable[[RunRecord | None], RunRecord | None],
                      *, owned: bool = True) -> None:
         """Write the lease `decide` makes of the run as read (None: no change), fenced;
-        `owned=False` for a change by no slice (stores/dynamodb_slices.py)."""
+        `owned=False` for a change by no slice (stores/dynamodb/slices.py)."""
         with self._lock(run_id):
             rounds = self._rounds(run_id) if owned else Rounds(self._reader, run_id)
             for stored in rounds:

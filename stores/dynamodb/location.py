@@ -11,9 +11,9 @@ from urllib.parse import parse_qsl
 import boto3
 from botocore.exceptions import NoRegionError
 
-from stores.dynamodb import DEFAULT_INLINE_LIMIT, DEFAULT_RETENTION, DynamoDbRunStore
+from stores.dynamodb.s3 import S3BlobStore
+from stores.dynamodb.store import DEFAULT_INLINE_LIMIT, DEFAULT_RETENTION, DynamoDbRunStore
 from stores.resume_events import ResumeEvents, resume_events
-from stores.s3 import S3BlobStore
 
 # `event_bus` is not the table's: it names the stack's bus, where a resume is
 # requested (`stack_resume_events`).

@@ -53,7 +53,7 @@ from stores.records import Checkpoint, RecordDecodeError, RunRecord, RunStatus, 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
-    from stores.s3 import S3BlobStore
+    from stores.dynamodb.s3 import S3BlobStore
 
 Item = dict[str, "AttributeValueTypeDef"]
 R = TypeVar("R", bound=BaseModel)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 
 from stores import transitions
-from stores.dynamodb_items import (
+from stores.dynamodb.items import (
     CHECKPOINT_PREFIX,
     DEFINITION_SK,
     META,
@@ -27,9 +27,9 @@ from stores.dynamodb_items import (
     s,
     text_of,
 )
-from stores.dynamodb_requests import Condition, Refused, delete_op
-from stores.dynamodb_runs import RunReader
-from stores.s3 import S3BlobStore
+from stores.dynamodb.requests import Condition, Refused, delete_op
+from stores.dynamodb.runs import RunReader
+from stores.dynamodb.s3 import S3BlobStore
 
 
 def delete_run(reader: RunReader, run_id: str, *, blobs: S3BlobStore | None = None) -> None:

@@ -2,7 +2,7 @@
 
 An effect write changes no run, so it carries the fence in its own request:
 one `TransactWriteItems` of a ConditionCheck on the run's META (the same
-incarnation, running at the writer's attempt; see `dynamodb_runs.running_at`)
+incarnation, running at the writer's attempt; see `runs.running_at`)
 and the effect's conditional put — only where no item is for `begin`, only
 over a reserved one for `complete`. A superseded owner's write is refused and
 the rules run again on the run as it is, which raises the contract's error.
@@ -19,7 +19,7 @@ from typing import Any
 
 from stores import transitions
 from stores.base import StoreError
-from stores.dynamodb_items import (
+from stores.dynamodb.items import (
     EFFECT_PREFIX,
     META,
     Texts,
@@ -31,8 +31,8 @@ from stores.dynamodb_items import (
     s,
     text_of,
 )
-from stores.dynamodb_requests import ABSENT, Condition, Refused, Table, check_op, put_op
-from stores.dynamodb_runs import Rounds, running_at
+from stores.dynamodb.requests import ABSENT, Condition, Refused, Table, check_op, put_op
+from stores.dynamodb.runs import Rounds, running_at
 from stores.records import EffectRecord, EffectStatus, decode_record, encode_record
 
 _RESERVED = Condition("#status = :reserved", names("status"),

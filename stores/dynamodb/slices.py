@@ -30,7 +30,7 @@ from stores.base import LeaseHeld
 from stores.records import RunRecord
 
 if TYPE_CHECKING:
-    from stores.dynamodb import DynamoDbRunStore
+    from stores.dynamodb.store import DynamoDbRunStore
 
 SLICE_SEPARATOR = "#"
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from stores.base import StoreUnavailable
-from stores.dynamodb_items import Item
+from stores.dynamodb.items import Item
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

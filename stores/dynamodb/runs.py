@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from stores.base import CorruptRecord, StaleAttempt, StoreError
 from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each
-from stores.dynamodb_items import (
+from stores.dynamodb.items import (
     DEFINITION_SK,
     META,
     Item,
@@ -39,7 +39,7 @@ from stores.dynamodb_items import (
     s,
     text_of,
 )
-from stores.dynamodb_requests import Condition, Refused, Table
+from stores.dynamodb.requests import Condition, Refused, Table
 from stores.records import Checkpoint, RunRecord, RunStatus
 
 _T = TypeVar("_T")

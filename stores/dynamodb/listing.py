@@ -28,7 +28,7 @@ from datetime import datetime
 from itertools import islice
 
 from stores import transitions
-from stores.dynamodb_items import (
+from stores.dynamodb.items import (
     META,
     PARENT_INDEX,
     STATUS_INDEX,
@@ -40,7 +40,7 @@ from stores.dynamodb_items import (
     s,
     text_of,
 )
-from stores.dynamodb_runs import RunReader
+from stores.dynamodb.runs import RunReader
 from stores.records import RunPage, RunRecord, RunStatus
 
 _RUNS_PER_BATCH = 50  # two keys (META, META#DEF) per run in a 100-key BatchGetItem
