@@ -40,6 +40,11 @@ Rules every store keeps:
   one served with `list_runs(resume_requested_before=T)`, so a lost resume
   event delays a run but never strands it.
 
+A backend need not write the rules or the state changes again: the rules are
+`stores.transitions`, and `stores.state_changes.StateChanges` makes every
+state change (read, decide, append the checkpoint, commit) from one primitive
+the backend supplies, a read of the run under its lock or transaction.
+
 Times are timezone-aware UTC datetimes. Stores are synchronous and are context
 managers (`close()` on exit).
 """

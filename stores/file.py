@@ -33,9 +33,11 @@ state change thus commit together. An approval decision commits in `run.json`
 (`suspension.decision`) first; the approval file is its lasting copy, written
 after and restored from `run.json` if a crash lost it (`file_approvals`).
 
-Writes hold the run's `flock` exclusively; reads of more than `run.json` hold
-it shared (`run.json` alone is always replaced whole). A per-store thread lock
-guards the cache of saved checkpoint lists.
+The state changes are `stores.state_changes`'s: a `_FileWrite` reads
+`run.json` and commits as above. Writes hold the run's `flock` exclusively;
+reads of more than `run.json` hold it shared (`run.json` alone is always
+replaced whole). A per-store thread lock guards the cache of saved
+checkpoint lists.
 """
 
 from __future__ import annotations
@@ -77,13 +79,13 @@ from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
-    RunError,
     RunPage,
     RunRecord,
     RunStatus,
     decode_record,
     encode_record,
 )
+from stores.state_changes import StateChanges
 
 _TRASH_PREFIX = ".trash-"
 _T = TypeVar("_T")
@@ -100,7 +102,35 @@ def _existing(state: RunFile | None, run_id: str) -> RunFile:
     return state
 
 
-class FileRunStore:
+class _FileWrite:
+    """A run's `run.json` read under its exclusive lock for a state change
+    (`state_changes.RunWrite`)."""
+
+    def __init__(self, store: FileRunStore, state: RunFile | None) -> None:
+        self._store = store
+        self._state = state
+        self.run = _record(state)
+        self.latest_seq = 0 if state is None else state.latest_seq
+
+    def stored_checkpoint(self, seq: int) -> Checkpoint | None:
+        return None if self._state is None else self._store._stored_at(self._state, seq)
+
+    def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
+               lease_expires_at: datetime | None) -> bool:
+        state = self._state
+        assert state is not None  # decided on a run
+        if checkpoint is None:
+            self._store._commit(state, run)
+            return True
+        # The checkpoint's file first, then the run.json that commits it.
+        saved = self._store._append(state, checkpoint)
+        self._store._commit(state, run, latest_seq=checkpoint.seq)
+        # Only a committed checkpoint may serve as the base of the next delta.
+        self._store._saved.put(state.incarnation, saved)
+        return True
+
+
+class FileRunStore(StateChanges):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._runs = self.path / "runs"
@@ -194,17 +224,6 @@ class FileRunStore:
         write_atomic(self._checkpoint_path(checkpoint.run_id, checkpoint.seq), seal(body, meta))
         return saved
 
-    def _commit_with(self, state: RunFile, run: RunRecord, checkpoint: Checkpoint | None,
-                     new: bool) -> None:
-        """Commit `run`, appending `checkpoint` first when it is new."""
-        if checkpoint is None or not new:
-            self._commit(state, run)
-            return
-        saved = self._append(state, checkpoint)
-        self._commit(state, run, latest_seq=checkpoint.seq)
-        # Only a committed checkpoint may serve as the base of the next delta.
-        self._saved.put(state.incarnation, saved)
-
     def _sweep(self, state: RunFile) -> None:
         """Remove what crashed writers left: temp files and uncommitted checkpoints.
 
@@ -219,6 +238,11 @@ class FileRunStore:
                                      and int(seq) > state.latest_seq):
                     os.unlink(folder / name)
         self._ledger(state).sweep()
+
+    @contextmanager
+    def _writes(self, run_id: str) -> Iterator[tuple[_FileWrite]]:
+        with self._locked(run_id) as state:
+            yield (_FileWrite(self, state),)
 
     # -- reads ---------------------------------------------------------------
 
@@ -336,88 +360,6 @@ class FileRunStore:
             restore_decision(self._dir(run_id), state.run)
             self._commit(state, run)
             return run
-
-    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
-                    lease_seconds: float) -> None:
-        with self._locked(run_id) as found:
-            state = _existing(found, run_id)
-            self._commit(state, transitions.renew(state.run, run_id,
-                                                  expected_attempt=expected_attempt, now=now,
-                                                  lease_seconds=lease_seconds))
-
-    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
-                        lease_expires_at: datetime | None = None) -> None:
-        run_id = checkpoint.run_id
-        with self._locked(run_id) as found:
-            state = _existing(found, run_id)
-            updated = transitions.next_checkpoint(
-                state.run, checkpoint, expected_attempt=expected_attempt,
-                lease_expires_at=lease_expires_at, latest_seq=state.latest_seq,
-                stored_at_seq=self._stored_at(state, checkpoint.seq))
-            if updated is None:
-                return
-            self._commit_with(state, updated, checkpoint, new=True)
-
-    def _checkpoint_is_new(self, state: RunFile, checkpoint: Checkpoint | None) -> bool:
-        """Check a checkpoint that comes with a state change; True when it is to be appended."""
-        if checkpoint is None:
-            return False
-        transitions.check_sequence(checkpoint, state.latest_seq,
-                                   self._stored_at(state, checkpoint.seq))
-        return checkpoint.seq > state.latest_seq
-
-    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
-                    details: dict[str, Any], at: datetime,
-                    checkpoint: Checkpoint | None = None) -> None:
-        transitions.check_checkpoint_owner(run_id, checkpoint)
-        with self._locked(run_id) as found:
-            state = _existing(found, run_id)
-            updated = transitions.suspend(state.run, run_id, expected_attempt=expected_attempt,
-                                          reason=reason, details=details, at=at,
-                                          checkpoint=checkpoint)
-            self._commit_with(state, updated, checkpoint,
-                              new=self._checkpoint_is_new(state, checkpoint))
-
-    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
-                output: Any = None, error: RunError | None = None,
-                checkpoint: Checkpoint | None = None) -> None:
-        transitions.check_checkpoint_owner(run_id, checkpoint)
-        with self._locked(run_id) as found:
-            state = _existing(found, run_id)
-            stored = None if checkpoint is None else self._stored_at(state, checkpoint.seq)
-            updated = transitions.finish(state.run, run_id, status=status,
-                                         expected_attempt=expected_attempt, at=at,
-                                         output=output, error=error,
-                                         stored_checkpoint=stored, checkpoint=checkpoint)
-            if updated is None:
-                return
-            self._commit_with(state, updated, checkpoint,
-                              new=self._checkpoint_is_new(state, checkpoint))
-
-    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
-                     checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
-                     at=at, output=output, checkpoint=checkpoint)
-
-    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
-                 checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
-                     at=at, error=error, checkpoint=checkpoint)
-
-    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
-        with self._locked(run_id) as found:
-            state = _existing(found, run_id)
-            updated = transitions.cancel(state.run, run_id, at=at,
-                                         expected_attempt=expected_attempt)
-            if updated is not None:
-                self._commit(state, updated)
-
-    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
-        with self._locked(run_id) as found:
-            state = _existing(found, run_id)
-            updated = transitions.request_resume(state.run, run_id, at=at, reason=reason)
-            if updated is not None:
-                self._commit(state, updated)
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:

@@ -5,13 +5,15 @@ store would, so a value that does not survive JSON fails in a unit test. A
 run's definition (manifest, variables, options) is encoded once, when the run
 is created, apart from its state: it never changes, and the writes of a
 running run (checkpoints, leases, effects) then cost the same whatever the
-size of its manifest.
+size of its manifest. The state changes are `stores.state_changes`'s, made
+under one lock.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -24,13 +26,13 @@ from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
-    RunError,
     RunPage,
     RunRecord,
     RunStatus,
     decode_record,
     encode_record,
 )
+from stores.state_changes import StateChanges
 
 
 class _StoredCheckpoint:
@@ -47,7 +49,27 @@ class _StoredCheckpoint:
 _DEFINITION = frozenset({"manifest", "variables", "options"})
 
 
-class MemoryRunStore:
+class _MemoryWrite:
+    """A run read under the store's lock for a state change (`state_changes.RunWrite`)."""
+
+    def __init__(self, store: MemoryRunStore, run_id: str) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.run = store._state(run_id)
+        self.latest_seq = store._latest_seq(run_id)
+
+    def stored_checkpoint(self, seq: int) -> Checkpoint | None:
+        return self._store._stored_at(self._run_id, seq)
+
+    def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
+               lease_expires_at: datetime | None) -> bool:
+        if checkpoint is not None:
+            self._store._append(checkpoint)
+        self._store._put_run(run)
+        return True
+
+
+class MemoryRunStore(StateChanges):
     def __init__(self) -> None:
         self._lock = threading.RLock()
         # run id -> (state JSON, definition JSON)
@@ -160,13 +182,6 @@ class MemoryRunStore:
             self._put_run(run)
             return run
 
-    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
-                    lease_seconds: float) -> None:
-        with self._lock:
-            self._put_run(transitions.renew(self._state(run_id), run_id,
-                                            expected_attempt=expected_attempt, now=now,
-                                            lease_seconds=lease_seconds))
-
     def _stored_at(self, run_id: str, seq: int) -> Checkpoint | None:
         rows = self._checkpoints.get(run_id, [])
         if 0 < seq <= len(rows):
@@ -189,77 +204,10 @@ class MemoryRunStore:
             _StoredCheckpoint(checkpoint.seq, checkpoint.attempt, checkpoint.created_at, body))
         self._saved.put(run_id, saved)
 
-    def _checkpoint_is_new(self, run_id: str, checkpoint: Checkpoint | None) -> bool:
-        """Check a checkpoint that comes with a state change; True when it is to be appended."""
-        if checkpoint is None:
-            return False
-        latest = self._latest_seq(run_id)
-        transitions.check_sequence(checkpoint, latest, self._stored_at(run_id, checkpoint.seq))
-        return checkpoint.seq > latest
-
-    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
-                        lease_expires_at: datetime | None = None) -> None:
+    @contextmanager
+    def _writes(self, run_id: str) -> Iterator[tuple[_MemoryWrite]]:
         with self._lock:
-            run_id = checkpoint.run_id
-            updated = transitions.next_checkpoint(
-                self._state(run_id), checkpoint, expected_attempt=expected_attempt,
-                lease_expires_at=lease_expires_at, latest_seq=self._latest_seq(run_id),
-                stored_at_seq=self._stored_at(run_id, checkpoint.seq))
-            if updated is None:
-                return
-            self._append(checkpoint)
-            self._put_run(updated)
-
-    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
-                    details: dict[str, Any], at: datetime,
-                    checkpoint: Checkpoint | None = None) -> None:
-        with self._lock:
-            transitions.check_checkpoint_owner(run_id, checkpoint)
-            updated = transitions.suspend(self._state(run_id), run_id,
-                                          expected_attempt=expected_attempt, reason=reason,
-                                          details=details, at=at, checkpoint=checkpoint)
-            if self._checkpoint_is_new(run_id, checkpoint) and checkpoint is not None:
-                self._append(checkpoint)
-            self._put_run(updated)
-
-    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
-                output: Any = None, error: RunError | None = None,
-                checkpoint: Checkpoint | None = None) -> None:
-        with self._lock:
-            transitions.check_checkpoint_owner(run_id, checkpoint)
-            stored = None if checkpoint is None else self._stored_at(run_id, checkpoint.seq)
-            updated = transitions.finish(self._state(run_id), run_id, status=status,
-                                         expected_attempt=expected_attempt, at=at,
-                                         output=output, error=error,
-                                         stored_checkpoint=stored, checkpoint=checkpoint)
-            if updated is None:
-                return
-            if self._checkpoint_is_new(run_id, checkpoint) and checkpoint is not None:
-                self._append(checkpoint)
-            self._put_run(updated)
-
-    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
-                     checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
-                     at=at, output=output, checkpoint=checkpoint)
-
-    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
-                 checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
-                     at=at, error=error, checkpoint=checkpoint)
-
-    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
-        with self._lock:
-            updated = transitions.cancel(self._state(run_id), run_id, at=at,
-                                         expected_attempt=expected_attempt)
-            if updated is not None:
-                self._put_run(updated)
-
-    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
-        with self._lock:
-            updated = transitions.request_resume(self._state(run_id), run_id, at=at, reason=reason)
-            if updated is not None:
-                self._put_run(updated)
+            yield (_MemoryWrite(self, run_id),)
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:

@@ -3,8 +3,9 @@
 One SQLite file in WAL mode. Every write is a read-modify-write inside
 `BEGIN IMMEDIATE`, which takes the database's single write lock up front, so
 two processes can never interleave between reading a run and writing it. The
-lifecycle rules come from `stores.transitions`, exactly as in
-`MemoryRunStore`; this module only stores. Readers use plain `BEGIN` and never
+lifecycle rules come from `stores.transitions` and the state changes
+around them from `stores.state_changes`, exactly as in `MemoryRunStore`; this
+module only stores. Readers use plain `BEGIN` and never
 block writers.
 
 Every stored record and checkpoint body carries the sha256 of its text, and
@@ -43,7 +44,6 @@ from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
-    RunError,
     RunPage,
     RunRecord,
     RunStatus,
@@ -77,10 +77,35 @@ from stores.sqlite_rows import (
 )
 from stores.sqlite_runs import RunRows, require_fenced
 from stores.sqlite_schema import connect, transaction, translated
+from stores.state_changes import StateChanges
 
 R = TypeVar("R", bound=BaseModel)
 
-class SqliteRunStore:
+
+class _RowWrite:
+    """A run row read in a write transaction for a state change (`state_changes.RunWrite`)."""
+
+    def __init__(self, store: SqliteRunStore, conn: sqlite3.Connection, run_id: str) -> None:
+        self._store = store
+        self._conn = conn
+        self.run, self._incarnation, self.latest_seq = store._row(conn, run_id)
+
+    def stored_checkpoint(self, seq: int) -> Checkpoint | None:
+        if self.run is None:
+            return None
+        return self._store._stored_at(self._conn, self.run.run_id, seq, self.latest_seq)
+
+    def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
+               lease_expires_at: datetime | None) -> bool:
+        assert self.run is not None and self._incarnation is not None  # decided on a run
+        if checkpoint is not None:
+            self._store._append(self._conn, checkpoint, self._incarnation, lease_expires_at)
+        # Fenced on the attempt this transaction read.
+        self._store._put_run(self._conn, run, fence=self.run.attempt)
+        return True
+
+
+class SqliteRunStore(StateChanges):
     """A RunStore in one SQLite file (created mode 0600, with its parent directory).
 
     `synchronous="FULL"` (the default) makes every commit durable across power
@@ -179,18 +204,9 @@ class SqliteRunStore:
         found = self._assemble(conn, run_id, latest, seq) if 0 < seq <= latest else None
         return None if found is None else found[0]
 
-    def _checkpoint_is_new(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
-        """Check a checkpoint that comes with a state change; True when it is to be appended."""
-        latest = self._latest_seq(conn, checkpoint.run_id)
-        stored = self._stored_at(conn, checkpoint.run_id, checkpoint.seq, latest)
-        transitions.check_sequence(checkpoint, latest, stored)
-        return checkpoint.seq > latest
-
-    def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint,
-                incarnation: str | None = None, lease_expires_at: datetime | None = None) -> None:
+    def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint, incarnation: str,
+                lease_expires_at: datetime | None) -> None:
         run_id, seq = checkpoint.run_id, checkpoint.seq
-        if incarnation is None:
-            incarnation = self._incarnation(conn, run_id) or ""
         previous = self._saved.get(incarnation, seq - 1)
         if previous is None and seq > 1:
             # Another process (or an evicted entry) wrote seq - 1: rebuild it once.
@@ -201,6 +217,11 @@ class SqliteRunStore:
                      f" ({CHECKPOINT_VALUES})",
                      checkpoint_row(checkpoint, body, lease_expires_at))
         self._uncommitted.append((incarnation, saved))
+
+    @contextlib.contextmanager
+    def _writes(self, run_id: str) -> Iterator[tuple[_RowWrite]]:
+        with self._write() as conn:
+            yield (_RowWrite(self, conn, run_id),)
 
     # -- reads ---------------------------------------------------------------
 
@@ -299,28 +320,13 @@ class SqliteRunStore:
             self._put_run(conn, run, fence=run.attempt - 1)
             return run
 
-    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
-                    lease_seconds: float) -> None:
-        with self._write() as conn:
-            run = transitions.renew(self._run(conn, run_id), run_id, now=now,
-                                    expected_attempt=expected_attempt, lease_seconds=lease_seconds)
-            self._put_run(conn, run, fence=expected_attempt)
-
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
-        run_id = checkpoint.run_id
         with self._lock, translated(self.path):
             if self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at):
                 return
-        with self._write() as conn:
-            run, incarnation, latest = self._row(conn, run_id)
-            updated = transitions.next_checkpoint(
-                run, checkpoint, expected_attempt=expected_attempt,
-                lease_expires_at=lease_expires_at, latest_seq=latest,
-                stored_at_seq=self._stored_at(conn, run_id, checkpoint.seq, latest))
-            if updated is not None:
-                self._append(conn, checkpoint, incarnation, lease_expires_at)
-                self._put_run(conn, updated, fence=expected_attempt)
+        super().save_checkpoint(checkpoint, expected_attempt=expected_attempt,
+                                lease_expires_at=lease_expires_at)
 
     def _save_in_one_statement(self, checkpoint: Checkpoint, expected_attempt: int,
                                lease_expires_at: datetime | None) -> bool:
@@ -360,59 +366,6 @@ class SqliteRunStore:
             return False
         self._saved.put(known.incarnation, saved)
         return True
-
-    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
-                    details: dict[str, Any], at: datetime,
-                    checkpoint: Checkpoint | None = None) -> None:
-        transitions.check_checkpoint_owner(run_id, checkpoint)
-        with self._write() as conn:
-            updated = transitions.suspend(self._run(conn, run_id), run_id,
-                                          expected_attempt=expected_attempt, reason=reason,
-                                          details=details, at=at, checkpoint=checkpoint)
-            if checkpoint is not None and self._checkpoint_is_new(conn, checkpoint):
-                self._append(conn, checkpoint)
-            self._put_run(conn, updated, fence=expected_attempt)
-
-    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
-                output: Any = None, error: RunError | None = None,
-                checkpoint: Checkpoint | None = None) -> None:
-        transitions.check_checkpoint_owner(run_id, checkpoint)
-        with self._write() as conn:
-            stored = None if checkpoint is None else self._stored_at(
-                conn, run_id, checkpoint.seq, self._latest_seq(conn, run_id))
-            updated = transitions.finish(self._run(conn, run_id), run_id, status=status,
-                                         expected_attempt=expected_attempt, at=at,
-                                         output=output, error=error,
-                                         stored_checkpoint=stored, checkpoint=checkpoint)
-            if updated is None:
-                return
-            if checkpoint is not None and self._checkpoint_is_new(conn, checkpoint):
-                self._append(conn, checkpoint)
-            self._put_run(conn, updated, fence=expected_attempt)
-
-    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
-                     checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
-                     at=at, output=output, checkpoint=checkpoint)
-
-    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
-                 checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
-                     at=at, error=error, checkpoint=checkpoint)
-
-    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
-        with self._write() as conn:
-            updated = transitions.cancel(self._run(conn, run_id), run_id, at=at,
-                                         expected_attempt=expected_attempt)
-            if updated is not None:
-                self._put_run(conn, updated, fence=updated.attempt)
-
-    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
-        with self._write() as conn:
-            updated = transitions.request_resume(self._run(conn, run_id), run_id, at=at,
-                                                 reason=reason)
-            if updated is not None:
-                self._put_run(conn, updated, fence=updated.attempt)
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:

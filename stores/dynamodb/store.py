@@ -4,8 +4,9 @@ The item layout is in `items`; the requests, and how a refused one is
 read, in `requests`; reading and remembering runs in `runs`;
 `list_runs` over the GSIs in `listing`; the effect ledger in
 `effects`; removing a run in `deletion`. The lifecycle rules come from
-`stores.transitions`, exactly as in every other store: this module only reads,
-writes and translates.
+`stores.transitions` and the state changes around them from
+`stores.state_changes`, exactly as in every other store: this module only
+reads, writes and translates.
 
 Fencing. With no transaction spanning a read and a write, every state change
 is an optimistic read-modify-write: read META, decide with `transitions`,
@@ -46,7 +47,8 @@ import copy
 import secrets
 import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -95,12 +97,12 @@ from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
-    RunError,
     RunPage,
     RunRecord,
     RunStatus,
     encode_record,
 )
+from stores.state_changes import StateChanges, apply_change, saving
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -116,11 +118,39 @@ DEFAULT_INLINE_LIMIT = 64 * 1024
 DEFAULT_RETENTION = timedelta(days=90)
 _STRIPES = 64
 
-# decide(run, stored checkpoint at the given seq) -> the new record, or None for a repeat
-Decide = Callable[[RunRecord | None, Checkpoint | None], RunRecord | None]
+class _MetaWrite:
+    """One round of a state change: the run's META as read or as a refusal returned it
+    (`state_changes.RunWrite`). The commit is one transaction: META fenced on exactly
+    what was read (`runs.fence`), the new checkpoint put only where none exists."""
+
+    def __init__(self, store: DynamoDbRunStore, rounds: Rounds, stored: StoredRun | None) -> None:
+        self._store = store
+        self._rounds = rounds
+        self._stored = stored
+        self.run = None if stored is None else stored.run
+        self.latest_seq = 0 if self.run is None else self.run.checkpoint_seq or 0
+
+    def stored_checkpoint(self, seq: int) -> Checkpoint | None:
+        return self._store._reader.stored_checkpoint(self.run, seq)
+
+    def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
+               lease_expires_at: datetime | None) -> bool:
+        beside: list[TransactWriteItemTypeDef] = []
+        saved = None
+        if checkpoint is not None and self._stored is not None:
+            put, saved = self._store._checkpoint_put(self._stored, checkpoint)
+            beside.append(put)
+        try:
+            written = self._store._put_run(self._stored, run, beside)
+        except Refused as refusal:
+            self._rounds.refused(refusal)
+            return False
+        if saved is not None:
+            self._store._reader.save_lists(written.incarnation, saved)
+        return True
 
 
-class DynamoDbRunStore:
+class DynamoDbRunStore(StateChanges):
     """A RunStore in one DynamoDB table (the layout of DESIGN section 10).
 
     `blobs` keeps what is over `inline_limit` bytes (checkpoint bodies, large
@@ -283,26 +313,24 @@ class DynamoDbRunStore:
                     rounds.refused(refused)
         raise AssertionError("unreachable: Rounds raises when it runs out")
 
-    def renew_lease(self, run_id: str, *, expected_attempt: int, now: datetime,
-                    lease_seconds: float) -> None:
-        self.change_lease(run_id, lambda run: transitions.renew(
-            run, run_id, expected_attempt=expected_attempt, now=now, lease_seconds=lease_seconds))
-
     def change_lease(self, run_id: str, decide: Callable[[RunRecord | None], RunRecord | None],
                      *, owned: bool = True) -> None:
         """Write the lease `decide` makes of the run as read (None: no change), fenced;
         `owned=False` for a change by no slice (stores/dynamodb/slices.py)."""
         with self._lock(run_id):
             rounds = self._rounds(run_id) if owned else Rounds(self._reader, run_id)
-            for stored in rounds:
-                updated = decide(None if stored is None else stored.run)
-                if updated is None:
-                    return
-                try:
-                    self._put_run(stored, updated)
-                    return
-                except Refused as refused:
-                    rounds.refused(refused)
+            apply_change(self._round_writes(rounds), None, lambda run, _, __: decide(run))
+
+    @contextmanager
+    def _writes(self, run_id: str) -> Iterator[Iterator[_MetaWrite]]:
+        with self._lock(run_id):
+            yield self._round_writes(self._rounds(run_id))
+
+    def _round_writes(self, rounds: Rounds) -> Iterator[_MetaWrite]:
+        """One read-modify-write per round: a refused write is decided again on what
+        the refusal returned (see the module doc)."""
+        for stored in rounds:
+            yield _MetaWrite(self, rounds, stored)
 
     # -- checkpoints ---------------------------------------------------------
 
@@ -320,12 +348,12 @@ class DynamoDbRunStore:
             outcome = self._save_predicted(checkpoint, expected_attempt, lease_expires_at)
             if outcome is True:
                 return
-            self._change(checkpoint.run_id, checkpoint, lambda run, at_seq: (
-                transitions.next_checkpoint(
-                    run, checkpoint, expected_attempt=expected_attempt,
-                    lease_expires_at=lease_expires_at, stored_at_seq=at_seq,
-                    latest_seq=0 if run is None else run.checkpoint_seq or 0)),
-                refused=outcome or None)
+            rounds = self._rounds(checkpoint.run_id)
+            if outcome:  # the refused prediction: the first round decides on what it returned
+                rounds.refused(outcome)
+            apply_change(self._round_writes(rounds), checkpoint,
+                         saving(checkpoint, expected_attempt=expected_attempt,
+                                lease_expires_at=lease_expires_at))
 
     def _save_predicted(self, checkpoint: Checkpoint, expected_attempt: int,
                         lease_expires_at: datetime | None) -> bool | Refused:
@@ -376,77 +404,6 @@ class DynamoDbRunStore:
         self._reader.remember(StoredRun(updated, known.incarnation, rev))
         self._reader.save_lists(known.incarnation, saved)
         return True
-
-    def _change(self, run_id: str, checkpoint: Checkpoint | None, decide: Decide,
-                refused: Refused | None = None) -> None:
-        """A read-modify-write of the run, with `checkpoint` appended in the same
-        transaction when it is new. `decide` applies the rules (see `Decide`);
-        `refused` is a refusal already met, to decide the first round on."""
-        transitions.check_checkpoint_owner(run_id, checkpoint)
-        rounds = self._rounds(run_id)
-        if refused is not None:
-            rounds.refused(refused)
-        for stored in rounds:
-            run = None if stored is None else stored.run
-            at_seq = None if checkpoint is None else self._reader.stored_checkpoint(
-                run, checkpoint.seq)
-            updated = decide(run, at_seq)
-            if updated is None or stored is None:
-                return  # an identical repeat
-            beside: list[TransactWriteItemTypeDef] = []
-            saved = None
-            if checkpoint is not None:
-                latest = stored.run.checkpoint_seq or 0
-                transitions.check_sequence(checkpoint, latest, at_seq)
-                if checkpoint.seq > latest:
-                    put, saved = self._checkpoint_put(stored, checkpoint)
-                    beside.append(put)
-            try:
-                self._put_run(stored, updated, beside)
-            except Refused as refusal:
-                rounds.refused(refusal)
-                continue
-            if saved is not None:
-                self._reader.save_lists(stored.incarnation, saved)
-            return
-
-    # -- state changes -------------------------------------------------------
-
-    def suspend_run(self, run_id: str, *, expected_attempt: int, reason: str,
-                    details: dict[str, Any], at: datetime,
-                    checkpoint: Checkpoint | None = None) -> None:
-        with self._lock(run_id):
-            self._change(run_id, checkpoint, lambda run, _: transitions.suspend(
-                run, run_id, expected_attempt=expected_attempt, reason=reason, details=details,
-                at=at, checkpoint=checkpoint))
-
-    def _finish(self, run_id: str, *, status: RunStatus, expected_attempt: int, at: datetime,
-                output: Any = None, error: RunError | None = None,
-                checkpoint: Checkpoint | None = None) -> None:
-        with self._lock(run_id):
-            self._change(run_id, checkpoint, lambda run, at_seq: transitions.finish(
-                run, run_id, status=status, expected_attempt=expected_attempt, at=at,
-                output=output, error=error, stored_checkpoint=at_seq, checkpoint=checkpoint))
-
-    def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
-                     checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.COMPLETED, expected_attempt=expected_attempt,
-                     at=at, output=output, checkpoint=checkpoint)
-
-    def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
-                 checkpoint: Checkpoint | None = None) -> None:
-        self._finish(run_id, status=RunStatus.FAILED, expected_attempt=expected_attempt,
-                     at=at, error=error, checkpoint=checkpoint)
-
-    def cancel_run(self, run_id: str, *, at: datetime, expected_attempt: int | None = None) -> None:
-        with self._lock(run_id):
-            self._change(run_id, None, lambda run, _: transitions.cancel(
-                run, run_id, at=at, expected_attempt=expected_attempt))
-
-    def request_resume(self, run_id: str, *, at: datetime, reason: str) -> None:
-        with self._lock(run_id):
-            self._change(run_id, None, lambda run, _: transitions.request_resume(
-                run, run_id, at=at, reason=reason))
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
