@@ -13,6 +13,12 @@ A lock or a transaction makes the read and the commit one step, so a
 lock-based backend offers one `RunWrite`. A backend with optimistic writes
 (DynamoDB) offers one per round: a commit refused by a concurrent change
 returns False, and the change is decided again on the next round's read.
+
+`resume_run`, `resolve_approval` and the effect writes stay with each
+backend: they write records of their own beside the run (a decision, an
+effect), or do work of their own under the same lock (the file store sweeps
+what a crashed attempt left; the memory store returns the run with its
+definition, which its state changes never read).
 """
 
 from __future__ import annotations
