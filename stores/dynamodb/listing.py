@@ -1,10 +1,13 @@
 """How DynamoDbRunStore answers `list_runs` from its GSIs, never a Scan.
 
-* `by-status` (status, due_at), KEYS_ONLY: one Query per wanted status. With
-  `lease_expired_before=T` only `running` and `created` are wanted, with
-  `resume_requested_before=T` only `suspended`, and the key condition is
-  `due_at < T` (a running run's lease expiry, a created run's creation time,
-  a suspended run's resume request), so the reconciler reads only overdue runs.
+* `by-status-shard` (status_shard, due_at), KEYS_ONLY: one Query per
+  partition of each wanted status (`STATUS_SHARDS` of them: a status is
+  spread over that many partitions, see `items.status_shard`), merged in
+  due_at order. With `lease_expired_before=T` only `running` and `created`
+  are wanted, with `resume_requested_before=T` only `suspended`, and the key
+  condition is `due_at < T` (a running run's lease expiry, a created run's
+  creation time, a suspended run's resume request), so the reconciler reads
+  only overdue runs, in every partition.
 * `by-parent` (parent_run_id, run_id) and `by-tenant` (tenant, run_id),
   KEYS_ONLY and sparse: only sub-runs, and only runs with a tenant, are in
   them, already in run_id order (either way), read page by page as needed.
@@ -15,14 +18,17 @@ the runs themselves, which come from one consistent BatchGetItem per 50; so
 is the chosen one again, so an index entry that lags its run never shows.
 
 Pages are in run_id order (descending with `newest_first`), as the contract
-requires. The status index is in due_at order, so a page read from it reads
-every index key of the wanted statuses (~100 bytes each, eventually
-consistent) and sorts them: cheap for the reconciler (few runs are overdue),
-linear in the matching runs for a full listing.
+requires, and the cursor is the last run_id of a page. The status index is in
+due_at order, so a page read from it reads every index key of the wanted
+statuses, in all their partitions (~100 bytes each, eventually consistent),
+keeps those beyond the cursor and sorts them: cheap for the reconciler (few
+runs are overdue), linear in the matching runs for a full listing. Sharding
+changes only how many Queries that takes, not which runs a page holds.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterator
 from datetime import datetime
 from itertools import islice
@@ -36,8 +42,10 @@ from stores.dynamodb.items import (
     micros,
     n,
     names,
+    number_of,
     run_id_of,
     s,
+    status_shards,
     text_of,
 )
 from stores.dynamodb.runs import RunReader
@@ -85,16 +93,26 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
 
 
 def _with_status(reader: RunReader, status: RunStatus, before: datetime | None) -> Iterator[str]:
-    condition = "#status = :status"
-    values = {":status": s(status.value)}
+    """The ids of the runs with `status` (due before `before`), in due_at order across
+    every partition of the status."""
+    shards = [_in_shard(reader, shard, before) for shard in status_shards(status)]
+    for _, run_id in heapq.merge(*shards):
+        yield run_id
+
+
+def _in_shard(reader: RunReader, shard: str, before: datetime | None) -> Iterator[
+        tuple[int, str]]:
+    """(due_at, run id) of the runs in one status index partition, in due_at order."""
+    condition = "#status_shard = :shard"
+    values = {":shard": s(shard)}
     if before is not None:
         condition += " AND #due_at < :before"
         values[":before"] = n(micros(before))
     # DynamoDB refuses a name the expression does not use.
-    used = names("status", "due_at") if before is not None else names("status")
+    used = names("status_shard", "due_at") if before is not None else names("status_shard")
     for entry in reader.table.query_index(STATUS_INDEX, condition, used, values):
         if text_of(entry, "sk") == META:
-            yield run_id_of(text_of(entry, "pk"))
+            yield number_of(entry, "due_at"), run_id_of(text_of(entry, "pk"))
 
 
 def _in_order(reader: RunReader, index: str, attribute: str, value: str, *,
