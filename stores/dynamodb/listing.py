@@ -2,8 +2,8 @@
 
 * `by-status-shard` (status_shard, due_at), KEYS_ONLY: one Query per
   partition of each wanted status (`STATUS_SHARDS` of them: a status is
-  spread over that many partitions, see `items.status_shard`), merged in
-  due_at order. With `lease_expired_before=T` only `running` and `created`
+  spread over that many partitions, see `items.status_shard`), sent a few at
+  a time, merged in due_at order. With `lease_expired_before=T` only `running` and `created`
   are wanted, with `resume_requested_before=T` only `suspended`, and the key
   condition is `due_at < T` (a running run's lease expiry, a created run's
   creation time, a suspended run's resume request), so the reconciler reads
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from itertools import islice
 
@@ -52,6 +53,7 @@ from stores.dynamodb.runs import RunReader
 from stores.records import RunPage, RunRecord, RunStatus
 
 _RUNS_PER_BATCH = 50  # two keys (META, META#DEF) per run in a 100-key BatchGetItem
+_PARTITION_READERS = 8  # status index partitions queried at once (boto3 clients are thread-safe)
 
 
 def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
@@ -75,8 +77,10 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
     else:
         due = {RunStatus.RUNNING: lease_expired_before, RunStatus.CREATED: lease_expired_before,
                RunStatus.SUSPENDED: resume_requested_before}
+        partitions = [(shard, due.get(status)) for status in wanted
+                      for shard in status_shards(status)]
         candidates = iter(sorted(
-            (run_id for status in wanted for run_id in _with_status(reader, status, due.get(status))
+            (run_id for run_id in _in_partitions(reader, partitions)
              if transitions.beyond(run_id, cursor, newest_first=newest_first)),
             reverse=newest_first))
     found: list[RunRecord] = []
@@ -92,11 +96,19 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
     return transitions.page_of(found, limit)
 
 
-def _with_status(reader: RunReader, status: RunStatus, before: datetime | None) -> Iterator[str]:
-    """The ids of the runs with `status` (due before `before`), in due_at order across
-    every partition of the status."""
-    shards = [_in_shard(reader, shard, before) for shard in status_shards(status)]
-    for _, run_id in heapq.merge(*shards):
+def _in_partitions(reader: RunReader,
+                   partitions: list[tuple[str, datetime | None]]) -> Iterator[str]:
+    """The ids of the runs in these status index partitions (each due before its time,
+    if any), merged in due_at order.
+
+    The partitions are read at once, `_PARTITION_READERS` Queries at a time:
+    read one after another, the 16 partitions of a status would cost the start
+    function's capacity count 16 round trips.
+    """
+    with ThreadPoolExecutor(max_workers=min(_PARTITION_READERS, len(partitions))) as pool:
+        entries = list(pool.map(lambda partition: list(_in_shard(reader, *partition)),
+                                partitions))
+    for _, run_id in heapq.merge(*entries):
         yield run_id
 
 

@@ -8,6 +8,7 @@ Queries the status GSI, list_runs(tenant=...) the tenant GSI, and none Scans.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +28,11 @@ from stores.records import CheckpointBudget, RunStatus
 def requests(*clients: Any) -> Iterator[Counter[str]]:
     """Count the API calls `clients` make, as "service:Operation"."""
     counted: Counter[str] = Counter()
+    lock = threading.Lock()  # the status index's partitions are queried from threads
 
     def count(model: Any, **_: Any) -> None:
-        counted[f"{model.service_model.service_name}:{model.name}"] += 1
+        with lock:
+            counted[f"{model.service_model.service_name}:{model.name}"] += 1
 
     for client in clients:
         client.meta.events.register("before-call", count)
