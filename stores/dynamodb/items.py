@@ -69,7 +69,7 @@ APPROVAL_PREFIX = "APPROVAL#"
 # to that one hot key (see `status_shard`).
 STATUS_INDEX = "by-status-shard"
 # How many partitions of the status index each status spreads over. Part of the
-# stored layout: a change needs every META item rewritten (stores.dynamodb.backfill).
+# stored layout: a change needs every META item rewritten with its new shard.
 STATUS_SHARDS = 16
 # The unsharded index of earlier releases, keyed (status, due_at). No code reads
 # it; template.yaml keeps it one release (see the comment there).

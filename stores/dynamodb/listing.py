@@ -2,12 +2,12 @@
 
 * `by-status-shard` (status_shard, due_at), KEYS_ONLY: one Query per
   partition of each wanted status (`STATUS_SHARDS` of them: a status is
-  spread over that many partitions, see `items.status_shard`), sent a few at
-  a time, merged in due_at order. With `lease_expired_before=T` only `running` and `created`
-  are wanted, with `resume_requested_before=T` only `suspended`, and the key
-  condition is `due_at < T` (a running run's lease expiry, a created run's
-  creation time, a suspended run's resume request), so the reconciler reads
-  only overdue runs, in every partition.
+  spread over that many partitions, see `items.status_shard`), sent a few
+  at a time, merged in due_at order. With `lease_expired_before=T` only
+  `running` and `created` are wanted, with `resume_requested_before=T` only
+  `suspended`, and the key condition is `due_at < T` (a running run's lease
+  expiry, a created run's creation time, a suspended run's resume request),
+  so the reconciler reads only overdue runs, in every partition.
 * `by-parent` (parent_run_id, run_id) and `by-tenant` (tenant, run_id),
   KEYS_ONLY and sparse: only sub-runs, and only runs with a tenant, are in
   them, already in run_id order (either way), read page by page as needed.
