@@ -2,7 +2,7 @@
 
 Each invocation (an EventBridge schedule) is one pass of
 `agent_runtime.reconcile.Reconciler` over the run store: `running` runs whose
-lease expired and `created` runs queued too long (the `by-status` GSI, no
+lease expired and `created` runs queued too long (the `by-status-shard` GSI, no
 scan). The previous owner of a running run is its execution; it is alive
 while Step Functions says RUNNING (`ExecutionLiveness`) and the run is then
 left alone. A run whose execution ended (failed, timed out, aborted, or

@@ -21,8 +21,9 @@ created again under the same id is never mistaken for the old one), `rev` (a
 random token replaced by every write: a read-modify-write is conditioned on
 it, so nothing changed since the read), `status`, `attempt`, `checkpoint_seq`,
 `consumed_tokens`, `updated_at` and `lease_expires_at` (integer microseconds
-since the epoch), `due_at` (the sort key of the `by-status` GSI: see
-`due_at`) and, on terminal runs only, `expires_at` (the TTL, epoch seconds).
+since the epoch), `status_shard` and `due_at` (the keys of the status GSI:
+see `status_shard` and `due_at`) and, on terminal runs only, `expires_at`
+(the TTL, epoch seconds).
 A run with a tenant also has `tenant` and `run_id` on `META`, the keys of the
 sparse `by-tenant` GSI: unchanged by later writes, so they cost that index
 no write after the first, and gone with `META` when a TTL removes it.
@@ -63,7 +64,16 @@ DEFINITION_SK = "META#DEF"
 CHECKPOINT_PREFIX = "CP#"
 EFFECT_PREFIX = "EFFECT#"
 APPROVAL_PREFIX = "APPROVAL#"
-STATUS_INDEX = "by-status"
+# The status GSI, keyed (status_shard, due_at). Its partitions are write-sharded:
+# unsharded, every running run sat in one partition, each lease renewal a write
+# to that one hot key (see `status_shard`).
+STATUS_INDEX = "by-status-shard"
+# How many partitions of the status index each status spreads over. Part of the
+# stored layout: a change needs every META item rewritten with its new shard.
+STATUS_SHARDS = 16
+# The unsharded index of earlier releases, keyed (status, due_at). No code reads
+# it; template.yaml keeps it one release (see the comment there).
+FORMER_STATUS_INDEX = "by-status"
 PARENT_INDEX = "by-parent"
 TENANT_INDEX = "by-tenant"
 TTL_ATTRIBUTE = "expires_at"
@@ -169,8 +179,25 @@ class Texts:
 
 # -- runs ------------------------------------------------------------------------
 
+def status_shard(status: RunStatus, run_id: str) -> str:
+    """The status index partition of a run: `<status>#<shard:02d>`, e.g. `running#07`.
+
+    The shard comes from the run id alone, through a hash stable across
+    processes and releases (not Python's salted `hash`), so every write of a
+    run with one status lands in one partition and a reader finds it by
+    trying the `STATUS_SHARDS` partitions of that status (`status_shards`).
+    """
+    digest = hashlib.sha256(run_id.encode()).digest()
+    return f"{status.value}#{int.from_bytes(digest[:8], 'big') % STATUS_SHARDS:02d}"
+
+
+def status_shards(status: RunStatus) -> list[str]:
+    """Every status index partition a run of `status` can be in."""
+    return [f"{status.value}#{shard:02d}" for shard in range(STATUS_SHARDS)]
+
+
 def due_at(run: RunRecord) -> int:
-    """The by-status sort key: when the reconciler should look at the run.
+    """The status index's sort key: when the reconciler should look at the run.
 
     A running run's lease expiry; a created run's creation time; a suspended
     run's resume request, or never while it has none (so the reconciler's
@@ -193,6 +220,7 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
     item: Item = {
         **key(run.run_id, META), "incarnation": s(incarnation), "rev": s(rev),
         "state": texts.encode(state, run_id=run.run_id), "status": s(run.status.value),
+        "status_shard": s(status_shard(run.status, run.run_id)),
         "attempt": n(run.attempt),
         "checkpoint_seq": n(run.checkpoint_seq or 0), "consumed_tokens": n(run.consumed_tokens),
         "updated_at": n(micros(run.updated_at)), "due_at": n(due_at(run)),

@@ -1,10 +1,13 @@
 """How DynamoDbRunStore answers `list_runs` from its GSIs, never a Scan.
 
-* `by-status` (status, due_at), KEYS_ONLY: one Query per wanted status. With
-  `lease_expired_before=T` only `running` and `created` are wanted, with
-  `resume_requested_before=T` only `suspended`, and the key condition is
-  `due_at < T` (a running run's lease expiry, a created run's creation time,
-  a suspended run's resume request), so the reconciler reads only overdue runs.
+* `by-status-shard` (status_shard, due_at), KEYS_ONLY: one Query per
+  partition of each wanted status (`STATUS_SHARDS` of them: a status is
+  spread over that many partitions, see `items.status_shard`), sent a few
+  at a time, merged in due_at order. With `lease_expired_before=T` only
+  `running` and `created` are wanted, with `resume_requested_before=T` only
+  `suspended`, and the key condition is `due_at < T` (a running run's lease
+  expiry, a created run's creation time, a suspended run's resume request),
+  so the reconciler reads only overdue runs, in every partition.
 * `by-parent` (parent_run_id, run_id) and `by-tenant` (tenant, run_id),
   KEYS_ONLY and sparse: only sub-runs, and only runs with a tenant, are in
   them, already in run_id order (either way), read page by page as needed.
@@ -15,15 +18,19 @@ the runs themselves, which come from one consistent BatchGetItem per 50; so
 is the chosen one again, so an index entry that lags its run never shows.
 
 Pages are in run_id order (descending with `newest_first`), as the contract
-requires. The status index is in due_at order, so a page read from it reads
-every index key of the wanted statuses (~100 bytes each, eventually
-consistent) and sorts them: cheap for the reconciler (few runs are overdue),
-linear in the matching runs for a full listing.
+requires, and the cursor is the last run_id of a page. The status index is in
+due_at order, so a page read from it reads every index key of the wanted
+statuses, in all their partitions (~100 bytes each, eventually consistent),
+keeps those beyond the cursor and sorts them: cheap for the reconciler (few
+runs are overdue), linear in the matching runs for a full listing. Sharding
+changes only how many Queries that takes, not which runs a page holds.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from itertools import islice
 
@@ -36,14 +43,17 @@ from stores.dynamodb.items import (
     micros,
     n,
     names,
+    number_of,
     run_id_of,
     s,
+    status_shards,
     text_of,
 )
 from stores.dynamodb.runs import RunReader
 from stores.records import RunPage, RunRecord, RunStatus
 
 _RUNS_PER_BATCH = 50  # two keys (META, META#DEF) per run in a 100-key BatchGetItem
+_PARTITION_READERS = 8  # status index partitions queried at once (boto3 clients are thread-safe)
 
 
 def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
@@ -67,8 +77,10 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
     else:
         due = {RunStatus.RUNNING: lease_expired_before, RunStatus.CREATED: lease_expired_before,
                RunStatus.SUSPENDED: resume_requested_before}
+        partitions = [(shard, due.get(status)) for status in wanted
+                      for shard in status_shards(status)]
         candidates = iter(sorted(
-            (run_id for status in wanted for run_id in _with_status(reader, status, due.get(status))
+            (run_id for run_id in _in_partitions(reader, partitions)
              if transitions.beyond(run_id, cursor, newest_first=newest_first)),
             reverse=newest_first))
     found: list[RunRecord] = []
@@ -84,17 +96,35 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
     return transitions.page_of(found, limit)
 
 
-def _with_status(reader: RunReader, status: RunStatus, before: datetime | None) -> Iterator[str]:
-    condition = "#status = :status"
-    values = {":status": s(status.value)}
+def _in_partitions(reader: RunReader,
+                   partitions: list[tuple[str, datetime | None]]) -> Iterator[str]:
+    """The ids of the runs in these status index partitions (each due before its time,
+    if any), merged in due_at order.
+
+    The partitions are read at once, `_PARTITION_READERS` Queries at a time:
+    read one after another, the 16 partitions of a status would cost the start
+    function's capacity count 16 round trips.
+    """
+    with ThreadPoolExecutor(max_workers=min(_PARTITION_READERS, len(partitions))) as pool:
+        entries = list(pool.map(lambda partition: list(_in_shard(reader, *partition)),
+                                partitions))
+    for _, run_id in heapq.merge(*entries):
+        yield run_id
+
+
+def _in_shard(reader: RunReader, shard: str, before: datetime | None) -> Iterator[
+        tuple[int, str]]:
+    """(due_at, run id) of the runs in one status index partition, in due_at order."""
+    condition = "#status_shard = :shard"
+    values = {":shard": s(shard)}
     if before is not None:
         condition += " AND #due_at < :before"
         values[":before"] = n(micros(before))
     # DynamoDB refuses a name the expression does not use.
-    used = names("status", "due_at") if before is not None else names("status")
+    used = names("status_shard", "due_at") if before is not None else names("status_shard")
     for entry in reader.table.query_index(STATUS_INDEX, condition, used, values):
         if text_of(entry, "sk") == META:
-            yield run_id_of(text_of(entry, "pk"))
+            yield number_of(entry, "due_at"), run_id_of(text_of(entry, "pk"))
 
 
 def _in_order(reader: RunReader, index: str, attribute: str, value: str, *,

@@ -56,8 +56,8 @@ def test_the_check_refuses_what_a_role_does_not_grant() -> None:
                                   {"Delete": {"TableName": "runs", "Key": {}}}]}
     assert _why("ApiFunction", "dynamodb", "TransactWriteItems", deletion) == [
         "dynamodb:DeleteItem is not granted"] * 2
-    assert _why("ReserveFunction", "dynamodb", "Query", {"IndexName": "by-status"}) == [
-        "dynamodb:Query is granted, but not on what it touches: by-status"]
+    assert _why("ReserveFunction", "dynamodb", "Query", {"IndexName": "by-status-shard"}) == [
+        "dynamodb:Query is granted, but not on what it touches: by-status-shard"]
     assert _why("ApiFunction", "s3", "PutObject", {"Key": "artifacts/run_1/a"}) == [
         "s3:PutObject is granted, but not on what it touches: artifacts/run_1/a"]
     finished = {"Entries": [{"Source": "agent-runtime", "DetailType": "run-finished"}]}

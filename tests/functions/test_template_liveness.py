@@ -176,7 +176,7 @@ def test_the_functions_get_their_margins_limits_and_grace_from_the_template() ->
     (runs,) = [statement for policy in properties("StartRole")["Policies"]
                for statement in policy["PolicyDocument"]["Statement"]
                if statement.get("Sid") == "RunIndexes"]
-    assert runs["Resource"] == [{"Fn::Sub": "${RunsTable.Arn}/index/by-status"}]
+    assert runs["Resource"] == [{"Fn::Sub": "${RunsTable.Arn}/index/by-status-shard"}]
 
 
 def test_a_held_attempt_waits_and_advances_again() -> None:

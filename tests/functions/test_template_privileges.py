@@ -90,7 +90,7 @@ def test_only_the_retention_function_may_delete_run_data() -> None:
 def test_run_data_is_granted_on_the_stack_s_table_bucket_and_key_only(function: str) -> None:
     table = {"Fn::GetAtt": ["RunsTable", "Arn"]}
     indexes = {f"${{RunsTable.Arn}}/index/{index}"
-               for index in ("by-status", "by-parent", "by-tenant")}
+               for index in ("by-status-shard", "by-parent", "by-tenant")}
     prefixes = {f"${{BlobBucket.Arn}}/{prefix}/*" for prefix in ("checkpoints", "artifacts")}
     for grant in grants(role_of(function)):
         services = {action.split(":")[0] for action in grant.actions}
@@ -115,9 +115,9 @@ def test_indexes_are_queried_only_where_the_code_lists_runs() -> None:
 
     # GET /runs by tenant, status or parent; the capacity count and the
     # reconciler's candidates by status; nothing else lists runs.
-    assert indexes("ApiFunction") == {"by-status", "by-parent", "by-tenant"}
-    assert indexes("StartFunction") == {"by-status"}
-    assert indexes("ReconcilerFunction") == {"by-status"}
+    assert indexes("ApiFunction") == {"by-status-shard", "by-parent", "by-tenant"}
+    assert indexes("StartFunction") == {"by-status-shard"}
+    assert indexes("ReconcilerFunction") == {"by-status-shard"}
     for function in ("ReserveFunction", "AdvanceFunction", "RetentionFunction"):
         assert indexes(function) == set(), function
 

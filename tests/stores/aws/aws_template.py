@@ -66,6 +66,10 @@ def properties(template: dict[str, Any], name: str) -> dict[str, Any]:
     return props
 
 
+# What `!Ref AWS::NoValue` resolves to: removed from the list or mapping holding it.
+_NO_VALUE = object()
+
+
 @dataclass
 class Names:
     """What moto named each resource: `!Ref` and `!GetAtt` values by logical id."""
@@ -77,9 +81,11 @@ class Names:
     stack: str = STACK
 
     def resolve(self, value: Any, template: dict[str, Any]) -> Any:
-        """`value` with the template's intrinsics evaluated."""
+        """`value` with the template's intrinsics evaluated (an `AWS::NoValue` drops the
+        list entry or property it stands for)."""
         if isinstance(value, list):
-            return [self.resolve(item, template) for item in value]
+            return [item for item in (self.resolve(item, template) for item in value)
+                    if item is not _NO_VALUE]
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
@@ -94,9 +100,12 @@ class Names:
                 condition, then, otherwise = argument
                 chosen = then if self._condition(condition, template) else otherwise
                 return self.resolve(chosen, template)
-        return {key: self.resolve(item, template) for key, item in value.items()}
+        resolved = {key: self.resolve(item, template) for key, item in value.items()}
+        return {key: item for key, item in resolved.items() if item is not _NO_VALUE}
 
     def _ref(self, name: str) -> Any:
+        if name == "AWS::NoValue":
+            return _NO_VALUE
         pseudo = {"AWS::StackName": self.stack, "AWS::AccountId": ACCOUNT, "AWS::Region": REGION,
                   "AWS::Partition": "aws"}
         if name in pseudo:
@@ -179,12 +188,16 @@ def create_resources(aws_clients: dict[str, Any], *, table: str, bucket: str) ->
     return create_table(resources, table)
 
 
-def create_table(resources: AwsResources, table: str) -> AwsResources:
-    """The template's RunsTable, named `table`, beside `resources`' key and bucket."""
+def create_table(resources: AwsResources, table: str, **parameters: str) -> AwsResources:
+    """The template's RunsTable, named `table`, beside `resources`' key and bucket, with
+    the template's parameters at their defaults unless given."""
     template = load_template()
+    unknown = set(parameters) - set(template["Parameters"])
+    assert not unknown, f"template.yaml has no parameter {sorted(unknown)}"
     names = Names(refs={"DataKey": resources.key_id},
                   attributes={("DataKey", "Arn"): resources.key_arn}, parameters={
-                      name: spec.get("Default") for name, spec in template["Parameters"].items()})
+                      name: spec.get("Default") for name, spec in template["Parameters"].items()
+                  } | parameters)
     _create_table(resources.dynamodb, names.resolve(properties(template, "RunsTable"), template),
                   table)
     return dataclasses.replace(resources, table=table)
