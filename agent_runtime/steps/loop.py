@@ -31,11 +31,12 @@ the checkpoint that ended it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from stores.records import Frame
+from stores.records import Frame, JsonObject, JsonValue
 
 from agent_runtime.execution import join_path
+from agent_runtime.manifest import LoopSpec, LoopStep
 from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, ITERATION, LOOP_ITEMS, SKIPPED, STEP
 from agent_runtime.templates import MISSING, resolve_path
@@ -47,7 +48,7 @@ DEFAULT_ITEM_VARIABLE = "item"
 DEFAULT_INDEX_VARIABLE = "index"
 
 
-def loop_items(source_value: Any, delimiter: str | None) -> tuple[list[Any], bool]:
+def loop_items(source_value: JsonValue, delimiter: str | None) -> tuple[list[JsonValue], bool]:
     """(items, whether they are structured: an array, not text split by `delimiter`)."""
     value = source_value
     if isinstance(value, str):
@@ -75,7 +76,7 @@ def source_path(source: str) -> str:
     return path
 
 
-def bind(variables: dict[str, Any], path: str, value: Any) -> None:
+def bind(variables: JsonObject, path: str, value: JsonValue) -> None:
     """Set a dotted path (`itemVariable: current.item`) in the variables, replacing a
     non-object on the way by an object, as the reference's `setVariableAtPath`."""
     head, *rest = path.split(".")
@@ -94,14 +95,14 @@ def _base(path: str | None) -> str:
 
 
 class LoopStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
+    async def execute(self, step: LoopStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
         spec = step.loop
         state = frame.continuation
         if "count" not in state:
             self._start(step, frame, ctx)
         items_entry = ctx.state.result(LOOP_ITEMS, frame.step_path)
-        items: list[Any] = [] if items_entry is None else items_entry["items"]
+        items: list[JsonValue] = [] if items_entry is None else items_entry["items"]
         variables = ctx.state.variables
         # `loop` (index, outputs, previous, current) lives in a scope while the
         # loop runs, not in the saved variables: its outputs and the variable
@@ -111,7 +112,7 @@ class LoopStepExecutor:
         # `previous`'s snapshot from the checkpoint saved when it ended.
         outputs = self._results(ctx, frame.step_path, state["next"])
         previous = self._saved_iteration(ctx, state, outputs, "previous")
-        finished: dict[str, Any] | None = None
+        finished: JsonObject | None = None
         if previous is not None and state["next"] >= state["count"]:
             # Resumed after its last iteration: `loop` as that iteration left it.
             finished = {"index": previous["index"], "iteration": previous["iteration"],
@@ -182,11 +183,11 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _bindings(spec: Any, variables: dict[str, Any], items: list[Any],
-                  index: int) -> dict[str, Any]:
+    def _bindings(spec: LoopSpec, variables: JsonObject, items: list[JsonValue],
+                  index: int) -> JsonObject:
         """The top-level variables an iteration sets, item and index, each copied
         before a dotted path changes it, so a skipped iteration changes nothing."""
-        bindings: dict[str, Any] = {}
+        bindings: JsonObject = {}
         for path, value in ((spec.item_variable or DEFAULT_ITEM_VARIABLE,
                              json_copy(items[index]) if index < len(items) else None),
                             (spec.index_variable or DEFAULT_INDEX_VARIABLE, str(index))):
@@ -197,8 +198,8 @@ class LoopStepExecutor:
         return bindings
 
     @staticmethod
-    def _saved_iteration(ctx: Execution, state: dict[str, Any], outputs: list[Any],
-                         which: str) -> dict[str, Any] | None:
+    def _saved_iteration(ctx: Execution, state: JsonObject, outputs: list[JsonValue],
+                         which: str) -> JsonObject | None:
         """The last (`previous`) or the one before it (`older`) completed iteration
         when a loop resumes, with the variables saved by the checkpoint that ended it."""
         seq = state.get(f"{which}Seq")
@@ -212,8 +213,8 @@ class LoopStepExecutor:
         return {"index": done, "iteration": done + 1, "output": outputs[-back],
                 "variables": snapshot}
 
-    def _complete_iteration(self, step: Any, frame: Frame, ctx: Execution,
-                            index: int) -> dict[str, Any]:
+    def _complete_iteration(self, step: LoopStep, frame: Frame, ctx: Execution,
+                            index: int) -> JsonObject:
         """Save the iteration's result; return it as `loop.current`."""
         spec = step.loop
         state = frame.continuation
@@ -241,10 +242,10 @@ class LoopStepExecutor:
         return {"index": index, "iteration": index + 1, "output": result,
                 "variables": snapshot}
 
-    def _start(self, step: Any, frame: Frame, ctx: Execution) -> None:
+    def _start(self, step: LoopStep, frame: Frame, ctx: Execution) -> None:
         spec = step.loop
         if spec.source is None or not spec.source.strip():
-            items: list[Any] = list(range(spec.max_iterations or 1))
+            items: list[JsonValue] = list(range(spec.max_iterations or 1))
             text = True
         else:
             value = resolve_path(ctx.scope(), source_path(spec.source))
@@ -265,7 +266,7 @@ class LoopStepExecutor:
         frame.child_index = None
 
     @staticmethod
-    def _results(ctx: Execution, loop_path: str, upto: int) -> list[Any]:
+    def _results(ctx: Execution, loop_path: str, upto: int) -> list[JsonValue]:
         outputs = []
         for index in range(upto):
             entry = ctx.state.result(ITERATION, join_path(loop_path, index))
@@ -274,7 +275,7 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _last_output(step: Any, ctx: Execution, iteration_path: str) -> Any:
+    def _last_output(step: LoopStep, ctx: Execution, iteration_path: str) -> JsonValue:
         """The output of the last child that ran in this iteration, or MISSING."""
         for child in reversed(step.steps):
             entry = ctx.state.result(STEP, join_path(iteration_path, child.id))
