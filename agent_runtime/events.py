@@ -193,9 +193,11 @@ class EventEmitter:
         return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
                              step_path=step_path, **data)
 
-    def emit_for(self, run_id: str, attempt: int, type_: str, *, step_id: str | None = None,
-                 step_path: str | None = None, **data: JsonValue) -> Event:
-        """An event about `run_id`'s `attempt`; data that is None is left out."""
+    def emit_for(self, run_id: str, attempt: int, type_: str, /, *,
+                 step_id: str | None = None, step_path: str | None = None,
+                 **data: JsonValue) -> Event:
+        """An event about `run_id`'s `attempt`; data that is None is left out (positional
+        parameters, so data may have an `attempt` of its own, as a webhook's retry does)."""
         with self._lock:
             self._sequence += 1
             event = Event(id=_event_id(), run_id=run_id, attempt=attempt,

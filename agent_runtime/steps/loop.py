@@ -31,7 +31,7 @@ the checkpoint that ended it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 from stores.records import Frame, JsonObject, JsonValue
 
@@ -90,6 +90,29 @@ def bind(variables: JsonObject, path: str, value: JsonValue) -> None:
     bind(inner, ".".join(rest), value)
 
 
+class LoopContinuation(TypedDict, total=False):
+    """What a loop keeps in its frame between commit points (JSON, as saved)."""
+
+    count: int  # iterations to run
+    next: int  # the next iteration's index
+    text: bool  # items were split from text: an `array` output is joined text
+    entered: int  # the iteration whose bindings are set (its condition passed)
+    goalMet: bool
+    goalMetAtIteration: int
+    lastOutput: JsonValue  # the last child output seen in the current iteration
+    # The last and the one before it completed iterations, and the seq of the
+    # checkpoint that ended each: `loop.previous` (and `current`) after a resume.
+    previousIndex: int | None
+    previousSeq: int | None
+    olderIndex: int | None
+    olderSeq: int | None
+
+
+def _continuation(frame: Frame) -> LoopContinuation:
+    # A typed view of the frame's own dict: the frame saves it at every checkpoint.
+    return cast(LoopContinuation, frame.continuation)
+
+
 def _base(path: str | None) -> str:
     return (path or "").split(".")[0].strip().lower()
 
@@ -98,7 +121,7 @@ class LoopStepExecutor:
     async def execute(self, step: LoopStep, frame: Frame, ctx: Execution,
                       resume: list[Frame]) -> JsonValue:
         spec = step.loop
-        state = frame.continuation
+        state = _continuation(frame)
         if "count" not in state:
             self._start(step, frame, ctx)
         items_entry = ctx.state.result(LOOP_ITEMS, frame.step_path)
@@ -198,13 +221,14 @@ class LoopStepExecutor:
         return bindings
 
     @staticmethod
-    def _saved_iteration(ctx: Execution, state: JsonObject, outputs: list[JsonValue],
-                         which: str) -> JsonObject | None:
+    def _saved_iteration(ctx: Execution, state: LoopContinuation, outputs: list[JsonValue],
+                         which: Literal["previous", "older"]) -> JsonObject | None:
         """The last (`previous`) or the one before it (`older`) completed iteration
         when a loop resumes, with the variables saved by the checkpoint that ended it."""
-        seq = state.get(f"{which}Seq")
-        done = state.get(f"{which}Index")
-        back = 1 if which == "previous" else 2
+        if which == "previous":
+            seq, done, back = state.get("previousSeq"), state.get("previousIndex"), 1
+        else:
+            seq, done, back = state.get("olderSeq"), state.get("olderIndex"), 2
         if seq is None or done is None or len(outputs) < back:
             return None
         saved = ctx.store.load_checkpoint(ctx.run_id, seq)
@@ -217,7 +241,7 @@ class LoopStepExecutor:
                             index: int) -> JsonObject:
         """Save the iteration's result; return it as `loop.current`."""
         spec = step.loop
-        state = frame.continuation
+        state = _continuation(frame)
         variables = ctx.state.variables
         iteration_path = join_path(frame.step_path, index)
         last = self._last_output(step, ctx, iteration_path)
@@ -255,14 +279,15 @@ class LoopStepExecutor:
                                                                    spec.max_iterations)
         ctx.state.add_result({"kind": LOOP_ITEMS, "step_path": frame.step_path,
                               "items": items[:count]})
-        frame.continuation.update({"count": count, "next": 0, "text": text})
+        _continuation(frame).update({"count": count, "next": 0, "text": text})
         ctx.events.emit("loop.started", step_id=step.id, step_path=frame.step_path,
                         iterations=count)
 
     @staticmethod
     def _advance(frame: Frame, next_index: int) -> None:
-        frame.continuation["next"] = next_index
-        frame.continuation.pop("entered", None)
+        state = _continuation(frame)
+        state["next"] = next_index
+        state.pop("entered", None)
         frame.child_index = None
 
     @staticmethod

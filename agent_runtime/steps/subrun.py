@@ -22,7 +22,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from stores.base import LeaseHeld, RunTerminal
 from stores.file_layout import MAX_RUN_ID_BYTES, check_run_id
@@ -75,10 +75,18 @@ class ChildSpec:
     options: JsonObject
 
 
+class SubRunContinuation(TypedDict, total=False):
+    """What a sub-run step keeps in its frame (JSON, as saved): its child's id, saved
+    before the child exists, and the child's tokens already added to the parent's."""
+
+    child_run_id: str
+    counted_tokens: int
+
+
 class SubRunStepExecutor:
     async def execute(self, step: SubRunStep, frame: Frame, ctx: Execution,
                       resume: list[Frame]) -> JsonValue:
-        state = frame.continuation
+        state = cast(SubRunContinuation, frame.continuation)  # a typed view of the same dict
         child_id: str = state.get("child_run_id") or child_run_id_for(ctx.run_id,
                                                                        frame.step_path)
         record = self._load(ctx, child_id, frame)
@@ -87,7 +95,7 @@ class SubRunStepExecutor:
         if "child_run_id" not in state:
             # Saved before the child is created, so a crash right after creating
             # it resumes that child instead of orphaning it.
-            state.update(child_run_id=child_id, counted_tokens=0)
+            state.update({"child_run_id": child_id, "counted_tokens": 0})
             await ctx.checkpoint()
         if record is not None:
             # Tokens a child spent after the parent's last checkpoint (a crash).
@@ -211,7 +219,7 @@ class SubRunStepExecutor:
     # -- budget --------------------------------------------------------------
 
     @staticmethod
-    def _child_limit(ctx: Execution, state: JsonObject) -> int | None:
+    def _child_limit(ctx: Execution, state: SubRunContinuation) -> int | None:
         """The child's limit: what it has spent so far plus what the parent has left.
 
         Given on every start and resume, since a resume limit replaces the
@@ -220,18 +228,18 @@ class SubRunStepExecutor:
         budget = ctx.state.budget
         if budget.max_total_tokens is None:
             return None
-        counted: int = state["counted_tokens"]
+        counted = state["counted_tokens"]
         return counted + budget.max_total_tokens - budget.consumed_tokens
 
     @staticmethod
-    def _count(ctx: Execution, state: JsonObject, record: RunRecord) -> None:
+    def _count(ctx: Execution, state: SubRunContinuation, record: RunRecord) -> None:
         """Add the child's tokens not yet counted to the parent's budget.
 
         No checkpoint of its own: the counter and the parent's total change
         together, and every way out of the step (its output, a suspension, a
         failure) is saved with a checkpoint; a crash loses both, consistently.
         """
-        new = record.consumed_tokens - int(state["counted_tokens"])
+        new = record.consumed_tokens - state["counted_tokens"]
         if new > 0:
             ctx.state.budget.consumed_tokens += new
             state["counted_tokens"] = record.consumed_tokens
