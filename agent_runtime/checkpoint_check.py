@@ -15,7 +15,8 @@ from stores.base import CorruptRecord
 from stores.records import Checkpoint, Frame, RunRecord
 
 from agent_runtime.errors import AgentRuntimeError
-from agent_runtime.manifest import AgentManifest, LoopStep, Step
+from agent_runtime.manifest import AgentManifest, LoopStep
+from agent_runtime.step_kinds import Step
 
 
 class CorruptCheckpoint(AgentRuntimeError, CorruptRecord):

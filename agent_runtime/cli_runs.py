@@ -38,8 +38,8 @@ from agent_runtime.cli_options import (
 from agent_runtime.cli_output import guarded
 from agent_runtime.cli_runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli_store import store_flags_text
-from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import Conflict, InvalidInput, NotFound
+from agent_runtime.engine import AgentRuntime, existing_run
+from agent_runtime.errors import Conflict, InvalidInput
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
 from agent_runtime.reports import print_result, to_json_text
@@ -75,11 +75,8 @@ def execute(args: argparse.Namespace, runtime: AgentRuntime, run_id: str | None,
 
 def load_run(store: RunStore, run_id: str, args: argparse.Namespace | None = None) -> RunRecord:
     """The run, or `NotFound` naming the store it is not in."""
-    record = store.load_run(check_run_id(run_id, source="RUN_ID"))
-    if record is None:
-        raise NotFound(f"no run with id {excerpt(run_id)} in {store_name(args)}",
-                       source="RUN_ID")
-    return record
+    return existing_run(store, check_run_id(run_id, source="RUN_ID"), where=store_name(args),
+                        source="RUN_ID")
 
 
 def recorded_result(record: RunRecord) -> RunResult:

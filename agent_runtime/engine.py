@@ -16,37 +16,47 @@ once, never resumed and failing forever, and no step runs from it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore, RunTerminal
 from stores.memory import MemoryRunStore
-from stores.records import Budget, Checkpoint, ParentRef, RunError, RunRecord, RunStatus
+from stores.records import (
+    Budget,
+    Checkpoint,
+    JsonObject,
+    JsonValue,
+    ParentRef,
+    RunError,
+    RunRecord,
+    RunStatus,
+)
 
-from agent_runtime.capabilities import ResolvedModel, capability_problem, step_capabilities
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
-from agent_runtime.errors import ConfigError, InvalidInput, ManifestMismatch, StepFailed
+from agent_runtime.errors import (
+    InvalidInput,
+    ManifestMismatch,
+    NotFound,
+)
 from agent_runtime.events import EventEmitter, EventSink, TextSink
+from agent_runtime.excerpts import excerpt
 from agent_runtime.execution import Execution
+from agent_runtime.host_services import HostServices
 from agent_runtime.limits import use_limits
 from agent_runtime.manifest import (
     AgentManifest,
-    ProfileModelRef,
-    PromptStep,
-    WebhookStep,
-    iter_steps,
     manifest_hash,
     manifest_json,
     parse_agent_manifest,
 )
-from agent_runtime.models import build_adapter
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.results import TERMINAL, RunResult, finished_result
@@ -56,11 +66,41 @@ from agent_runtime.run_options import FORKED_FROM, without_origin
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
-from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import Tool, ToolRegistry
-from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
+from agent_runtime.tools.mcp import McpConnections
 from agent_runtime.variables import resolve_variables
 from agent_runtime.waves import EXECUTION_OPTION, execution_json, execution_option
+
+if TYPE_CHECKING:
+    pass
+
+
+# What `run` accepts as a manifest: parsed, loaded from a run manifest, data, or a file.
+ManifestSource = AgentManifest | LoadedManifest | Mapping[str, JsonValue] | str | Path
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def blocking(method: Callable[P, Coroutine[object, None, T]]) -> Callable[P, T]:
+    """An async method for callers without an event loop: runs it in a new one."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        return asyncio.run(method(*args, **kwargs))
+
+    return call
+
+
+def existing_run(store: RunStore, run_id: str, *, where: str = "this store",
+                 source: str | None = None) -> RunRecord:
+    """The record of `run_id`, or `NotFound` naming the run and where it was looked for
+    (`source` names the input that gave the id, else the field is `run_id`)."""
+    record = store.load_run(run_id)
+    if record is None:
+        raise NotFound(f"no run with id {excerpt(run_id)} in {where}", source=source,
+                       field=None if source is not None else "run_id")
+    return record
 
 
 def default_owner() -> str:
@@ -68,7 +108,14 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class AgentRuntime:
+class AgentRuntime(HostServices):
+    """A host's runtime: its store, models, tools, step kinds, config and event sinks.
+
+    Starts, resumes, advances, forks, approves and cancels runs in its
+    store; each execution is one attempt (`Execution`) holding the run's
+    lease as `owner`. Cheap to build; build one per process or per config.
+    """
+
     def __init__(self, *, store: RunStore | None = None,
                  models: Mapping[str, ModelAdapter] | None = None,
                  tools: Iterable[Tool] | Mapping[str, Tool] | ToolRegistry | None = None,
@@ -99,115 +146,15 @@ class AgentRuntime:
         # run suspends with `interrupted` at its next commit point.
         self.interrupt = threading.Event()
 
-    # -- models and tools ----------------------------------------------------
-
-    def adapter_for(self, provider: str) -> ModelAdapter:
-        """The adapter serving `provider`: given in `models=`, the scripted model, or a
-        driver from the runtime config, built once per runtime."""
-        if provider in self.models:
-            return self.models[provider]
-        if self.config.driver_of(provider) == "scripted":
-            return self.scripted
-        adapter = build_adapter(provider, self.config)
-        self.models[provider] = adapter
-        return adapter
-
-    def resolve_model(self, step_model: Any, manifest: AgentManifest,
-                      options: Mapping[str, Any]) -> ResolvedModel:
-        override = options.get("model")
-        if override:
-            provider, _, model = str(override).partition("/")
-            return ResolvedModel(self.adapter_for(provider), provider, model, {})
-        ref = step_model or manifest.model
-        if ref is None:
-            raise StepFailed("no_model", "no model: set `model` in the manifest or the step, "
-                             "or pass --model PROVIDER/MODEL")
-        if isinstance(ref, ProfileModelRef):
-            profile = self.config.models.get(ref.ref)
-            if profile is None:
-                raise StepFailed("unknown_model_profile",
-                                 f"model profile {ref.ref!r} is not defined in the runtime "
-                                 "config (--config)")
-            merged = {**(profile.options or {}), **(ref.options or {})}
-            streaming = profile.capabilities.streaming if profile.capabilities else None
-            return ResolvedModel(self.adapter_for(profile.provider), profile.provider,
-                                 profile.model, merged, streaming)
-        return ResolvedModel(self.adapter_for(ref.provider), ref.provider, ref.model,
-                             dict(ref.options or {}))
-
-    def resolve_tools(self, names: Iterable[str],
-                      manifest: AgentManifest | None = None) -> dict[str, Any]:
-        """The tools named by a step: registered Python tools, and `alias__tool` MCP tools
-        of the manifest's connections as the runtime config allows them (not yet
-        connected: `prepare_tools` does that). A tool of an optional connection the
-        host does not define is left out."""
-        grants: dict[str, Grant | None] = {}
-        if manifest is not None and manifest.connections:
-            try:
-                grants = connection_grants(manifest, self.config, source="manifest")
-            except ConfigError as error:
-                raise StepFailed("connection_not_allowed", error.render()) from None
-        resolved: dict[str, Any] = {}
-        for name in names:
-            found = self.tools.get(name)
-            if found is not None:
-                resolved[name] = found
-                continue
-            alias, separator, tool_name = name.partition("__")
-            if separator and alias in grants:
-                grant = grants[alias]
-                if grant is not None:
-                    resolved[name] = grant.tool(tool_name, self.connections)
-                continue
-            if separator:
-                raise StepFailed("unknown_tool",
-                                 f"tool {name!r} belongs to connection alias {alias!r}, which "
-                                 "the manifest does not bind in connections[]")
-            raise StepFailed("unknown_tool",
-                             f"tool {name!r} is not registered; register it with "
-                             "@agent_runtime.tool and --tools FILE.py")
-        return resolved
-
-    async def prepare_tools(self, names: Iterable[str], ctx: Execution) -> dict[str, Any]:
-        """A step's tools, ready to offer the model: MCP connections opened (once per
-        execution) and their tools described by their servers."""
-        tools = self.resolve_tools(names, ctx.manifest)
-        return await self.connections.describe(tools, run_id=ctx.run_id, attempt=ctx.attempt,
-                                               events=ctx.events)
-
-    def check_runnable(self, manifest: AgentManifest, options: Mapping[str, Any], *,
-                       source: str) -> None:
-        """Refuse, before a run exists, a manifest whose models, tools, connections or
-        webhook destinations this host does not allow."""
-        connection_grants(manifest, self.config, source=source)
-        for path, step in iter_steps(manifest.steps):
-            if isinstance(step, WebhookStep):
-                refusal = destination_refusal(step.url, self.config.webhooks)
-                if refusal is not None:
-                    raise ConfigError(refusal, source=source, field=f"{path}.url")
-            if not isinstance(step, PromptStep):
-                continue
-            try:
-                self.resolve_model(step.model, manifest, options)
-            except StepFailed as failure:
-                raise ConfigError(failure.message, source=source, field=f"{path}.model") from None
-            problem = capability_problem(step, step_capabilities(step, manifest, self.config,
-                                                                 options.get("model")))
-            if problem is not None:
-                raise ConfigError(problem[1], source=source, field=f"{path}.{problem[0]}")
-            try:
-                self.resolve_tools(step.tools or [], manifest)
-            except StepFailed as failure:
-                raise ConfigError(failure.message, source=source, field=f"{path}.tools") from None
-
     # -- runs ------------------------------------------------------------------
 
-    async def run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
-                  | Path | None = None, variables: Mapping[str, Any] | None = None,
+    async def run(self, *, manifest: ManifestSource | None = None,
+                  variables: Mapping[str, JsonValue] | None = None,
                   budget: Budget | None = None, run_id: str | None = None, resume: bool = False,
-                  allow_running_takeover: bool = False, options: Mapping[str, Any] | None = None,
+                  allow_running_takeover: bool = False,
+                  options: Mapping[str, JsonValue] | None = None,
                   parent: ParentRef | None = None,
-                  effect_resolutions: Mapping[str, dict[str, Any]] | None = None,
+                  effect_resolutions: Mapping[str, JsonObject] | None = None,
                   tenant: str | None = None, expired_owner: str | None = None) -> RunResult:
         """Start a run, or with `resume=True` continue `run_id` from its latest checkpoint.
 
@@ -233,10 +180,12 @@ class AgentRuntime:
         state = RunState.initial(record.variables, record.budget.max_total_tokens)
         return await self._execute(Execution(self, reserved, agent, state, []))
 
-    def new_run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
-                | Path, variables: Mapping[str, Any] | None = None,
+    run_sync = blocking(run)  # `run` for code without an event loop
+
+    def new_run(self, *, manifest: ManifestSource,
+                variables: Mapping[str, JsonValue] | None = None,
                 budget: Budget | None = None, run_id: str | None = None,
-                options: Mapping[str, Any] | None = None,
+                options: Mapping[str, JsonValue] | None = None,
                 parent: ParentRef | None = None, tenant: str | None = None,
                 variables_source: str = "--variables") -> tuple[RunRecord, AgentManifest]:
         """The record of a new run, its input checked against this host (not yet stored).
@@ -249,7 +198,7 @@ class AgentRuntime:
         """
         with use_limits(self.config.limits):  # the host's input limits, in every host
             agent, loaded, source = self._load(manifest)
-        run_overrides: dict[str, Any] = {}
+        run_overrides: dict[str, JsonValue] = {}
         if loaded is not None and loaded.run is not None:
             run_overrides = {item.key: item.value for item in loaded.run.variables or []}
             if budget is None and loaded.run.budget is not None:
@@ -277,10 +226,10 @@ class AgentRuntime:
                            options=run_options, created_at=now, updated_at=now)
         return record, agent
 
-    def create_run(self, *, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
-                   | Path, variables: Mapping[str, Any] | None = None,
+    def create_run(self, *, manifest: ManifestSource,
+                   variables: Mapping[str, JsonValue] | None = None,
                    budget: Budget | None = None, run_id: str | None = None,
-                   options: Mapping[str, Any] | None = None,
+                   options: Mapping[str, JsonValue] | None = None,
                    tenant: str | None = None) -> RunRecord:
         """Store a new run without executing it: status `created`, attempt 0.
 
@@ -306,12 +255,7 @@ class AgentRuntime:
         return self.store.resume_run(record.run_id, owner=self.owner, now=now,
                                      lease_seconds=self.lease_seconds)
 
-    def run_sync(self, **kwargs: Any) -> RunResult:
-        """`run` for code without an event loop."""
-        return asyncio.run(self.run(**kwargs))
-
-    def _load(self, manifest: AgentManifest | LoadedManifest | Mapping[str, Any] | str
-              | Path) -> tuple[AgentManifest, LoadedManifest | None, str]:
+    def _load(self, manifest: ManifestSource) -> tuple[AgentManifest, LoadedManifest | None, str]:
         if isinstance(manifest, AgentManifest):
             return manifest, None, "manifest"
         if isinstance(manifest, LoadedManifest):
@@ -324,13 +268,11 @@ class AgentRuntime:
     def stored_manifest(self, record: RunRecord) -> AgentManifest:
         return parse_agent_manifest(record.manifest, source=f"run {record.run_id}")
 
-    async def _resume(self, run_id: str, *, manifest: Any, budget: Budget | None,
-                      allow_running_takeover: bool,
-                      effect_resolutions: Mapping[str, dict[str, Any]] | None,
+    async def _resume(self, run_id: str, *, manifest: ManifestSource | None,
+                      budget: Budget | None, allow_running_takeover: bool,
+                      effect_resolutions: Mapping[str, JsonObject] | None,
                       expired_owner: str | None = None) -> RunResult:
-        record = self.store.load_run(run_id)
-        if record is None:
-            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        record = existing_run(self.store, run_id)
         agent = self.stored_manifest(record)
         if manifest is not None:
             given, _, source = self._load(manifest)
@@ -394,9 +336,7 @@ class AgentRuntime:
         `budget` replaces the token limit, as a resume's does; every slice of
         the attempt may pass the same one.
         """
-        record = self.store.load_run(run_id)
-        if record is None:
-            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        record = existing_run(self.store, run_id)
         if record.status is not RunStatus.RUNNING or (
                 expected_attempt is not None and record.attempt != expected_attempt):
             return finished_result(record)
@@ -418,9 +358,7 @@ class AgentRuntime:
         token limit is `budget`, else the one in force at the checkpoint.
         `tenant` defaults to the source's.
         """
-        source = self.store.load_run(run_id)
-        if source is None:
-            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        source = existing_run(self.store, run_id)
         # Read whole first: a store failing its checks (CorruptRecord) is not forked from.
         latest, _ = self.store.load_latest_checkpoint(run_id), self.store.list_effects(run_id)
         checkpoint = latest if seq is None else self.store.load_checkpoint(run_id, seq)
@@ -478,12 +416,10 @@ class AgentRuntime:
         return RunResult(run_id=record.run_id, status=RunStatus.FAILED, attempt=record.attempt,
                          error=error.model_dump(mode="json"))
 
-    def approve(self, run_id: str, *, approved: bool = True, response: Any = None,
+    def approve(self, run_id: str, *, approved: bool = True, response: JsonValue = None,
                 responded_by: str | None = None, approval_id: str | None = None) -> str:
         """Record the answer to the approval a run waits for; return its approval id."""
-        record = self.store.load_run(run_id)
-        if record is None:
-            raise InvalidInput(f"no run with id {run_id!r} in this store", field="run_id")
+        record = existing_run(self.store, run_id)
         if approval_id is None:
             suspension = record.suspension
             if record.status is not RunStatus.SUSPENDED or suspension is None \

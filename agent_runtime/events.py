@@ -18,11 +18,13 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+
+from stores.records import JsonValue
 
 from agent_runtime.excerpts import escape_json_text
 
@@ -31,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Event:
+    """One thing that happened in a run, numbered within its attempt (`sequence`).
+
+    Observations, not the run's record (the checkpoints are): a sink may
+    drop them, and nothing in the engine reads them back.
+    """
+
     id: str
     run_id: str
     attempt: int
@@ -165,25 +173,38 @@ _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
 class EventEmitter:
-    """Numbers and timestamps the events of one execution and fans them out."""
+    """Numbers and timestamps events and fans them out: one execution's (its run and
+    attempt), or a reconciler pass's (`emit_for` each run it acts on, `common` data
+    naming the pass). The one place events are numbered."""
 
     def __init__(self, sinks: Iterable[EventSink], *, run_id: str, attempt: int,
-                 now: Callable[[], datetime], first_sequence: int = 1) -> None:
+                 now: Callable[[], datetime], first_sequence: int = 1,
+                 common: Mapping[str, JsonValue] | None = None) -> None:
         self._sinks = list(sinks)
         self._run_id = run_id
         self._attempt = attempt
         self._now = now
         self._sequence = first_sequence - 1
+        self._common = dict(common or {})
         self._lock = threading.Lock()
 
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
-             **data: Any) -> Event:
+             **data: JsonValue) -> Event:
+        return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
+                             step_path=step_path, **data)
+
+    def emit_for(self, run_id: str, attempt: int, type_: str, /, *,
+                 step_id: str | None = None, step_path: str | None = None,
+                 **data: JsonValue) -> Event:
+        """An event about `run_id`'s `attempt`; data that is None is left out (positional
+        parameters, so data may have an `attempt` of its own, as a webhook's retry does)."""
         with self._lock:
             self._sequence += 1
-            event = Event(id=_event_id(), run_id=self._run_id, attempt=self._attempt,
+            event = Event(id=_event_id(), run_id=run_id, attempt=attempt,
                           sequence=self._sequence, timestamp=self._now(), type=type_,
                           step_id=step_id, step_path=step_path,
-                          data={k: v for k, v in data.items() if v is not None})
+                          data={**self._common,
+                                **{k: v for k, v in data.items() if v is not None}})
         for sink in self._sinks:
             try:
                 sink.emit(event)

@@ -19,15 +19,23 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from stores.base import CheckpointConflict, RunTerminal, StaleAttempt, StoreError
-from stores.records import ArtifactRef, Frame, RunError, RunRecord, RunStatus, utc_now
+from stores.records import (
+    Checkpoint,
+    Frame,
+    JsonObject,
+    JsonValue,
+    RunError,
+    RunRecord,
+    RunStatus,
+    utc_now,
+)
 
 from agent_runtime.conditions import evaluate_condition
 from agent_runtime.deadlines import SliceDeadline
 from agent_runtime.errors import (
-    AgentRuntimeError,
     CheckpointUnavailable,
     ConditionEvaluationError,
     DeadlineReached,
@@ -36,32 +44,24 @@ from agent_runtime.errors import (
     SuspendRun,
 )
 from agent_runtime.events import EventEmitter
-from agent_runtime.manifest import AgentManifest, Step
+from agent_runtime.manifest import AgentManifest
 from agent_runtime.results import RunResult
 from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
+from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext
+from agent_runtime.step_kinds import StepBase
 from agent_runtime.waves import wave_runner
 
 if TYPE_CHECKING:
     from agent_runtime.engine import AgentRuntime
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 logger = logging.getLogger(__name__)
 
-# How an operator may settle an effect whose outcome is unknown.
-SETTLE_ACTIONS = ("retry", "result", "skip")
-
 # Room for the events between two checkpoints of one attempt.
 SEQUENCES_PER_CHECKPOINT = 1_000_000
-
-
-class LostOwnership(AgentRuntimeError):
-    """The store refused a write: another attempt took over, or the run was cancelled."""
-
-    def __init__(self, cause: StoreError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
 
 
 def join_path(prefix: str, *parts: object) -> str:
@@ -69,7 +69,11 @@ def join_path(prefix: str, *parts: object) -> str:
     return f"{prefix}/{tail}" if prefix else tail
 
 
-class Execution:
+class Execution(StepContext):
+    """One attempt of a run: walks the cursor, commits at every commit point, and
+    ends the attempt completed, failed, suspended, cancelled or (at a slice's
+    deadline) still running. Steps see it as their context (`StepContext`)."""
+
     def __init__(self, runtime: AgentRuntime, run: RunRecord, manifest: AgentManifest,
                  state: RunState, cursor: list[Frame], *,
                  deadline: datetime | None = None) -> None:
@@ -83,7 +87,7 @@ class Execution:
         self.deadline = deadline
         self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
-        self.scopes: list[dict[str, Any]] = []
+        self.scopes: list[JsonObject] = []
         # One attempt may span several executions (`advance` in time slices):
         # numbering each one's events after its starting checkpoint keeps the
         # attempt's events ordered by (attempt, sequence) across them.
@@ -92,21 +96,13 @@ class Execution:
                                    first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1)
         self._last_renewal = time.monotonic()
         self._lost: StoreError | None = None
-        # Operator decisions on effects whose outcome was unknown, by key.
-        self.resolutions: dict[str, dict[str, Any]] = {}
+        self.resolutions = {}
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
         self.waves = wave_runner(self)
 
     # -- what steps use ------------------------------------------------------
 
-    @property
-    def store(self) -> Any:
-        return self.runtime.store
-
-    def now(self) -> datetime:
-        return self.runtime.clock.now()
-
-    def scope(self) -> dict[str, Any]:
+    def scope(self) -> JsonObject:
         """Variables as templates and conditions see them: loop scopes over run variables."""
         if not self.scopes:
             return self.state.variables
@@ -114,46 +110,6 @@ class Execution:
         for scope in self.scopes:
             merged.update(scope)
         return merged
-
-    def artifact_sink(self, frame: Frame) -> Callable[[bytes, str], ArtifactRef] | None:
-        """How a tool of this step saves artifacts, when the runtime has a store for them."""
-        store = self.runtime.artifacts
-        if store is None:
-            return None
-
-        def save(data: bytes, media_type: str) -> ArtifactRef:
-            uri, sha256 = store.put(data, media_type=media_type, run_id=self.run_id)
-            ref = ArtifactRef(uri=uri, sha256=sha256, size=len(data), media_type=media_type)
-            # Content-addressed: a retried call saving the same bytes adds nothing.
-            if all(existing.sha256 != sha256 for existing in self.state.artifacts):
-                self.state.artifacts.append(ref)
-            self.events.emit("artifact.created", step_id=frame.step_id,
-                             step_path=frame.step_path, sha256=sha256, size=len(data),
-                             media_type=media_type)
-            return ref
-
-        return save
-
-    def effect_resolution(self, key: str) -> dict[str, Any] | None:
-        """How an operator settled the effect `key` whose outcome was unknown, or None.
-
-        Given to this execution (the CLI's `effects resolve`), else recorded in
-        the store: `resolve_approval(run, key, approved=True, response={"action":
-        ...})` on the `effect-unknown` suspension, which the reserved record
-        keeps with its decision, so an executor in another process finds it.
-        """
-        given = self.resolutions.get(key)
-        if given is not None:
-            return given
-        suspension = self.run.suspension
-        if (suspension is None or suspension.reason != "effect-unknown"
-                or suspension.details.get("key") != key or not suspension.decision
-                or not suspension.decision.get("approved")):
-            return None
-        response = suspension.decision.get("response")
-        if isinstance(response, dict) and response.get("action") in SETTLE_ACTIONS:
-            return response
-        return None
 
     def condition(self, expression: str, *, step_path: str, field: str) -> bool:
         try:
@@ -218,7 +174,7 @@ class Execution:
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
 
-    async def bounded(self, call: Coroutine[Any, Any, T], what: str, *, step_path: str,
+    async def bounded(self, call: Coroutine[object, None, T], what: str, *, step_path: str,
                       timeout: float | None = None) -> T:
         """A model, tool or webhook call, heartbeat-guarded and bounded by its own
         `timeout` and the slice's deadline (agent_runtime/deadlines.py)."""
@@ -242,7 +198,7 @@ class Execution:
 
     # -- the walk ------------------------------------------------------------
 
-    async def run_sequence(self, steps: Sequence[Step], *, prefix: str,
+    async def run_sequence(self, steps: Sequence[StepBase], *, prefix: str,
                            loop_iteration: int | None, resume: list[Frame]) -> None:
         """Run `steps` in order from the resume frame; checkpoint after each one."""
         level = len(self.stack)
@@ -277,7 +233,7 @@ class Execution:
         del self.stack[level:]
 
     @staticmethod
-    def _frame_at(steps: Sequence[Step], index: int, prefix: str,
+    def _frame_at(steps: Sequence[StepBase], index: int, prefix: str,
                   loop_iteration: int | None) -> Frame:
         if index >= len(steps):  # past the end: this sequence is done
             return Frame(step_path=prefix, step_id="", step_index=index,
@@ -286,7 +242,7 @@ class Execution:
         return Frame(step_path=join_path(prefix, step.id), step_id=step.id, step_index=index,
                      loop_iteration=loop_iteration)
 
-    async def run_step(self, step: Step, frame: Frame, resume: list[Frame]) -> None:
+    async def run_step(self, step: StepBase, frame: Frame, resume: list[Frame]) -> None:
         fresh = not frame.continuation and not resume
         depth = len(self.stack) - 1
         if fresh and step.when is not None and not self.condition(
@@ -317,7 +273,7 @@ class Execution:
 
     # -- the attempt ---------------------------------------------------------
 
-    def final_output(self) -> Any:
+    def final_output(self) -> JsonValue:
         """Marked top-level outputs in manifest order (one value or a list), else the
         last completed top-level step's output."""
         marked = {step.id for step in self.manifest.steps if step.include_in_final_output}
@@ -332,7 +288,7 @@ class Execution:
             return chosen[0] if len(chosen) == 1 else chosen
         return completed[-1]["output"] if completed else None
 
-    def _final_checkpoint(self) -> Any:
+    def _final_checkpoint(self) -> Checkpoint:
         self.state.seq += 1
         return self.state.to_checkpoint(
             run_id=self.run_id, attempt=self.attempt, manifest_hash=self.run.manifest_hash,
@@ -409,11 +365,12 @@ class Execution:
         self.events.emit("run.cancelled", reason=signal.reason)
         return self.result(RunStatus.CANCELLED)
 
-    def _store_write(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    def _store_write(self, write: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
         try:
-            write(*args, **kwargs)
-        except (StaleAttempt, RunTerminal) as error:
-            raise LostOwnership(error) from error
+            with self.fenced():
+                write(*args, **kwargs)
+        except LostOwnership:
+            raise
         except Exception as error:
             raise CheckpointUnavailable(self.run_id, error) from error
 
@@ -444,8 +401,8 @@ class Execution:
         return self.result(RunStatus(status),
                            error=RunError(type="lost_ownership", message=str(cause)))
 
-    def result(self, status: RunStatus, *, output: Any = None,
-               suspension: dict[str, Any] | None = None,
+    def result(self, status: RunStatus, *, output: JsonValue = None,
+               suspension: JsonObject | None = None,
                error: RunError | None = None) -> RunResult:
 
         return RunResult(run_id=self.run_id, status=status, attempt=self.attempt, output=output,

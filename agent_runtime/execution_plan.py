@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeGuard
 
 from agent_runtime.excerpts import printable
-from agent_runtime.manifest import PromptStep, Step
+from agent_runtime.manifest import PromptStep
+from agent_runtime.step_kinds import Step
 
 if TYPE_CHECKING:
     from agent_runtime.config import RuntimeConfig

@@ -32,8 +32,6 @@ from pydantic import (
     model_validator,
 )
 
-from agent_runtime.conditions import compile_condition
-from agent_runtime.errors import ConditionSyntaxError
 from agent_runtime.manifest_duplicates import duplicate_names
 from agent_runtime.manifest_input import (
     JsonObject,
@@ -44,23 +42,19 @@ from agent_runtime.manifest_input import (
     rule_error,
 )
 from agent_runtime.messages import PromptMessage, history_problem
+from agent_runtime.step_kinds import (
+    FILE_SPELLING,
+    Step,
+    StepBase,
+    check_condition,
+    register_step_model,
+)
 from agent_runtime.variables import VariableKey, VariablePath, VariableType, value_matches_type
 
 SCHEMA_VERSION = "1.0"
 DEFAULT_MAX_TOOL_CALLS_PER_ITERATION = 25
-STEP_TYPES = ("prompt", "loop", "approval", "sub-run", "webhook", "code")
 
 _CONNECTION_ALIAS = re.compile(r"[a-z][a-z0-9-]*")
-
-
-def _condition(expression: str | None) -> str | None:
-    """Conditions are compiled at parse time so a typo fails before the run starts."""
-    if expression is not None:
-        try:
-            compile_condition(expression)
-        except ConditionSyntaxError as exc:
-            raise rule_error(f"unparsable condition: {exc.reason}") from exc
-    return expression
 
 
 def _http_url(value: str) -> str:
@@ -209,24 +203,6 @@ class Limits(SchemaModel):
 # -- steps ------------------------------------------------------------------
 
 
-class StepBase(SchemaModel):
-    id: NonEmptyStr
-    name: NonEmptyStr | None = None
-    description: str | None = None
-    when: str | None = None
-    output_variable: VariableKey | None = None
-    include_in_final_output: bool = False
-    metadata: JsonObject | None = None
-    extensions: JsonObject | None = None
-
-    _check_when = field_validator("when")(_condition)
-
-    def model_post_init(self, context: Any, /) -> None:
-        # `type` has a default for Python callers but is always dumped, so
-        # `manifest_json` output can be parsed back through the discriminator.
-        self.__pydantic_fields_set__.add("type")
-
-
 class CompletionPolicy(SchemaModel):
     on_truncation: Literal["fail", "accept"] | None = None
     require_output: bool | None = None
@@ -274,7 +250,7 @@ class LoopSpec(SchemaModel):
     result_variable: VariablePath | None = None
     max_iterations: PositiveInt | None = None
 
-    _check_conditions = field_validator("condition", "goal")(_condition)
+    _check_conditions = field_validator("condition", "goal")(check_condition)
 
     @model_validator(mode="after")
     def _goal_is_bounded(self) -> LoopSpec:
@@ -363,10 +339,10 @@ class CodeStep(StepBase):
     environment: dict[str, str] | None = None
 
 
-Step = Annotated[
-    PromptStep | LoopStep | ApprovalStep | SubRunStep | WebhookStep | CodeStep,
-    Field(discriminator="type"),
-]
+BUILT_IN_STEPS: tuple[type[StepBase], ...] = (
+    PromptStep, LoopStep, ApprovalStep, SubRunStep, WebhookStep, CodeStep)
+for _model in BUILT_IN_STEPS:
+    register_step_model(_model.model_fields["type"].default, _model)
 
 
 # -- the agent manifest -----------------------------------------------------
@@ -460,7 +436,7 @@ def parse_agent_manifest(data: Any, *, source: str) -> AgentManifest:
         return data
     check_structure(data, source=source)
     try:
-        return AgentManifest.model_validate(data, by_name=False)
+        return AgentManifest.model_validate(data, by_name=False, context={FILE_SPELLING: True})
     except ValidationError as exc:
         raise manifest_error_from_validation(exc, source=source,
                                              more=duplicate_names(data)) from None

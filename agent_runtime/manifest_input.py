@@ -394,10 +394,12 @@ def _scalar_problem(value: Any, max_length: int, huge: int) -> str | None:
 
 # -- pydantic errors -> ManifestError ------------------------------------------
 
-# Tagged unions add their tag to an error's location: ("steps", 1, "prompt",
-# "outputVariable"). A step or content-part tag follows an index into a
-# `steps`/`content` list; a model-reference tag follows a `model` key.
-_TAGGED_LISTS = {"steps": "step", "content": "content part"}
+# Tagged unions add their tag to an error's location: ("content", 1, "text",
+# "text"). A content-part tag follows an index into a `content` list; a
+# model-reference tag follows a `model` key. Steps are validated by their
+# kind's model (`agent_runtime.step_kinds`), which adds no tag.
+_TAGGED_LISTS = {"content": "content part"}
+_LIST_NOUNS = {**_TAGGED_LISTS, "steps": "step"}
 _MODEL_TAGS = frozenset({"explicit", "profile"})
 
 _TYPE_NAMES = {
@@ -432,7 +434,7 @@ def _reason(error: ErrorDetails, path: list[PathPart]) -> tuple[str, list[PathPa
     if kind == "missing":
         return "required field is missing", path
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        noun = _TAGGED_LISTS.get(str(path[-2]), "") + " " if len(path) >= 2 else ""
+        noun = _LIST_NOUNS.get(str(path[-2]), "") + " " if len(path) >= 2 else ""
         allowed = f"allowed {noun}types: {ctx.get('expected_tags', '')}"
         if kind == "union_tag_not_found":  # pydantic gives no choices here
             return "required field is missing", [*path, "type"]

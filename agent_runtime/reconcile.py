@@ -56,7 +56,7 @@ from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, Sta
 from stores.records import RunError, RunRecord, RunStatus
 
 from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.events import Event, EventSink
+from agent_runtime.events import EventEmitter, EventSink
 
 if TYPE_CHECKING:
     # Built only when a pass resumes a run: the Lambda functions that share this
@@ -243,22 +243,15 @@ class ResumeAction(Protocol):
 
 
 class _PassEvents:
-    """Numbers the events of one pass and fans them out."""
+    """The events of one pass, each about the run it acted on and naming the pass."""
 
     def __init__(self, sinks: list[EventSink], clock: Clock) -> None:
         self.reconcile_id = f"reconcile_{uuid.uuid4().hex[:16]}"
-        self._sinks = sinks
-        self._clock = clock
-        self._sequence = 0
+        self._events = EventEmitter(sinks, run_id="", attempt=0, now=clock.now,
+                                    common={"reconcile_id": self.reconcile_id})
 
     def emit(self, type_: str, *, run_id: str = "", attempt: int = 0, **data: Any) -> None:
-        self._sequence += 1
-        event = Event(id=uuid.uuid4().hex, run_id=run_id, attempt=attempt,
-                      sequence=self._sequence, timestamp=self._clock.now(), type=type_,
-                      data={"reconcile_id": self.reconcile_id,
-                            **{k: v for k, v in data.items() if v is not None}})
-        for sink in self._sinks:
-            sink.emit(event)
+        self._events.emit_for(run_id, attempt, type_, **data)
 
 
 class Reconciler:

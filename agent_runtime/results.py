@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from stores.records import RunRecord, RunStatus
+from stores.records import JsonObject, JsonValue, RunRecord, RunStatus
 
 
 @dataclass
@@ -16,15 +15,15 @@ class RunResult:
     run_id: str
     status: RunStatus
     attempt: int
-    output: Any = None
-    suspension: dict[str, Any] | None = None
+    output: JsonValue = None
+    suspension: JsonObject | None = None
     usage: dict[str, int] = field(default_factory=dict)
-    error: dict[str, Any] | None = None
+    error: JsonObject | None = None
     # False when the call found the run not running and executed nothing:
     # the result is what the run's record holds.
     executed: bool = True
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         body = {"run_id": self.run_id, "status": self.status.value, "attempt": self.attempt,
                 "output": self.output, "suspension": self.suspension, "usage": self.usage}
         if self.error is not None:

@@ -23,6 +23,7 @@ from agent_runtime.manifest_input import (
     read_document,
     rule_error,
 )
+from agent_runtime.step_kinds import FILE_SPELLING
 from agent_runtime.variables import VariableKey
 
 
@@ -73,7 +74,7 @@ class RunManifest(SchemaModel):
 def parse_run_manifest(data: Any, *, source: str) -> RunManifest:
     check_structure(data, source=source)
     try:
-        return RunManifest.model_validate(data, by_name=False)
+        return RunManifest.model_validate(data, by_name=False, context={FILE_SPELLING: True})
     except ValidationError as exc:
         raise manifest_error_from_validation(exc, source=source) from None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from stores.records import (
     CONTRACT_VERSION,
@@ -21,6 +20,7 @@ from stores.records import (
     Checkpoint,
     CheckpointBudget,
     Frame,
+    JsonObject,
 )
 
 from agent_runtime.budget import TokenBudget
@@ -39,18 +39,25 @@ MODEL_RESPONSE = "model-response"
 
 @dataclass
 class RunState:
-    variables: dict[str, Any]
+    """What a checkpoint saves besides the cursor, with indexes over it.
+
+    `step_results` and `transcript` only grow (entries are never changed in
+    place, so a checkpoint may share them); `results` and the request counts
+    are derived from them and rebuilt by `from_checkpoint`.
+    """
+
+    variables: JsonObject
     budget: TokenBudget
-    step_results: list[dict[str, Any]] = field(default_factory=list)
-    transcript: list[dict[str, Any]] = field(default_factory=list)
+    step_results: list[JsonObject] = field(default_factory=list)
+    transcript: list[JsonObject] = field(default_factory=list)
     artifacts: list[ArtifactRef] = field(default_factory=list)
     seq: int = 0
-    results: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    results: dict[tuple[str, str], JsonObject] = field(default_factory=dict)
     model_requests: int = 0
     step_requests: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def initial(cls, variables: dict[str, Any], max_total_tokens: int | None) -> RunState:
+    def initial(cls, variables: JsonObject, max_total_tokens: int | None) -> RunState:
         return cls(variables=dict(variables), budget=TokenBudget(max_total_tokens))
 
     @classmethod
@@ -68,14 +75,14 @@ class RunState:
             state.add_transcript(item)
         return state
 
-    def add_result(self, entry: dict[str, Any]) -> None:
+    def add_result(self, entry: JsonObject) -> None:
         self.step_results.append(entry)
         self.results[(entry["kind"], entry["step_path"])] = entry
 
-    def result(self, kind: str, step_path: str) -> dict[str, Any] | None:
+    def result(self, kind: str, step_path: str) -> JsonObject | None:
         return self.results.get((kind, step_path))
 
-    def add_transcript(self, item: dict[str, Any]) -> None:
+    def add_transcript(self, item: JsonObject) -> None:
         self.transcript.append(item)
         if item.get("type") == MODEL_RESPONSE:
             self.model_requests += 1

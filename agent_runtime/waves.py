@@ -47,7 +47,7 @@ from agent_runtime.serde import json_size
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
-    from agent_runtime.manifest import Step
+    from agent_runtime.step_kinds import Step
 
 # The run option holding the run manifest's `execution` (camelCase, as written).
 EXECUTION_OPTION = "execution"

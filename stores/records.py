@@ -22,6 +22,7 @@ CONTRACT_VERSION = "1.0"
 RUNTIME_VERSION = "0.1.0"
 
 JsonObject = dict[str, Any]
+JsonValue = Any  # any JSON value: what a step outputs, a variable holds, a tool returns
 
 
 def utc_now() -> datetime:

@@ -10,11 +10,12 @@ the run never asks again.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from stores.records import Frame, RunRecord
+from stores.records import Frame, JsonObject, JsonValue, RunRecord
 
 from agent_runtime.errors import EndRun, StepFailed, SuspendRun
+from agent_runtime.manifest import ApprovalStep
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
@@ -26,7 +27,7 @@ def approval_id_for(run_id: str, step_path: str) -> str:
 
 
 class ApprovalAdapter(Protocol):
-    def decision(self, run: RunRecord, approval_id: str) -> dict[str, Any] | None:
+    def decision(self, run: RunRecord, approval_id: str) -> JsonObject | None:
         """The recorded answer (`approved`, `response`, `responded_at`), or None to suspend."""
         ...
 
@@ -34,7 +35,7 @@ class ApprovalAdapter(Protocol):
 class StoreApprovals:
     """Decisions recorded in the store with `resolve_approval`."""
 
-    def decision(self, run: RunRecord, approval_id: str) -> dict[str, Any] | None:
+    def decision(self, run: RunRecord, approval_id: str) -> JsonObject | None:
         suspension = run.suspension
         if (suspension is None or suspension.reason != "approval" or suspension.decision is None
                 or suspension.details.get("approval_id") != approval_id):
@@ -43,18 +44,18 @@ class StoreApprovals:
 
 
 class ApprovalStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
+    async def execute(self, step: ApprovalStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
         approval_id = frame.continuation.setdefault(
             "approval_id", approval_id_for(ctx.run_id, frame.step_path))
-        decision = ctx.runtime.approvals.decision(ctx.run, approval_id)
+        decision = ctx.approval_decision(approval_id)
         if decision is None:
             # The event says only that an approval waits; the prompt and the step's
             # metadata (the approver's details) go to the suspension, which the
             # store keeps and the API and the CLI show.
             ctx.events.emit("approval.requested", step_id=step.id, step_path=frame.step_path,
                             approval_id=approval_id, action=step.action or "pause")
-            details: dict[str, Any] = {"approval_id": approval_id, "prompt": step.prompt,
+            details: JsonObject = {"approval_id": approval_id, "prompt": step.prompt,
                                        "step_path": frame.step_path, "step_id": step.id}
             if step.metadata is not None:
                 details["details"] = step.metadata
@@ -62,7 +63,7 @@ class ApprovalStepExecutor:
         approved = bool(decision.get("approved"))
         ctx.events.emit("approval.resolved", step_id=step.id, step_path=frame.step_path,
                         approval_id=approval_id, approved=approved)
-        output: dict[str, Any] = {"approved": approved,
+        output: JsonObject = {"approved": approved,
                                   "respondedAt": decision.get("responded_at")}
         if decision.get("response") is not None:
             output["response"] = decision["response"]

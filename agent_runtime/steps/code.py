@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from stores.records import Frame
+from stores.records import Frame, JsonValue
 
 from agent_runtime.errors import StepFailed
+from agent_runtime.manifest import CodeStep
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
 
 
 class CodeStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
+    async def execute(self, step: CodeStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
         raise StepFailed(
             "sandbox_unavailable",
             f"step {frame.step_path}: code steps run only in a sandbox, and no sandbox "

@@ -31,11 +31,12 @@ the checkpoint that ended it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
-from stores.records import Frame
+from stores.records import Frame, JsonObject, JsonValue
 
 from agent_runtime.execution import join_path
+from agent_runtime.manifest import LoopSpec, LoopStep
 from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, ITERATION, LOOP_ITEMS, SKIPPED, STEP
 from agent_runtime.templates import MISSING, resolve_path
@@ -47,7 +48,7 @@ DEFAULT_ITEM_VARIABLE = "item"
 DEFAULT_INDEX_VARIABLE = "index"
 
 
-def loop_items(source_value: Any, delimiter: str | None) -> tuple[list[Any], bool]:
+def loop_items(source_value: JsonValue, delimiter: str | None) -> tuple[list[JsonValue], bool]:
     """(items, whether they are structured: an array, not text split by `delimiter`)."""
     value = source_value
     if isinstance(value, str):
@@ -75,7 +76,7 @@ def source_path(source: str) -> str:
     return path
 
 
-def bind(variables: dict[str, Any], path: str, value: Any) -> None:
+def bind(variables: JsonObject, path: str, value: JsonValue) -> None:
     """Set a dotted path (`itemVariable: current.item`) in the variables, replacing a
     non-object on the way by an object, as the reference's `setVariableAtPath`."""
     head, *rest = path.split(".")
@@ -89,19 +90,42 @@ def bind(variables: dict[str, Any], path: str, value: Any) -> None:
     bind(inner, ".".join(rest), value)
 
 
+class LoopContinuation(TypedDict, total=False):
+    """What a loop keeps in its frame between commit points (JSON, as saved)."""
+
+    count: int  # iterations to run
+    next: int  # the next iteration's index
+    text: bool  # items were split from text: an `array` output is joined text
+    entered: int  # the iteration whose bindings are set (its condition passed)
+    goalMet: bool
+    goalMetAtIteration: int
+    lastOutput: JsonValue  # the last child output seen in the current iteration
+    # The last and the one before it completed iterations, and the seq of the
+    # checkpoint that ended each: `loop.previous` (and `current`) after a resume.
+    previousIndex: int | None
+    previousSeq: int | None
+    olderIndex: int | None
+    olderSeq: int | None
+
+
+def _continuation(frame: Frame) -> LoopContinuation:
+    # A typed view of the frame's own dict: the frame saves it at every checkpoint.
+    return cast(LoopContinuation, frame.continuation)
+
+
 def _base(path: str | None) -> str:
     return (path or "").split(".")[0].strip().lower()
 
 
 class LoopStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
+    async def execute(self, step: LoopStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
         spec = step.loop
-        state = frame.continuation
+        state = _continuation(frame)
         if "count" not in state:
             self._start(step, frame, ctx)
         items_entry = ctx.state.result(LOOP_ITEMS, frame.step_path)
-        items: list[Any] = [] if items_entry is None else items_entry["items"]
+        items: list[JsonValue] = [] if items_entry is None else items_entry["items"]
         variables = ctx.state.variables
         # `loop` (index, outputs, previous, current) lives in a scope while the
         # loop runs, not in the saved variables: its outputs and the variable
@@ -111,7 +135,7 @@ class LoopStepExecutor:
         # `previous`'s snapshot from the checkpoint saved when it ended.
         outputs = self._results(ctx, frame.step_path, state["next"])
         previous = self._saved_iteration(ctx, state, outputs, "previous")
-        finished: dict[str, Any] | None = None
+        finished: JsonObject | None = None
         if previous is not None and state["next"] >= state["count"]:
             # Resumed after its last iteration: `loop` as that iteration left it.
             finished = {"index": previous["index"], "iteration": previous["iteration"],
@@ -182,11 +206,11 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _bindings(spec: Any, variables: dict[str, Any], items: list[Any],
-                  index: int) -> dict[str, Any]:
+    def _bindings(spec: LoopSpec, variables: JsonObject, items: list[JsonValue],
+                  index: int) -> JsonObject:
         """The top-level variables an iteration sets, item and index, each copied
         before a dotted path changes it, so a skipped iteration changes nothing."""
-        bindings: dict[str, Any] = {}
+        bindings: JsonObject = {}
         for path, value in ((spec.item_variable or DEFAULT_ITEM_VARIABLE,
                              json_copy(items[index]) if index < len(items) else None),
                             (spec.index_variable or DEFAULT_INDEX_VARIABLE, str(index))):
@@ -197,13 +221,14 @@ class LoopStepExecutor:
         return bindings
 
     @staticmethod
-    def _saved_iteration(ctx: Execution, state: dict[str, Any], outputs: list[Any],
-                         which: str) -> dict[str, Any] | None:
+    def _saved_iteration(ctx: Execution, state: LoopContinuation, outputs: list[JsonValue],
+                         which: Literal["previous", "older"]) -> JsonObject | None:
         """The last (`previous`) or the one before it (`older`) completed iteration
         when a loop resumes, with the variables saved by the checkpoint that ended it."""
-        seq = state.get(f"{which}Seq")
-        done = state.get(f"{which}Index")
-        back = 1 if which == "previous" else 2
+        if which == "previous":
+            seq, done, back = state.get("previousSeq"), state.get("previousIndex"), 1
+        else:
+            seq, done, back = state.get("olderSeq"), state.get("olderIndex"), 2
         if seq is None or done is None or len(outputs) < back:
             return None
         saved = ctx.store.load_checkpoint(ctx.run_id, seq)
@@ -212,11 +237,11 @@ class LoopStepExecutor:
         return {"index": done, "iteration": done + 1, "output": outputs[-back],
                 "variables": snapshot}
 
-    def _complete_iteration(self, step: Any, frame: Frame, ctx: Execution,
-                            index: int) -> dict[str, Any]:
+    def _complete_iteration(self, step: LoopStep, frame: Frame, ctx: Execution,
+                            index: int) -> JsonObject:
         """Save the iteration's result; return it as `loop.current`."""
         spec = step.loop
-        state = frame.continuation
+        state = _continuation(frame)
         variables = ctx.state.variables
         iteration_path = join_path(frame.step_path, index)
         last = self._last_output(step, ctx, iteration_path)
@@ -241,10 +266,10 @@ class LoopStepExecutor:
         return {"index": index, "iteration": index + 1, "output": result,
                 "variables": snapshot}
 
-    def _start(self, step: Any, frame: Frame, ctx: Execution) -> None:
+    def _start(self, step: LoopStep, frame: Frame, ctx: Execution) -> None:
         spec = step.loop
         if spec.source is None or not spec.source.strip():
-            items: list[Any] = list(range(spec.max_iterations or 1))
+            items: list[JsonValue] = list(range(spec.max_iterations or 1))
             text = True
         else:
             value = resolve_path(ctx.scope(), source_path(spec.source))
@@ -254,18 +279,19 @@ class LoopStepExecutor:
                                                                    spec.max_iterations)
         ctx.state.add_result({"kind": LOOP_ITEMS, "step_path": frame.step_path,
                               "items": items[:count]})
-        frame.continuation.update({"count": count, "next": 0, "text": text})
+        _continuation(frame).update({"count": count, "next": 0, "text": text})
         ctx.events.emit("loop.started", step_id=step.id, step_path=frame.step_path,
                         iterations=count)
 
     @staticmethod
     def _advance(frame: Frame, next_index: int) -> None:
-        frame.continuation["next"] = next_index
-        frame.continuation.pop("entered", None)
+        state = _continuation(frame)
+        state["next"] = next_index
+        state.pop("entered", None)
         frame.child_index = None
 
     @staticmethod
-    def _results(ctx: Execution, loop_path: str, upto: int) -> list[Any]:
+    def _results(ctx: Execution, loop_path: str, upto: int) -> list[JsonValue]:
         outputs = []
         for index in range(upto):
             entry = ctx.state.result(ITERATION, join_path(loop_path, index))
@@ -274,7 +300,7 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _last_output(step: Any, ctx: Execution, iteration_path: str) -> Any:
+    def _last_output(step: LoopStep, ctx: Execution, iteration_path: str) -> JsonValue:
         """The output of the last child that ran in this iteration, or MISSING."""
         for child in reversed(step.steps):
             entry = ctx.state.result(STEP, join_path(iteration_path, child.id))

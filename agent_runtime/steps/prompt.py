@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
-from stores.records import EffectStatus, Frame
+from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 
 from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
 from agent_runtime.excerpts import excerpt, fingerprint
-from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse
+from agent_runtime.manifest import PromptStep
+from agent_runtime.models.base import ModelAdapter, ModelError, ModelRequest, ModelResponse
 from agent_runtime.schemas import SchemaRefused, compile_schema
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
 from agent_runtime.state import MODEL_RESPONSE
@@ -38,8 +39,8 @@ from agent_runtime.waves import admit_model_request
 if TYPE_CHECKING:
     from agent_runtime.capabilities import ResolvedModel
     from agent_runtime.execution import Execution
+    from agent_runtime.step_context import StepTool
 
-DEFAULT_MAX_TOOL_CALLS = 25
 TEXT_EVENT_INTERVAL = 0.25  # seconds between `model.text.delta` events of one answer
 # A conversation that keeps asking for tools without ever answering is a
 # runaway; bound it even when no limit is configured.
@@ -52,8 +53,33 @@ DRIVER_TIMEOUT_GRACE = 0.25
 NON_IDEMPOTENT_SHARE = 0.5
 
 
+class PendingCall(TypedDict):
+    """A tool call the model asked for, saved with its idempotency key before dispatch."""
+
+    call_id: str
+    name: str
+    arguments: JsonObject
+    key: str
+
+
+class ToolCall(PendingCall):
+    index: int  # the call's position in its response: how events tell calls apart
+
+
+# What a prompt step keeps in its frame between commit points (JSON, as saved):
+# where its messages start in the transcript, the model rounds so far, and the
+# tool calls of the last response with the next one to run.
+PromptContinuation = TypedDict("PromptContinuation", {
+    "from": int, "rounds": int, "pending": list[PendingCall], "next": int}, total=False)
+
+
+def _continuation(frame: Frame) -> PromptContinuation:
+    # A typed view of the frame's own dict: the frame saves it at every checkpoint.
+    return cast(PromptContinuation, frame.continuation)
+
+
 def _item(ctx: Execution, frame: Frame, type_: str, role: str,
-          content: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+          content: list[JsonObject], **extra: JsonValue) -> JsonObject:
     item = {"id": uuid.uuid4().hex, "type": type_, "role": role, "step_id": frame.step_id,
             "step_path": frame.step_path, "content": content,
             "created_at": ctx.now().isoformat()}
@@ -65,10 +91,10 @@ def _item(ctx: Execution, frame: Frame, type_: str, role: str,
 MESSAGE_FIELDS = ("metadata", "providerOptions")
 
 
-def _initial_messages(step: Any, scope: dict[str, Any]) -> list[dict[str, Any]]:
+def _initial_messages(step: PromptStep, scope: JsonObject) -> list[JsonObject]:
     """`{role, content, metadata?, providerOptions?}` for each message the step starts with."""
     if step.messages is None:
-        messages = []
+        messages: list[JsonObject] = []
         if step.system_prompt:
             messages.append({"role": "system", "content": [
                 {"type": "text", "text": render(step.system_prompt, scope)}]})
@@ -84,7 +110,7 @@ def _initial_messages(step: Any, scope: dict[str, Any]) -> list[dict[str, Any]]:
     return rendered
 
 
-def _as_message(item: dict[str, Any]) -> dict[str, Any]:
+def _as_message(item: JsonObject) -> JsonObject:
     role = "assistant" if item["type"] == MODEL_RESPONSE else item["role"]
     message = {"role": role, "content": item["content"]}
     message.update({key: item[key] for key in MESSAGE_FIELDS if key in item})
@@ -98,7 +124,7 @@ def _truncated(finish_reason: str) -> bool:
         "length", "max_tokens", "max_output_tokens")
 
 
-def _check_completion(step: Any, response: ModelResponse, step_path: str) -> None:
+def _check_completion(step: PromptStep, response: ModelResponse, step_path: str) -> None:
     """The step's `completionPolicy`: a truncated answer fails unless `onTruncation:
     accept`; with `requireOutput`, a final answer without output fails."""
     policy = step.completion_policy
@@ -111,7 +137,7 @@ def _check_completion(step: Any, response: ModelResponse, step_path: str) -> Non
                          {"finish_reason": _event_finish_reason(response.finish_reason)})
 
 
-def _tool_fields(index: int, name: str) -> dict[str, Any]:
+def _tool_fields(index: int, name: str) -> JsonObject:
     """How events name a tool call: its position in the model's response, and
     its tool by a fingerprint and length. The model chose the name and the
     call id, so events carry neither (DESIGN 8: events hold ids, timings,
@@ -128,7 +154,7 @@ def _event_finish_reason(reason: str) -> str:
     return reason if reason in _FINISH_REASONS else "other"
 
 
-def _parse_output(step: Any, response: ModelResponse, step_path: str) -> Any:
+def _parse_output(step: PromptStep, response: ModelResponse, step_path: str) -> JsonValue:
     if step.output_schema is None:
         return response.text or ""
     data = response.data
@@ -159,15 +185,15 @@ def _streams(model: ResolvedModel, ctx: Execution) -> bool:
     `capabilities.streaming` says, else when someone watches the text live."""
     if model.streaming is not None:
         return model.streaming
-    return ctx.runtime.text_sink is not None
+    return ctx.text_sink is not None
 
 
 class PromptStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
-        state = frame.continuation
-        model = ctx.runtime.resolve_model(step.model, ctx.manifest, ctx.run.options)
-        tools = await ctx.runtime.prepare_tools(step.tools or [], ctx)
+    async def execute(self, step: PromptStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
+        state = _continuation(frame)
+        model = ctx.resolve_model(step.model)
+        tools = await ctx.prepare_tools(step.tools or [])
         limits = ctx.manifest.limits
         if "from" not in state:
             state.update({"from": len(ctx.state.transcript), "rounds": 0})
@@ -188,7 +214,7 @@ class PromptStepExecutor:
             messages = resolve_media(
                 [_as_message(item) for item in ctx.state.transcript[state["from"]:]
                  if item.get("step_path", frame.step_path) == frame.step_path],
-                ctx.runtime.artifacts, step_path=frame.step_path)
+                ctx.artifacts, step_path=frame.step_path)
             if limits and limits.max_messages_per_prompt is not None \
                     and len(messages) > limits.max_messages_per_prompt:
                 raise StepFailed("too_many_messages",
@@ -227,8 +253,7 @@ class PromptStepExecutor:
                                      f"step {frame.step_path}: output exceeds "
                                      f"limits.maxOutputBytes ({limits.max_output_bytes})")
                 return output
-            allowed = (limits.max_tool_calls_per_iteration if limits
-                       and limits.max_tool_calls_per_iteration else DEFAULT_MAX_TOOL_CALLS)
+            allowed = ctx.manifest.max_tool_calls_per_iteration
             if len(response.tool_calls) > allowed:
                 raise StepFailed("too_many_tool_calls",
                                  f"step {frame.step_path}: the model asked for "
@@ -236,14 +261,14 @@ class PromptStepExecutor:
                                  f"limits.maxToolCallsPerIteration is {allowed}")
             await ctx.checkpoint()
 
-    async def _call_model(self, adapter: Any, request: ModelRequest, frame: Frame,
+    async def _call_model(self, adapter: ModelAdapter, request: ModelRequest, frame: Frame,
                           ctx: Execution) -> ModelResponse:
         ctx.events.emit("model.started", step_id=request.step_id, step_path=frame.step_path,
                         provider=request.provider, model=request.model,
                         request=request.request_index)
         started = time.monotonic()
 
-        text_sink = ctx.runtime.text_sink
+        text_sink = ctx.text_sink
 
         pending = {"chars": 0, "at": 0.0}
 
@@ -281,7 +306,7 @@ class PromptStepExecutor:
                              {"code": "timeout"}) from None
         tokens = ctx.state.budget.consume(response.usage, step_path=frame.step_path)
         keys = [uuid.uuid4().hex for _ in response.tool_calls]
-        content: list[dict[str, Any]] = []
+        content: list[JsonObject] = []
         if response.text and not response.tool_calls:
             content.append({"type": "text", "text": response.text})
         if response.data is not None:
@@ -305,22 +330,22 @@ class PromptStepExecutor:
                         tool_calls=len(response.tool_calls),
                         finish_reason=_event_finish_reason(response.finish_reason))
         if response.tool_calls:
-            frame.continuation["pending"] = [
-                {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
-                 "key": key} for call, key in zip(response.tool_calls, keys, strict=True)]
-            frame.continuation["next"] = 0
+            state = _continuation(frame)
+            state["pending"] = [
+                PendingCall(call_id=call.call_id, name=call.name, arguments=call.arguments,
+                            key=key) for call, key in zip(response.tool_calls, keys, strict=True)]
+            state["next"] = 0
             for index, call in enumerate(response.tool_calls):
                 ctx.events.emit("model.tool.requested", step_id=request.step_id,
                                 step_path=frame.step_path, **_tool_fields(index, call.name))
         return response
 
-    async def _run_tools(self, step: Any, frame: Frame, ctx: Execution,
-                         tools: dict[str, Any]) -> None:
-        state = frame.continuation
+    async def _run_tools(self, step: PromptStep, frame: Frame, ctx: Execution,
+                         tools: dict[str, StepTool]) -> None:
+        state = _continuation(frame)
         pending = state["pending"]
         while state["next"] < len(pending):
-            # the call's position in its response: how events tell calls apart
-            call = {**pending[state["next"]], "index": state["next"]}
+            call = ToolCall(**pending[state["next"]], index=state["next"])
             ctx.state.budget.check(before="tool call")
             ctx.check_interrupt(before="tool call")
             result = await self._dispatch(call, frame, ctx, tools)
@@ -331,8 +356,8 @@ class PromptStepExecutor:
             state["next"] += 1
             await ctx.checkpoint()
 
-    async def _dispatch(self, call: dict[str, Any], frame: Frame, ctx: Execution,
-                        tools: dict[str, Any]) -> dict[str, Any]:
+    async def _dispatch(self, call: ToolCall, frame: Frame, ctx: Execution,
+                        tools: dict[str, StepTool]) -> JsonObject:
         name, key = call["name"], call["key"]
         tool = tools.get(name)
         if tool is None:
@@ -348,14 +373,13 @@ class PromptStepExecutor:
         # would be unknown.
         ctx.slice.require_room("tool call", step_path=frame.step_path,
                          share=0.0 if tool.idempotent else NON_IDEMPOTENT_SHARE)
-        effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
-                                        at=ctx.now())
+        effect = ctx.begin_effect(key)
         if effect.status is EffectStatus.COMPLETED:
             # Dispatched and recorded by an earlier attempt that died before its checkpoint.
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
                             step_path=frame.step_path, replayed=True,
                             **_tool_fields(call["index"], name))
-            result: dict[str, Any] = effect.result
+            result: JsonObject = effect.result
             return result
         if effect.attempt != ctx.attempt:
             resolution = ctx.effect_resolution(key)
@@ -367,8 +391,8 @@ class PromptStepExecutor:
                                                     "reserved_by_attempt": effect.attempt})
         return await self._invoke(call, frame, ctx, tool)
 
-    async def _invoke(self, call: dict[str, Any], frame: Frame, ctx: Execution,
-                      tool: Any) -> dict[str, Any]:
+    async def _invoke(self, call: ToolCall, frame: Frame, ctx: Execution,
+                      tool: StepTool) -> JsonObject:
         name, key = call["name"], call["key"]
         ctx.events.emit("model.tool.started", step_id=frame.step_id, step_path=frame.step_path,
                         **_tool_fields(call["index"], name))
@@ -380,7 +404,7 @@ class PromptStepExecutor:
         try:
             output = await ctx.bounded(tool.invoke(dict(call["arguments"]), context),
                                        "tool call", step_path=frame.step_path)
-            result: dict[str, Any] = {"output": json_value(output, what=f"tool {name} result")}
+            result: JsonObject = {"output": json_value(output, what=f"tool {name} result")}
         except CallCut as cut:
             if tool.idempotent:
                 raise  # the next slice calls it again with the same key
@@ -399,15 +423,14 @@ class PromptStepExecutor:
             error_type = "tool_error"
             result = {"error": {"type": error_type,
                                 "message": f"{type(error).__name__}: {excerpt(str(error))}"}}
-        ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
-                                  result=result, at=ctx.now())
+        ctx.complete_effect(key, result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         duration_ms=round((time.monotonic() - started) * 1000),
                         error_type=error_type, **_tool_fields(call["index"], name))
         return result
 
-    async def _settle(self, resolution: dict[str, Any], call: dict[str, Any], frame: Frame,
-                      ctx: Execution, tool: Any) -> dict[str, Any]:
+    async def _settle(self, resolution: JsonObject, call: ToolCall, frame: Frame,
+                      ctx: Execution, tool: StepTool) -> JsonObject:
         """An operator's decision on an effect whose outcome was unknown."""
         if resolution["action"] == "retry":
             return await self._invoke(call, frame, ctx, tool)
@@ -416,8 +439,7 @@ class PromptStepExecutor:
         else:
             result = {"error": {"type": "skipped",
                                 "message": "an operator skipped this tool call"}}
-        ctx.store.complete_effect(call["key"], run_id=ctx.run_id, expected_attempt=ctx.attempt,
-                                  result=result, at=ctx.now())
+        ctx.complete_effect(call["key"], result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         resolved=resolution["action"], **_tool_fields(call["index"], call["name"]))
         return result

@@ -11,17 +11,17 @@ a reference must carry a `uri` the provider can fetch.
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 from stores.base import ArtifactStore
+from stores.records import JsonObject
 
 from agent_runtime.errors import StepFailed
 
 MEDIA_PARTS = ("image", "file")
 
 
-def resolve_media(messages: list[dict[str, Any]], store: ArtifactStore | None, *,
-                  step_path: str) -> list[dict[str, Any]]:
+def resolve_media(messages: list[JsonObject], store: ArtifactStore | None, *,
+                  step_path: str) -> list[JsonObject]:
     """`messages` with artifact references inlined from `store` (new dicts; the
     transcript's own are left as they are)."""
     return [{**message, "content": [_part(part, store, step_path)
@@ -29,7 +29,7 @@ def resolve_media(messages: list[dict[str, Any]], store: ArtifactStore | None, *
             for message in messages]
 
 
-def _part(part: dict[str, Any], store: ArtifactStore | None, step_path: str) -> dict[str, Any]:
+def _part(part: JsonObject, store: ArtifactStore | None, step_path: str) -> JsonObject:
     kind = part.get("type")
     if kind == "tool-result" and store is not None:
         artifacts = (part.get("result") or {}).get("artifacts")
@@ -52,14 +52,14 @@ def _part(part: dict[str, Any], store: ArtifactStore | None, step_path: str) -> 
                              "artifact store (--artifacts) or a uri")
         return part
     data, media_type = _load(artifact, store, step_path)
-    inlined: dict[str, Any] = {**part, "data": base64.b64encode(data).decode("ascii"),
+    inlined: JsonObject = {**part, "data": base64.b64encode(data).decode("ascii"),
                "mediaType": part.get("mediaType") or media_type}
     if kind == "file":
         inlined["name"] = part.get("name") or artifact.get("name")
     return inlined
 
 
-def _load(artifact: dict[str, Any], store: ArtifactStore, step_path: str) -> tuple[bytes, str]:
+def _load(artifact: JsonObject, store: ArtifactStore, step_path: str) -> tuple[bytes, str]:
     uri = artifact.get("uri")
     if not uri:
         raise StepFailed("artifact_unavailable",

@@ -22,15 +22,15 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from stores.base import LeaseHeld, RunTerminal
 from stores.file_layout import MAX_RUN_ID_BYTES, check_run_id
-from stores.records import Budget, Frame, ParentRef, RunRecord, RunStatus
+from stores.records import Budget, Frame, JsonObject, JsonValue, ParentRef, RunRecord, RunStatus
 
 from agent_runtime.errors import InvalidInput, ManifestError, StepFailed, SuspendRun
 from agent_runtime.excerpts import excerpt
-from agent_runtime.manifest import AgentManifest
+from agent_runtime.manifest import AgentManifest, SubRunStep
 from agent_runtime.run_manifest import load_agent_manifest
 from agent_runtime.templates import MISSING, resolve_path
 from agent_runtime.variables import resolve_variables
@@ -71,14 +71,22 @@ class ChildSpec:
 
     run_id: str
     manifest: AgentManifest
-    variables: dict[str, Any]
-    options: dict[str, Any]
+    variables: JsonObject
+    options: JsonObject
+
+
+class SubRunContinuation(TypedDict, total=False):
+    """What a sub-run step keeps in its frame (JSON, as saved): its child's id, saved
+    before the child exists, and the child's tokens already added to the parent's."""
+
+    child_run_id: str
+    counted_tokens: int
 
 
 class SubRunStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
-        state = frame.continuation
+    async def execute(self, step: SubRunStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
+        state = cast(SubRunContinuation, frame.continuation)  # a typed view of the same dict
         child_id: str = state.get("child_run_id") or child_run_id_for(ctx.run_id,
                                                                        frame.step_path)
         record = self._load(ctx, child_id, frame)
@@ -87,7 +95,7 @@ class SubRunStepExecutor:
         if "child_run_id" not in state:
             # Saved before the child is created, so a crash right after creating
             # it resumes that child instead of orphaning it.
-            state.update(child_run_id=child_id, counted_tokens=0)
+            state.update({"child_run_id": child_id, "counted_tokens": 0})
             await ctx.checkpoint()
         if record is not None:
             # Tokens a child spent after the parent's last checkpoint (a crash).
@@ -110,7 +118,7 @@ class SubRunStepExecutor:
 
     # -- the child -----------------------------------------------------------
 
-    def _spec(self, step: Any, frame: Frame, ctx: Execution, child_id: str) -> ChildSpec:
+    def _spec(self, step: SubRunStep, frame: Frame, ctx: Execution, child_id: str) -> ChildSpec:
         options = dict(ctx.run.options)
         options.pop("manifest_path", None)
         options.pop(MANIFEST_DIR, None)
@@ -120,8 +128,8 @@ class SubRunStepExecutor:
             manifest: AgentManifest = step.manifest
             if anchor is not None:
                 options[MANIFEST_DIR] = str(anchor)
-        else:
-            path = ((anchor or ctx.runtime.base_dir) / step.manifest_ref).resolve()
+        else:  # the model requires one of the two
+            path = ((anchor or ctx.base_dir) / str(step.manifest_ref)).resolve()
             try:
                 manifest = load_agent_manifest(path)
             except ManifestError as error:
@@ -155,35 +163,35 @@ class SubRunStepExecutor:
         return None
 
     @staticmethod
-    def _mapped_variables(step: Any, ctx: Execution) -> dict[str, Any]:
+    def _mapped_variables(step: SubRunStep, ctx: Execution) -> JsonObject:
         """`{childVariable: parentPath}` resolved in the parent's scope.
 
         A path that resolves to nothing is left out, so the child's declared
         default applies (and a `requiresOverride` variable fails, naming it).
         """
         scope = ctx.scope()
-        mapped: dict[str, Any] = {}
+        mapped: JsonObject = {}
         for key, parent_path in (step.variable_mappings or {}).items():
             value = resolve_path(scope, parent_path)
             if value is not MISSING:
                 mapped[key] = value
         return mapped
 
-    async def _start(self, step: Any, frame: Frame, ctx: Execution, spec: ChildSpec,
+    async def _start(self, step: SubRunStep, frame: Frame, ctx: Execution, spec: ChildSpec,
                      budget: Budget) -> None:
         ctx.events.emit("sub-run.started", step_id=step.id, step_path=frame.step_path,
                         child_run_id=spec.run_id)
         parent = ParentRef(run_id=ctx.run_id, step_path=frame.step_path)
         try:
-            await ctx.guarded(ctx.runtime.run(
-                manifest=spec.manifest, variables=spec.variables, budget=budget,
-                run_id=spec.run_id, options=spec.options, parent=parent))
+            await ctx.guarded(ctx.start_child(
+                spec.manifest, run_id=spec.run_id, parent=parent, variables=spec.variables,
+                budget=budget, options=spec.options))
         except InvalidInput as error:  # the child's models or tools are unavailable here
             raise StepFailed("sub_run_invalid",
                              f"step {frame.step_path}: child run {spec.run_id}: {error}",
                              {"child_run_id": spec.run_id}) from None
 
-    async def _resume(self, step: Any, frame: Frame, ctx: Execution, record: RunRecord,
+    async def _resume(self, step: SubRunStep, frame: Frame, ctx: Execution, record: RunRecord,
                       budget: Budget) -> None:
         running = record.status is RunStatus.RUNNING
         if running and record.lease_expires_at is not None \
@@ -196,8 +204,7 @@ class SubRunStepExecutor:
         # this parent's previous attempt), so take it over. Losing a race for
         # it to another owner is fine: the outcome is read from the store.
         with contextlib.suppress(LeaseHeld, RunTerminal):
-            await ctx.guarded(ctx.runtime.run(run_id=record.run_id, resume=True, budget=budget,
-                                              allow_running_takeover=running))
+            await ctx.guarded(ctx.resume_child(record.run_id, budget=budget, takeover=running))
 
     @staticmethod
     def _load(ctx: Execution, child_id: str, frame: Frame) -> RunRecord | None:
@@ -212,7 +219,7 @@ class SubRunStepExecutor:
     # -- budget --------------------------------------------------------------
 
     @staticmethod
-    def _child_limit(ctx: Execution, state: dict[str, Any]) -> int | None:
+    def _child_limit(ctx: Execution, state: SubRunContinuation) -> int | None:
         """The child's limit: what it has spent so far plus what the parent has left.
 
         Given on every start and resume, since a resume limit replaces the
@@ -221,25 +228,26 @@ class SubRunStepExecutor:
         budget = ctx.state.budget
         if budget.max_total_tokens is None:
             return None
-        counted: int = state["counted_tokens"]
+        counted = state["counted_tokens"]
         return counted + budget.max_total_tokens - budget.consumed_tokens
 
     @staticmethod
-    def _count(ctx: Execution, state: dict[str, Any], record: RunRecord) -> None:
+    def _count(ctx: Execution, state: SubRunContinuation, record: RunRecord) -> None:
         """Add the child's tokens not yet counted to the parent's budget.
 
         No checkpoint of its own: the counter and the parent's total change
         together, and every way out of the step (its output, a suspension, a
         failure) is saved with a checkpoint; a crash loses both, consistently.
         """
-        new = record.consumed_tokens - int(state["counted_tokens"])
+        new = record.consumed_tokens - state["counted_tokens"]
         if new > 0:
             ctx.state.budget.consumed_tokens += new
             state["counted_tokens"] = record.consumed_tokens
 
     # -- the outcome ---------------------------------------------------------
 
-    def _outcome(self, step: Any, frame: Frame, ctx: Execution, record: RunRecord) -> Any:
+    def _outcome(self, step: SubRunStep, frame: Frame, ctx: Execution,
+                 record: RunRecord) -> JsonValue:
         child_id, path = record.run_id, frame.step_path
         where = {"step_id": step.id, "step_path": path, "child_run_id": child_id}
         if record.status is RunStatus.COMPLETED:

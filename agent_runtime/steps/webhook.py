@@ -37,16 +37,16 @@ import email.utils
 import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
-from stores.records import EffectStatus, Frame
+from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 
 from agent_runtime.config import WebhookPolicy
 from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import excerpt
-from agent_runtime.manifest import header_name_problem, header_value_problem
+from agent_runtime.manifest import WebhookStep, header_name_problem, header_value_problem
 from agent_runtime.serde import json_value
 from agent_runtime.steps.webhook_destinations import (
     Destination,
@@ -130,7 +130,7 @@ def _header_text(key: str) -> str:
                    for char in key).strip(" ")
 
 
-def _request_headers(step: Any, key: str, destination: Destination) -> dict[str, str]:
+def _request_headers(step: WebhookStep, key: str, destination: Destination) -> dict[str, str]:
     """The request's headers; `StepFailed` for one HTTP cannot carry (the manifest
     refuses them, so only a step built around its validation gets here)."""
     # Ours win over declared ones of the same name, whatever their case.
@@ -171,7 +171,7 @@ class _NotJson(Exception):
     """A response that says it is JSON and is not."""
 
 
-def _decode_body(response: httpx.Response, raw: bytes) -> Any:
+def _decode_body(response: httpx.Response, raw: bytes) -> JsonValue:
     if not raw:
         return None
     text = raw.decode(response.encoding or "utf-8", errors="replace")
@@ -188,9 +188,9 @@ def _size(cap: int) -> str:
 
 
 class WebhookStepExecutor:
-    async def execute(self, step: Any, frame: Frame, ctx: Execution,
-                      resume: list[Frame]) -> Any:
-        policy = ctx.runtime.config.webhooks
+    async def execute(self, step: WebhookStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
+        policy = ctx.webhook_policy
         key = step.idempotency_key or f"{ctx.run_id}:{frame.step_path}"
         # Checked before the effect is reserved: a refused webhook sent nothing.
         destination = await ctx.bounded(resolve_destination(step.url, policy),
@@ -199,11 +199,10 @@ class WebhookStepExecutor:
         ctx.check_interrupt(before="webhook")
         # Too late in the slice: end it before the effect is reserved.
         ctx.slice.require_room("webhook", step_path=frame.step_path)
-        effect = ctx.store.begin_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
-                                        at=ctx.now())
+        effect = ctx.begin_effect(key)
         if effect.status is EffectStatus.COMPLETED:
             # Delivered and recorded by an earlier attempt that died before its checkpoint.
-            recorded: dict[str, Any] = effect.result
+            recorded: JsonObject = effect.result
             ctx.events.emit("webhook.completed", step_id=step.id, step_path=frame.step_path,
                             status=recorded.get("status",
                                                 (recorded.get("error") or {}).get("status")),
@@ -215,8 +214,7 @@ class WebhookStepExecutor:
         result, attempts = await ctx.bounded(self._deliver(step, frame, ctx, destination,
                                                            headers=headers, policy=policy),
                                              "webhook", step_path=frame.step_path)
-        ctx.store.complete_effect(key, run_id=ctx.run_id, expected_attempt=ctx.attempt,
-                                  result=result, at=ctx.now())
+        ctx.complete_effect(key, result)
         duration_ms = round((time.monotonic() - started) * 1000)
         if "error" in result:
             ctx.events.emit("webhook.failed", step_id=step.id, step_path=frame.step_path,
@@ -230,7 +228,7 @@ class WebhookStepExecutor:
         return self._settled(result, frame)
 
     @staticmethod
-    def _settled(result: dict[str, Any], frame: Frame) -> Any:
+    def _settled(result: JsonObject, frame: Frame) -> JsonValue:
         if "error" in result:
             error = result["error"]
             details = {"status": error["status"]} if error.get("status") is not None else {}
@@ -238,9 +236,10 @@ class WebhookStepExecutor:
                              details)
         return result["output"]
 
-    async def _deliver(self, step: Any, frame: Frame, ctx: Execution, destination: Destination,
+    async def _deliver(self, step: WebhookStep, frame: Frame, ctx: Execution,
+                       destination: Destination,
                        *, headers: dict[str, str],
-                       policy: WebhookPolicy) -> tuple[dict[str, Any], int]:
+                       policy: WebhookPolicy) -> tuple[JsonObject, int]:
         """Send until an answer that is not retried; return the ledger result and the
         number of requests sent."""
         method = step.method or DEFAULT_METHOD
@@ -269,7 +268,7 @@ class WebhookStepExecutor:
                                                  f"{_size(cap)} response cap "
                                                  "(webhooks.maxResponseBytes)"}}, attempt
                 except httpx.TransportError as error:
-                    failure: dict[str, Any] = {
+                    failure: JsonObject = {
                         "type": "webhook_unreachable",
                         "message": f"{method} {destination.host} failed after {attempt} "
                                    f"request(s): {type(error).__name__}: {error}"}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from engine_harness import Harness, manifest
 
-from agent_runtime import RunStatus
+from agent_runtime import RunStatus, ToolContext, tool
 from agent_runtime.checkpoint_check import CorruptCheckpoint
 from agent_runtime.errors import AgentRuntimeError
 from agent_runtime.events import Event
@@ -18,7 +18,7 @@ from agent_runtime.testing import scripted
 from agent_runtime.tools.mcp import McpConnectionError, McpToolError
 from stores.base import CorruptRecord, StaleAttempt
 from stores.memory import MemoryRunStore
-from stores.records import Checkpoint, Frame
+from stores.records import Checkpoint, EffectStatus, Frame
 
 THREE = [{"id": name, "type": "prompt", "prompt": name} for name in ("a", "b", "c")]
 
@@ -129,3 +129,35 @@ def test_engine_errors_share_one_root() -> None:
     for error in (ModelError("rate_limited", "slow down"), McpConnectionError("no server"),
                   McpToolError("bad call"), LostOwnership(StaleAttempt("superseded"))):
         assert isinstance(error, AgentRuntimeError)
+
+
+def test_an_effect_write_refused_by_a_newer_attempt_stops_this_one_as_superseded() -> None:
+    # The tool runs past its lease; a rival takes the run over. Recording the
+    # tool's result is then refused by the attempt fence: this execution stops
+    # as lost ownership (not a failure), the effect stays reserved for the
+    # rival's operator to settle, and the run is the rival's.
+    h = Harness()
+
+    @tool
+    def slow(ctx: ToolContext) -> str:
+        """Meanwhile the lease expires and another owner takes the run over."""
+        h.clock.advance(h.lease_seconds + 1)
+        h.store.resume_run(ctx.run_id, owner="rival", now=h.clock.now(), lease_seconds=60,
+                           allow_running_takeover=True)
+        return "done"
+
+    h.tools.append(slow)
+    h.model = scripted(responses=[{"toolCalls": [{"name": "slow", "arguments": {}}]},
+                                  {"text": "ok"}])
+    h.runtime = h.make_runtime()
+    result = h.run(manifest({"id": "p", "type": "prompt", "prompt": "go", "tools": ["slow"]}))
+    assert result.status is RunStatus.RUNNING and result.attempt == 1
+    assert result.error is not None and result.error["type"] == "lost_ownership"
+    record = h.store.load_run(result.run_id)
+    assert record is not None and record.attempt == 2 and record.lease_owner == "rival"
+    assert record.error is None
+    [effect] = h.store.list_effects(result.run_id)
+    assert effect.attempt == 1 and effect.status is EffectStatus.RESERVED
+    assert "run.failed" not in h.types()
+    assert h.events.events[-1].type == "run.superseded"
+    assert h.events.events[-1].data["reason"] == "StaleAttempt"

@@ -13,8 +13,8 @@ import yaml
 from agent_runtime.errors import ManifestError
 from agent_runtime.limits import DEFAULT_LIMITS
 from agent_runtime.manifest import (
+    BUILT_IN_STEPS,
     DEFAULT_MAX_TOOL_CALLS_PER_ITERATION,
-    STEP_TYPES,
     AgentManifest,
     ApprovalStep,
     CodeStep,
@@ -30,6 +30,7 @@ from agent_runtime.manifest import (
     parse_agent_manifest,
 )
 from agent_runtime.run_manifest import load_agent_manifest, load_manifest_file, parse_run_manifest
+from agent_runtime.step_kinds import step_kinds, step_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 AGENT_FIXTURES = sorted(FIXTURES.glob("*.agent.yaml"))
@@ -248,9 +249,12 @@ def test_every_step_kind_and_nested_structures_parse() -> None:
     assert parse_agent_manifest(manifest, source="a") is manifest
 
 
-def test_step_types_constant_matches_the_union() -> None:
-    kinds = (PromptStep, LoopStep, ApprovalStep, SubRunStep, WebhookStep, CodeStep)
-    assert tuple(kind.model_fields["type"].default for kind in kinds) == STEP_TYPES
+def test_the_built_in_step_kinds_are_registered_with_their_models() -> None:
+    assert (PromptStep, LoopStep, ApprovalStep, SubRunStep, WebhookStep,
+                              CodeStep) == BUILT_IN_STEPS
+    for model in BUILT_IN_STEPS:
+        assert step_model(model.model_fields["type"].default) is model
+    assert step_kinds()[:6] == ("prompt", "loop", "approval", "sub-run", "webhook", "code")
 
 
 # -- errors name the file, the field and the reason ----------------------------------

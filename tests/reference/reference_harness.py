@@ -12,7 +12,7 @@ from agent_runtime import AgentRuntime
 from agent_runtime.config import RuntimeConfig
 from agent_runtime.events import ListEventSink
 from agent_runtime.execution import Execution
-from agent_runtime.manifest import AgentManifest, parse_agent_manifest
+from agent_runtime.manifest import AgentManifest, PromptStep, parse_agent_manifest
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.steps import default_steps
 from agent_runtime.testing import FakeClock, scripted
@@ -70,7 +70,7 @@ class Host:
         self.model = model or scripted()
         steps = default_steps()
         if child is not None:
-            steps.register("prompt", child)
+            steps.register("prompt", PromptStep, child)
         self.runtime = AgentRuntime(store=self.store, models={"scripted": self.model},
                                     event_sinks=[self.events], clock=self.clock,
                                     owner="reference-test", config=config, steps=steps,

@@ -32,6 +32,7 @@ from agent_runtime import RunStatus, ToolContext, tool
 from agent_runtime.config import McpConnectionConfig, RuntimeConfig
 from agent_runtime.manifest import AgentManifest, manifest_hash, parse_agent_manifest
 from agent_runtime.run_manifest import RunManifest, load_manifest_file
+from agent_runtime.step_kinds import StepBase, step_kinds, step_model
 from agent_runtime.testing import scripted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +120,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "Limits.provider_timeout_ms": ("effect", "tests/functions/test_deadlines.py::test_the_"
                                    "engine_bounds_a_model_call_by_provider_timeout_ms"),
     # -- steps (fields of StepBase are every kind's)
+    "StepBase.type": STEP_TYPE,
     "StepBase.id": ("effect", RUNTIME + "test_executes_registered_child_steps_with_nested_"
                     "event_paths"),
     "StepBase.name": DESCRIPTIVE,
@@ -410,6 +412,9 @@ def model_fields(roots: tuple[type[BaseModel], ...] = (AgentManifest, RunManifes
             for argument in typing.get_args(annotation):
                 walk(argument)
             return
+        if annotation is StepBase:  # a step is validated by its kind's model
+            for kind in step_kinds():
+                walk(step_model(kind))
         if isinstance(annotation, type) and issubclass(annotation, BaseModel) \
                 and annotation not in seen:
             seen.add(annotation)

@@ -1,0 +1,145 @@
+"""What a host offers its runs: model adapters, tools and MCP connections, and the check
+that a manifest asks for nothing else.
+
+`HostServices` is the part of `AgentRuntime` that resolves a step's model and
+tools from what the host registered (`models=`, `tools=`) and what its runtime
+config allows (model profiles, drivers, connections, webhook destinations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from stores.records import JsonValue
+
+from agent_runtime.capabilities import ResolvedModel, capability_problem, step_capabilities
+from agent_runtime.config import RuntimeConfig
+from agent_runtime.errors import ConfigError, StepFailed
+from agent_runtime.manifest import (
+    AgentManifest,
+    ModelRef,
+    ProfileModelRef,
+    PromptStep,
+    WebhookStep,
+    iter_steps,
+)
+from agent_runtime.models import build_adapter
+from agent_runtime.models.base import ModelAdapter
+from agent_runtime.models.scripted import ScriptedModel
+from agent_runtime.steps.webhook import destination_refusal
+from agent_runtime.tools import ToolRegistry
+from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
+
+if TYPE_CHECKING:
+    from agent_runtime.step_context import StepContext, StepTool
+
+
+class HostServices:
+    """Models, tools and connections of one runtime, resolved for a run's steps."""
+
+    models: dict[str, ModelAdapter]
+    tools: ToolRegistry
+    config: RuntimeConfig
+    scripted: ScriptedModel
+    connections: McpConnections
+
+    def adapter_for(self, provider: str) -> ModelAdapter:
+        """The adapter serving `provider`: given in `models=`, the scripted model, or a
+        driver from the runtime config, built once per runtime."""
+        if provider in self.models:
+            return self.models[provider]
+        if self.config.driver_of(provider) == "scripted":
+            return self.scripted
+        adapter = build_adapter(provider, self.config)
+        self.models[provider] = adapter
+        return adapter
+
+    def resolve_model(self, step_model: ModelRef | None, manifest: AgentManifest,
+                      options: Mapping[str, JsonValue]) -> ResolvedModel:
+        override = options.get("model")
+        if override:
+            provider, _, model = str(override).partition("/")
+            return ResolvedModel(self.adapter_for(provider), provider, model, {})
+        ref = step_model or manifest.model
+        if ref is None:
+            raise StepFailed("no_model", "no model: set `model` in the manifest or the step, "
+                             "or pass --model PROVIDER/MODEL")
+        if isinstance(ref, ProfileModelRef):
+            profile = self.config.models.get(ref.ref)
+            if profile is None:
+                raise StepFailed("unknown_model_profile",
+                                 f"model profile {ref.ref!r} is not defined in the runtime "
+                                 "config (--config)")
+            merged = {**(profile.options or {}), **(ref.options or {})}
+            streaming = profile.capabilities.streaming if profile.capabilities else None
+            return ResolvedModel(self.adapter_for(profile.provider), profile.provider,
+                                 profile.model, merged, streaming)
+        return ResolvedModel(self.adapter_for(ref.provider), ref.provider, ref.model,
+                             dict(ref.options or {}))
+
+    def resolve_tools(self, names: Iterable[str],
+                      manifest: AgentManifest | None = None) -> dict[str, StepTool]:
+        """The tools named by a step: registered Python tools, and `alias__tool` MCP tools
+        of the manifest's connections as the runtime config allows them (not yet
+        connected: `prepare_tools` does that). A tool of an optional connection the
+        host does not define is left out."""
+        grants: dict[str, Grant | None] = {}
+        if manifest is not None and manifest.connections:
+            try:
+                grants = connection_grants(manifest, self.config, source="manifest")
+            except ConfigError as error:
+                raise StepFailed("connection_not_allowed", error.render()) from None
+        resolved: dict[str, StepTool] = {}
+        for name in names:
+            found = self.tools.get(name)
+            if found is not None:
+                resolved[name] = found
+                continue
+            alias, separator, tool_name = name.partition("__")
+            if separator and alias in grants:
+                grant = grants[alias]
+                if grant is not None:
+                    resolved[name] = grant.tool(tool_name, self.connections)
+                continue
+            if separator:
+                raise StepFailed("unknown_tool",
+                                 f"tool {name!r} belongs to connection alias {alias!r}, which "
+                                 "the manifest does not bind in connections[]")
+            raise StepFailed("unknown_tool",
+                             f"tool {name!r} is not registered; register it with "
+                             "@agent_runtime.tool and --tools FILE.py")
+        return resolved
+
+    async def prepare_tools(self, names: Iterable[str],
+                            ctx: StepContext) -> dict[str, StepTool]:
+        """A step's tools, ready to offer the model: MCP connections opened (once per
+        execution) and their tools described by their servers."""
+        tools = self.resolve_tools(names, ctx.manifest)
+        return await self.connections.describe(tools, run_id=ctx.run_id, attempt=ctx.attempt,
+                                               events=ctx.events)
+
+    def check_runnable(self, manifest: AgentManifest, options: Mapping[str, JsonValue], *,
+                       source: str) -> None:
+        """Refuse, before a run exists, a manifest whose models, tools, connections or
+        webhook destinations this host does not allow."""
+        connection_grants(manifest, self.config, source=source)
+        for path, step in iter_steps(manifest.steps):
+            if isinstance(step, WebhookStep):
+                refusal = destination_refusal(step.url, self.config.webhooks)
+                if refusal is not None:
+                    raise ConfigError(refusal, source=source, field=f"{path}.url")
+            if not isinstance(step, PromptStep):
+                continue
+            try:
+                self.resolve_model(step.model, manifest, options)
+            except StepFailed as failure:
+                raise ConfigError(failure.message, source=source, field=f"{path}.model") from None
+            problem = capability_problem(step, step_capabilities(step, manifest, self.config,
+                                                                 options.get("model")))
+            if problem is not None:
+                raise ConfigError(problem[1], source=source, field=f"{path}.{problem[0]}")
+            try:
+                self.resolve_tools(step.tools or [], manifest)
+            except StepFailed as failure:
+                raise ConfigError(failure.message, source=source, field=f"{path}.tools") from None

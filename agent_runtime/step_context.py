@@ -1,0 +1,189 @@
+"""What a step executor may use of its run: the runtime's services and the effect ledger.
+
+`StepContext` is the part of an `Execution` that step kinds call besides the
+walk itself (`checkpoint`, `run_sequence`, `guarded`): the run's model and
+tools, its artifact store, approvals, webhook policy, child runs, and the
+effect ledger. Steps call these rather than reach into the runtime, so the
+runtime's shape can change without touching a step kind.
+
+Every store write here is fenced by the attempt; `fenced` turns a refused
+fence (a newer attempt took over, the run was cancelled or finished) into
+`LostOwnership`, which stops the attempt without touching the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stores.base import ArtifactStore, RunStore, RunTerminal, StaleAttempt, StoreError
+from stores.records import (
+    ArtifactRef,
+    Budget,
+    EffectRecord,
+    Frame,
+    JsonObject,
+    JsonValue,
+    ParentRef,
+    RunRecord,
+)
+
+from agent_runtime.errors import AgentRuntimeError
+from agent_runtime.events import EventEmitter, TextSink
+from agent_runtime.manifest import AgentManifest, ModelRef
+from agent_runtime.state import RunState
+
+if TYPE_CHECKING:
+    from agent_runtime.capabilities import ResolvedModel
+    from agent_runtime.config import WebhookPolicy
+    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.results import RunResult
+    from agent_runtime.tools import Tool
+    from agent_runtime.tools.mcp import McpTool
+
+    StepTool = Tool | McpTool  # a tool offered to the model: Python or MCP
+
+# How an operator may settle an effect whose outcome is unknown.
+SETTLE_ACTIONS = ("retry", "result", "skip")
+
+
+class LostOwnership(AgentRuntimeError):
+    """The store refused a write: another attempt took over, or the run was cancelled."""
+
+    def __init__(self, cause: StoreError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class StepContext:
+    """The services of one attempt of a run, as its steps see them."""
+
+    runtime: AgentRuntime
+    run: RunRecord
+    run_id: str
+    attempt: int
+    manifest: AgentManifest
+    state: RunState
+    events: EventEmitter
+    # Operator decisions on effects whose outcome was unknown, by key.
+    resolutions: dict[str, JsonObject]
+
+    @property
+    def store(self) -> RunStore:
+        return self.runtime.store
+
+    def now(self) -> datetime:
+        return self.runtime.clock.now()
+
+    # -- models, tools, artifacts ----------------------------------------------
+
+    def resolve_model(self, model: ModelRef | None) -> ResolvedModel:
+        """The step's model (else the manifest's), or the run's `--model` override."""
+        return self.runtime.resolve_model(model, self.manifest, self.run.options)
+
+    async def prepare_tools(self, names: Iterable[str]) -> dict[str, StepTool]:
+        """The named tools, ready to offer the model (MCP connections opened)."""
+        return await self.runtime.prepare_tools(names, self)
+
+    @property
+    def artifacts(self) -> ArtifactStore | None:
+        return self.runtime.artifacts
+
+    @property
+    def text_sink(self) -> TextSink | None:
+        """Where model text goes as it arrives (a live view), if anyone watches."""
+        return self.runtime.text_sink
+
+    def artifact_sink(self, frame: Frame) -> Callable[[bytes, str], ArtifactRef] | None:
+        """How a tool of this step saves artifacts, when the runtime has a store for them."""
+        store = self.runtime.artifacts
+        if store is None:
+            return None
+
+        def save(data: bytes, media_type: str) -> ArtifactRef:
+            uri, sha256 = store.put(data, media_type=media_type, run_id=self.run_id)
+            ref = ArtifactRef(uri=uri, sha256=sha256, size=len(data), media_type=media_type)
+            # Content-addressed: a retried call saving the same bytes adds nothing.
+            if all(existing.sha256 != sha256 for existing in self.state.artifacts):
+                self.state.artifacts.append(ref)
+            self.events.emit("artifact.created", step_id=frame.step_id,
+                             step_path=frame.step_path, sha256=sha256, size=len(data),
+                             media_type=media_type)
+            return ref
+
+        return save
+
+    # -- approvals, webhooks, child runs ---------------------------------------
+
+    def approval_decision(self, approval_id: str) -> JsonObject | None:
+        """The recorded answer to approval `approval_id`, or None while it waits."""
+        return self.runtime.approvals.decision(self.run, approval_id)
+
+    @property
+    def webhook_policy(self) -> WebhookPolicy:
+        return self.runtime.config.webhooks
+
+    @property
+    def base_dir(self) -> Path:
+        """Where a relative `manifestRef` is found when the run's manifest has no file."""
+        return self.runtime.base_dir
+
+    def start_child(self, manifest: AgentManifest, *, run_id: str, parent: ParentRef,
+                    variables: Mapping[str, JsonValue], budget: Budget,
+                    options: Mapping[str, JsonValue]) -> Coroutine[object, None, RunResult]:
+        """Start a sub-run in this runtime (await it through `guarded`)."""
+        return self.runtime.run(manifest=manifest, variables=variables, budget=budget,
+                                run_id=run_id, options=options, parent=parent)
+
+    def resume_child(self, run_id: str, *, budget: Budget,
+                     takeover: bool) -> Coroutine[object, None, RunResult]:
+        """Resume a sub-run; `takeover` when its owner's lease expired."""
+        return self.runtime.run(run_id=run_id, resume=True, budget=budget,
+                                allow_running_takeover=takeover)
+
+    # -- the effect ledger -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[None]:
+        """A store write of this attempt: a refused fence is lost ownership."""
+        try:
+            yield
+        except (StaleAttempt, RunTerminal) as error:
+            raise LostOwnership(error) from error
+
+    def begin_effect(self, key: str) -> EffectRecord:
+        """Reserve effect `key` for this attempt before dispatching it (`RunStore.begin_effect`):
+        an effect already reserved or completed by an earlier attempt comes back as it is."""
+        with self.fenced():
+            return self.store.begin_effect(key, run_id=self.run_id,
+                                           expected_attempt=self.attempt, at=self.now())
+
+    def complete_effect(self, key: str, result: JsonValue) -> None:
+        """Record the result of effect `key`, so no later attempt dispatches it again."""
+        with self.fenced():
+            self.store.complete_effect(key, run_id=self.run_id, expected_attempt=self.attempt,
+                                       result=result, at=self.now())
+
+    def effect_resolution(self, key: str) -> JsonObject | None:
+        """How an operator settled the effect `key` whose outcome was unknown, or None.
+
+        Given to this execution (the CLI's `effects resolve`), else recorded in
+        the store: `resolve_approval(run, key, approved=True, response={"action":
+        ...})` on the `effect-unknown` suspension, which the reserved record
+        keeps with its decision, so an executor in another process finds it.
+        """
+        given = self.resolutions.get(key)
+        if given is not None:
+            return given
+        suspension = self.run.suspension
+        if (suspension is None or suspension.reason != "effect-unknown"
+                or suspension.details.get("key") != key or not suspension.decision
+                or not suspension.decision.get("approved")):
+            return None
+        response = suspension.decision.get("response")
+        if isinstance(response, dict) and response.get("action") in SETTLE_ACTIONS:
+            return response
+        return None
