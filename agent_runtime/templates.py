@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-class _Missing:
+class Missing:
     """The type of `MISSING`; falsy so `value or default` reads naturally."""
 
     __slots__ = ()
@@ -36,7 +36,7 @@ class _Missing:
         return False
 
 
-MISSING: Final[Any] = _Missing()
+MISSING: Final[Any] = Missing()
 """Returned by `resolve_path` when the path names nothing (distinct from a stored None)."""
 
 # Manifests are shared with a JavaScript runtime, where these names reach the object

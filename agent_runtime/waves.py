@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from stores.records import Frame
+from stores.records import Frame, JsonValue
 
 from agent_runtime.errors import DeadlineReached, InvalidInput, StepFailed, SuspendRun
 from agent_runtime.execution_plan import build_execution_waves
@@ -137,7 +137,7 @@ class WaveRunner:
         finished = set(record["finished"])
         fresh = not finished and not record["members"]
         started = time.monotonic()
-        paths = [steps[i].id for i in members]
+        paths: list[JsonValue] = [steps[i].id for i in members]
         ctx.events.emit("wave.started", steps=paths,
                         finished=[steps[i].id for i in members if i in finished] or None,
                         resumed=not fresh or None)

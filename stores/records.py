@@ -22,7 +22,9 @@ CONTRACT_VERSION = "1.0"
 RUNTIME_VERSION = "0.1.0"
 
 JsonObject = dict[str, Any]
-JsonValue = Any  # any JSON value: what a step outputs, a variable holds, a tool returns
+# Any JSON value: what a step outputs, a variable holds, a tool returns. A real
+# recursive union, not `Any`, so the engine's seams are checked by mypy.
+JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
 
 def utc_now() -> datetime:

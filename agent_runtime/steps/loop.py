@@ -39,7 +39,7 @@ from agent_runtime.execution import join_path
 from agent_runtime.manifest import LoopSpec, LoopStep
 from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, ITERATION, LOOP_ITEMS, SKIPPED, STEP
-from agent_runtime.templates import MISSING, resolve_path
+from agent_runtime.templates import MISSING, Missing, resolve_path
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
@@ -55,7 +55,7 @@ def loop_items(source_value: JsonValue, delimiter: str | None) -> tuple[list[Jso
         try:
             value = json.loads(value)
         except ValueError:
-            parts = [part.strip() for part in source_value.split(delimiter or "\n")]
+            parts = [part.strip() for part in str(source_value).split(delimiter or "\n")]
             return [part for part in parts if part], False
     if isinstance(value, list):
         return value, True
@@ -245,7 +245,7 @@ class LoopStepExecutor:
         variables = ctx.state.variables
         iteration_path = join_path(frame.step_path, index)
         last = self._last_output(step, ctx, iteration_path)
-        if last is not MISSING:
+        if not isinstance(last, Missing):
             state["lastOutput"] = last
         result = state.get("lastOutput")
         if spec.result_variable and any(_base(child.output_variable) == _base(
@@ -300,10 +300,13 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _last_output(step: LoopStep, ctx: Execution, iteration_path: str) -> JsonValue:
+    def _last_output(step: LoopStep, ctx: Execution,
+                     iteration_path: str) -> JsonValue | Missing:
         """The output of the last child that ran in this iteration, or MISSING."""
         for child in reversed(step.steps):
             entry = ctx.state.result(STEP, join_path(iteration_path, child.id))
             if entry is not None and entry["status"] == COMPLETED:
-                return entry["output"]
-        return MISSING
+                output: JsonValue = entry["output"]
+                return output
+        missing: Missing = MISSING
+        return missing

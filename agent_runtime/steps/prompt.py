@@ -80,9 +80,9 @@ def _continuation(frame: Frame) -> PromptContinuation:
 
 def _item(ctx: Execution, frame: Frame, type_: str, role: str,
           content: list[JsonObject], **extra: JsonValue) -> JsonObject:
-    item = {"id": uuid.uuid4().hex, "type": type_, "role": role, "step_id": frame.step_id,
-            "step_path": frame.step_path, "content": content,
-            "created_at": ctx.now().isoformat()}
+    item: JsonObject = {"id": uuid.uuid4().hex, "type": type_, "role": role,
+                        "step_id": frame.step_id, "step_path": frame.step_path,
+                        "content": content, "created_at": ctx.now().isoformat()}
     item.update({key: value for key, value in extra.items() if value is not None})
     return item
 
@@ -157,7 +157,7 @@ def _event_finish_reason(reason: str) -> str:
 def _parse_output(step: PromptStep, response: ModelResponse, step_path: str) -> JsonValue:
     if step.output_schema is None:
         return response.text or ""
-    data = response.data
+    data: JsonValue = response.data
     if data is None:
         text = (response.text or "").strip()
         if text.startswith("```"):
@@ -315,7 +315,8 @@ class PromptStepExecutor:
             content.append({"type": "tool-call", "call": {
                 "id": call.call_id, "name": call.name, "input": json_value(call.arguments),
                 "idempotencyKey": key}})
-        usage = None if response.usage is None else response.usage.as_json()
+        usage: dict[str, JsonValue] | None = (None if response.usage is None
+                                              else dict(response.usage.as_json()))
         ctx.state.add_transcript(_item(ctx, frame, MODEL_RESPONSE, "assistant", content,
                                        request=request.request_index,
                                        model=f"{request.provider}/{request.model}",

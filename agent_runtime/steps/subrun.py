@@ -252,7 +252,8 @@ class SubRunStepExecutor:
         where = {"step_id": step.id, "step_path": path, "child_run_id": child_id}
         if record.status is RunStatus.COMPLETED:
             ctx.events.emit("sub-run.completed", **where, tokens=record.consumed_tokens)
-            return record.output
+            output: JsonValue = record.output
+            return output
         if record.status in (RunStatus.FAILED, RunStatus.CANCELLED):
             error = record.error
             ctx.events.emit("sub-run.failed", **where, status=record.status.value,

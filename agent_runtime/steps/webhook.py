@@ -177,7 +177,8 @@ def _decode_body(response: httpx.Response, raw: bytes) -> JsonValue:
     text = raw.decode(response.encoding or "utf-8", errors="replace")
     if "json" in response.headers.get("content-type", "").lower():
         try:
-            return json.loads(text)
+            parsed: JsonValue = json.loads(text)
+            return parsed
         except ValueError as error:
             raise _NotJson(str(error)) from error
     return text
@@ -234,7 +235,8 @@ class WebhookStepExecutor:
             details = {"status": error["status"]} if error.get("status") is not None else {}
             raise StepFailed(error["type"], f"step {frame.step_path}: {error['message']}",
                              details)
-        return result["output"]
+        output: JsonValue = result["output"]
+        return output
 
     async def _deliver(self, step: WebhookStep, frame: Frame, ctx: Execution,
                        destination: Destination,
