@@ -30,7 +30,10 @@ MINUTE = 60
 def limits_connection(*server_args: str, **settings: Any) -> RuntimeConfig:
     definition = {"driver": "mcp", "transport": "stdio", "command": sys.executable,
                   "args": [str(SERVER), *server_args], "mode": "read",
-                  "tools": ["nap", "where"], "readTools": ["nap", "where"], **settings}
+                  "tools": ["nap", "where"], "readTools": ["nap", "where"],
+                  # required and slow to give up, unless a test sets otherwise: a
+                  # server slow to start on a loaded machine fails at the connection
+                  "required": True, "connectTimeoutMs": 300_000, **settings}
     return parse_config({"version": "1.0", "connections": {"limits": definition}},
                         source="test-config")
 

@@ -152,7 +152,8 @@ def test_an_mcp_tool_schema_with_a_remote_reference_fails_the_step_without_a_fet
     config = parse_config({"version": "1.0", "connections": {"documents": {
         "driver": "mcp", "transport": "stdio", "command": sys.executable,
         "args": [str(MCP_SERVER), str(log), json.dumps(schema)], "mode": "read",
-        "tools": ["search"], "readTools": ["search"]}}}, source="test-config")
+        "tools": ["search"], "readTools": ["search"],
+        "required": True, "connectTimeoutMs": 300_000}}}, source="test-config")
     h = Harness(scripted(responses=[
         {"toolCalls": [{"name": "docs__search", "arguments": {"query": "leases"}}]},
         {"text": "done"}]), config=config)

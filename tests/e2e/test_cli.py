@@ -110,8 +110,9 @@ def test_changed_manifest_is_refused_on_resume(workdir: Path) -> None:
     assert after["attempt"] == json.loads(before)["attempt"]
 
 
-def test_json_and_ndjson_formats(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    os.chdir(workdir)
+def test_json_and_ndjson_formats(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workdir)  # restored after the test
     assert main(["run", "manifests/hello.agent.yaml", "--model", "scripted/echo",
                  "--format", "ndjson"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -161,6 +162,7 @@ def test_bad_manifests_exit_2_naming_file_field_and_reason(
             assert f": {field}:" in err
         assert reason in err
     assert not store.exists()  # nothing was created
+    assert not (tmp_path / ".agent-runtime").exists()  # no artifacts or events either
 
 
 @pytest.mark.parametrize(("variables", "field", "reason"), [
@@ -169,8 +171,9 @@ def test_bad_manifests_exit_2_naming_file_field_and_reason(
     ('{"audience": 5}', "variables.audience", "string"),
 ])
 def test_bad_variables_exit_2_and_create_no_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], variables: str | None, field: str,
-        reason: str) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        variables: str | None, field: str, reason: str) -> None:
+    monkeypatch.chdir(tmp_path)  # anything the command leaves behind stays in tmp_path
     store = tmp_path / "runs.sqlite"
     command = ["run", str(FIXTURES / "release-brief.agent.yaml"), "--model", "scripted/echo",
                "--store", str(store), "--events", "none"]

@@ -36,7 +36,8 @@ def write_config(tmp_path: Path, **documents: Any) -> Path:
         "driver": "mcp", "transport": "stdio", "command": sys.executable,
         "args": [str(SERVER), str(tmp_path / "received.jsonl")],
         "mode": "read", "tools": ["search", "read"], "readTools": ["search", "read"],
-        **documents}}}
+        # required and patient: a slow start on a loaded machine fails at the connection
+        "required": True, "connectTimeoutMs": 300_000, **documents}}}
     path = tmp_path / "host.config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
