@@ -41,6 +41,12 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def inside_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in tmp_path, so anything a command leaves behind stays there."""
+    monkeypatch.chdir(tmp_path)
+
+
 def test_fixture_copies_match_shared() -> None:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} is not beside this checkout")
@@ -170,10 +176,10 @@ def test_bad_manifests_exit_2_naming_file_field_and_reason(
     ('{"audience": "x", "colour": 1}', "variables.colour", "unknown"),
     ('{"audience": 5}', "variables.audience", "string"),
 ])
+@pytest.mark.usefixtures("inside_tmp_path")
 def test_bad_variables_exit_2_and_create_no_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        variables: str | None, field: str, reason: str) -> None:
-    monkeypatch.chdir(tmp_path)  # anything the command leaves behind stays in tmp_path
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], variables: str | None, field: str,
+        reason: str) -> None:
     store = tmp_path / "runs.sqlite"
     command = ["run", str(FIXTURES / "release-brief.agent.yaml"), "--model", "scripted/echo",
                "--store", str(store), "--events", "none"]
