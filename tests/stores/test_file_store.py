@@ -73,10 +73,6 @@ def all_names(root: Path) -> list[str]:
 # -- durability and layout --------------------------------------------------------
 
 
-def test_is_a_run_store(store: FileRunStore) -> None:
-    assert isinstance(store, RunStore)
-
-
 def test_data_survives_reopen(tmp_path: Path) -> None:
     with FileRunStore(tmp_path) as first:
         attempt = started(first)

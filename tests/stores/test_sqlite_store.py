@@ -24,7 +24,6 @@ import pytest
 from stores.base import (
     CorruptRecord,
     LeaseHeld,
-    RunStore,
     StaleAttempt,
     StoreError,
 )
@@ -91,10 +90,6 @@ def _mode(file: Path) -> int:
 
 
 # -- files and pragmas --------------------------------------------------------
-
-def test_is_a_run_store(store: SqliteRunStore) -> None:
-    assert isinstance(store, RunStore)
-
 
 def test_database_and_wal_files_are_private(store: SqliteRunStore, path: Path) -> None:
     assert path.parent.is_dir()  # created on open
