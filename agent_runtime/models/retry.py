@@ -3,11 +3,9 @@
 Every driver makes its calls through `call_with_retries`, and turns its SDK's
 own retries off, so one policy governs every provider: at most
 `RetryPolicy.attempts` tries; a retry only for a `ModelError` marked
-retryable (429, 408, 5xx and connection failures); the wait is the
-provider's `Retry-After` (seconds or an HTTP date, or `retry-after-ms`) when it
-sent one, else an exponential backoff with jitter. A provider that asks for a
-longer wait than `max_retry_after` is not waited for: the call fails at once
-with its message, rather than holding a run's lease idle for minutes.
+retryable (the statuses of `agent_runtime.http_retry` and connection
+failures), after the wait that module's rules give (the provider's own
+`Retry-After`, else backoff with jitter; one asking too long fails the call).
 
 `timeout_seconds` bounds each try as a whole, streaming included (a server
 that trickles bytes cannot outlast it). A timeout is not retried: the limit is
@@ -19,77 +17,30 @@ would show the text twice.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
 import re
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from agent_runtime.excerpts import excerpt
+from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse, TextListener
 
 T = TypeVar("T")
 
-RETRYABLE_STATUS = frozenset({408, 429})
 # A provider's error code as it may appear in messages and run errors: a short
 # identifier. Anything else (a server of any kind answers OpenAI-compatible
 # calls) is not repeated; the HTTP status stands in for it.
 _PROVIDER_CODE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
-def status_retryable(status: int) -> bool:
-    """A status worth repeating the identical request for: throttling and server errors."""
-    return status in RETRYABLE_STATUS or status >= 500
-
-
-def retry_after_seconds(headers: Mapping[str, str] | None, *,
-                        now: Callable[[], float] = time.time) -> float | None:
-    """The wait a response asked for: `retry-after-ms`, else `Retry-After` in seconds
-    or as an HTTP date; None when absent or unreadable."""
-    if not headers:
-        return None
-    lowered = {key.lower(): value for key, value in headers.items()}
-    milliseconds = lowered.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now())
-
-
 @dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 4
-    base_delay: float = 0.5
-    max_delay: float = 8.0
-    # The longest Retry-After we honour; a provider asking for more fails the call.
-    max_retry_after: float = 60.0
-    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
+class RetryPolicy(Backoff):
+    """The shared backoff numbers for provider calls, with how many tries and how to wait."""
 
-    def delay(self, retry: int, retry_after: float | None) -> float | None:
-        """Seconds to wait before retry number `retry` (1-based); None: do not retry."""
-        if retry_after is not None:
-            return retry_after if retry_after <= self.max_retry_after else None
-        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
-        # "Equal jitter": at least half the backoff, so retries of many runs spread
-        # out without any of them retrying at once.
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+    attempts: int = 4
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
 
 
 class TextRelay:
@@ -137,10 +88,9 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], *, policy: RetryPo
             raise failure
         wait = policy.delay(attempt, failure.retry_after)
         if wait is None:
-            raise ModelError(failure.code, f"{failure} (the provider asked to retry after "
-                             f"{failure.retry_after:.0f}s, more than the "
-                             f"{policy.max_retry_after:.0f}s this runtime waits)",
-                             retryable=True, retry_after=failure.retry_after) from failure
+            asked = policy.refusal(failure.retry_after or 0.0, asker="the provider")
+            raise ModelError(failure.code, f"{failure} ({asked})", retryable=True,
+                             retry_after=failure.retry_after) from failure
         await policy.sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")
 

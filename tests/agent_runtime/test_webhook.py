@@ -19,8 +19,9 @@ from agent_runtime import RunStatus
 from agent_runtime.config import RuntimeConfig, WebhookPolicy, parse_config
 from agent_runtime.errors import ConfigError, ManifestError
 from agent_runtime.events import Event
+from agent_runtime.http_retry import Backoff
 from agent_runtime.steps import webhook
-from agent_runtime.steps.webhook import backoff_seconds, destination_refusal, host_allowed
+from agent_runtime.steps.webhook import destination_refusal, host_allowed
 from stores.memory import MemoryRunStore
 from stores.records import EffectStatus
 
@@ -90,7 +91,8 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webhook, "BACKOFF_BASE_SECONDS", 0.01)
+    monkeypatch.setattr(webhook, "WEBHOOK_BACKOFF",
+                        Backoff(base_delay=0.01, max_delay=0.05, max_retry_after=60.0))
 
 
 def hook(url: str, **extra: Any) -> dict[str, Any]:
@@ -132,13 +134,6 @@ def test_public_destinations_and_the_host_allowlist() -> None:
                       "webhooks.allowedHosts"
     assert not host_allowed("evilexample.org", ["*.example.org"])
     assert "http or https" in (destination_refusal("ftp://x/y", WebhookPolicy()) or "")
-
-
-def test_backoff_doubles_and_honours_retry_after() -> None:
-    assert [backoff_seconds(n, None) for n in (1, 2, 3)] == [0.01, 0.02, 0.04]
-    assert backoff_seconds(1, "3") == 3.0
-    assert backoff_seconds(1, "86400") == webhook.MAX_RETRY_AFTER_SECONDS
-    assert backoff_seconds(1, "Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
 
 
 def test_a_webhook_to_127_0_0_1_is_refused_unless_the_config_allows_it(
@@ -247,6 +242,19 @@ def test_retries_on_503_with_the_same_key(receiver: Receiver) -> None:
     assert data_of(h, "webhook.retried")[0]["delay_ms"] == 0  # Retry-After: 0
     completed, = data_of(h, "webhook.completed")
     assert completed["status"] == 200 and completed["attempts"] == 3
+
+
+def test_a_retry_after_beyond_the_limit_fails_the_step_without_waiting(
+        receiver: Receiver) -> None:
+    receiver.answer(429, {"slow": "down"}, headers={"Retry-After": "86400"})
+    receiver.answer(200, {"ok": 1})
+    h = Harness(config=ALLOW_LOCAL)
+    result = h.run(manifest(hook(f"{receiver.url}/hook", retries=2)))
+    assert result.status is RunStatus.FAILED
+    assert result.error["details"] == {"status": 429}
+    assert "asked to retry after 86400s, more than the 60s" in result.error["message"]
+    assert len(receiver.requests) == 1
+    assert data_of(h, "webhook.retried") == []
 
 
 def test_retries_run_out(receiver: Receiver) -> None:
