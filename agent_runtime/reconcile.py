@@ -478,9 +478,6 @@ class Reconciler:
                           status=resumed.status, detail=resumed.detail, takeovers=takeovers)
 
 
-# -- what the CLI prints ---------------------------------------------------------
-
-
 __all__ = [
     "CHILD_FINISHED",
     "DEFAULT_MAX_TAKEOVERS",
