@@ -35,7 +35,6 @@ from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextListener,
     ToolCallRequest,
     Usage,
 )
@@ -53,10 +52,10 @@ from agent_runtime.models.conversation import (
 )
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import (
+    ClientDriver,
     RetryPolicy,
     SdkErrors,
     TextRelay,
-    generate_with_client,
     translate_sdk_error,
 )
 
@@ -80,28 +79,20 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
 _ERRORS = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
                     status=openai.APIStatusError, base=openai.OpenAIError)
 
-class OpenAIChatModel:
+class OpenAIChatModel(ClientDriver[openai.AsyncOpenAI]):
     def __init__(self, settings: ProviderSettings, *, compatible: bool,
                  retry: RetryPolicy | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings, retry=retry)
         self.compatible = compatible
-        self.retry = retry or RetryPolicy()
         structured = settings.supports_structured_outputs
         self.structured_outputs = (not compatible) if structured is None else structured
         self.include_usage = True if settings.include_usage is None else settings.include_usage
 
-    def _client(self) -> openai.AsyncOpenAI:
+    def _open_client(self, request: ModelRequest) -> openai.AsyncOpenAI:
+        # Our retries govern (models/retry.py), so the SDK's own are off.
         return openai.AsyncOpenAI(api_key=self.settings.api_key or NO_KEY,
                                   base_url=self.settings.base_url, max_retries=0,
                                   default_headers=self.settings.headers or None)
-
-    async def generate(self, request: ModelRequest, *,
-                       on_text: TextListener | None = None) -> ModelResponse:
-        params, wrapped = self._params(request)
-        return await generate_with_client(
-            self._client,
-            lambda client, relay: self._call(client, params, request, relay, wrapped=wrapped),
-            request, on_text, policy=self.retry, translate=self._translate)
 
     # -- request ---------------------------------------------------------------
 

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from agent_runtime.excerpts import excerpt
 from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse, TextListener
+from agent_runtime.models.provider_settings import ProviderSettings
 
 T = TypeVar("T")
+ClientT = TypeVar("ClientT")
 
 # A provider's error code as it may appear in messages and run errors: a short
 # identifier. Anything else (a server of any kind answers OpenAI-compatible
@@ -136,22 +139,46 @@ def http_error(status: int, *, headers: Mapping[str, str] | None, code: str | No
                       retry_after=retry_after_seconds(headers))
 
 
-async def generate_with_client(
-        open_client: Callable[[], AbstractAsyncContextManager[Any]],
-        call: Callable[[Any, TextRelay], Awaitable[ModelResponse]], request: ModelRequest,
-        on_text: TextListener | None, *, policy: RetryPolicy,
-        translate: Callable[[Exception], ModelError | None]) -> ModelResponse:
-    """One model call through an SDK client, the way every SDK driver makes it:
-    a client for the call, our retries around it, and a non-streamed answer
-    handed to the text listener whole."""
-    relay = TextRelay(on_text)
-    async with open_client() as client:
-        response = await call_with_retries(lambda: call(client, relay), policy=policy,
-                                           timeout_seconds=request.timeout_seconds,
-                                           relay=relay, translate=translate)
-    if not request.stream and response.text and not response.tool_calls:
-        relay(response.text)
-    return response
+class ClientDriver(ABC, Generic[ClientT]):
+    """A provider driver that calls through a client (an SDK's, or boto3's): one
+    call per `generate`, under the shared retries, with a non-streamed answer
+    handed to the text listener whole. A driver supplies the client, the
+    request parameters, the call and the translation of its SDK's errors."""
+
+    def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None) -> None:
+        self.settings = settings
+        self.retry = retry or RetryPolicy()
+
+    @abstractmethod
+    def _open_client(self, request: ModelRequest) -> AbstractAsyncContextManager[ClientT]:
+        """A client for this request's call, closed after it (if it needs closing)."""
+
+    @abstractmethod
+    def _params(self, request: ModelRequest) -> tuple[dict[str, Any], bool]:
+        """The provider's request parameters, and whether a structured answer is
+        wrapped (`conversation.output_tool_schema`)."""
+
+    @abstractmethod
+    async def _call(self, client: ClientT, params: dict[str, Any], request: ModelRequest,
+                    relay: TextRelay, *, wrapped: bool) -> ModelResponse:
+        """One try of the call; streamed text goes through `relay`."""
+
+    @abstractmethod
+    def _translate(self, error: Exception) -> ModelError | None:
+        """An SDK exception as a `ModelError`; None: not the provider's failure."""
+
+    async def generate(self, request: ModelRequest, *,
+                       on_text: TextListener | None = None) -> ModelResponse:
+        params, wrapped = self._params(request)
+        relay = TextRelay(on_text)
+        async with self._open_client(request) as client:
+            response = await call_with_retries(
+                lambda: self._call(client, params, request, relay, wrapped=wrapped),
+                policy=self.retry, timeout_seconds=request.timeout_seconds, relay=relay,
+                translate=self._translate)
+        if not request.stream and response.text and not response.tool_calls:
+            relay(response.text)
+        return response
 
 
 @dataclass(frozen=True)
