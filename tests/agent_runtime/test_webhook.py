@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,17 +22,10 @@ from agent_runtime.steps import webhook
 from agent_runtime.steps.webhook import destination_refusal, host_allowed
 from stores.memory import MemoryRunStore
 from stores.records import EffectStatus
+from tests.local_http import Answer, Request, serve_http
 
 ALLOW_LOCAL = parse_config({"version": "1.0", "webhooks": {"allowPrivateNetworks": True}},
                            source="test-config")
-
-
-@dataclass
-class Received:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
 
 
 @dataclass
@@ -42,51 +33,33 @@ class Receiver:
     """A local HTTP server answering with queued responses (then 200 `{"ok": true}`)."""
 
     url: str
-    requests: list[Received] = field(default_factory=list)
-    answers: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
 
     def answer(self, status: int, body: Any = None, headers: dict[str, str] | None = None,
                raw: bytes | None = None) -> None:
         data = raw if raw is not None else json.dumps(body).encode()
-        self.answers.append((status, {"Content-Type": "application/json", **(headers or {})},
-                             data))
+        self.answers.append(Answer(status, {"Content-Type": "application/json",
+                                            **(headers or {})}, data))
 
     def keys(self) -> list[str | None]:
         return [request.headers.get("idempotency-key") for request in self.requests]
+
+    def respond(self, request: Request) -> Answer:
+        self.requests.append(request)
+        answer = (self.answers.pop(0) if self.answers else
+                  Answer(200, {"Content-Type": "application/json"}, b'{"ok": true}'))
+        # A cookie the step must never hand back to anyone.
+        return Answer(answer.status, {**answer.headers, "Set-Cookie": "session=secret"},
+                      answer.body)
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     state = Receiver(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            state.requests.append(Received(
-                self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                self.rfile.read(length)))
-            status, headers, body = (state.answers.pop(0) if state.answers else
-                                     (200, {"Content-Type": "application/json"}, b'{"ok": true}'))
-            self.send_response(status)
-            for name, value in {**headers, "Content-Length": str(len(body)),
-                                "Set-Cookie": "session=secret"}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_http(state.respond) as url:
+        state.url = url
+        yield state
 
 
 @pytest.fixture(autouse=True)
