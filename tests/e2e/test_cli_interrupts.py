@@ -8,19 +8,23 @@ for its lease."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_process import (
+    COMMAND,
+    RUN_FOUR_STEPS,
+    cli_env,
+    model_requests,
+    run_cli,
+    wait_for,
+    write_four_steps,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-COMMAND = [sys.executable, "-m", "agent_runtime.cli"]
 LEASE = "600"  # far longer than any test: nothing here may wait for a lease
 
 SHIP_TOOL = '''
@@ -56,54 +60,25 @@ SHIP_SCRIPT = """responses:
   - {text: reported}
 """
 
-CHAIN_MANIFEST = """schemaVersion: '1.0'
-id: four-steps
-model: {provider: openai, model: gpt-5.6}
-steps:
-  - {id: first, type: prompt, prompt: One., outputVariable: one}
-  - {id: second, type: prompt, prompt: "Two after {{ one }}", outputVariable: two}
-  - {id: third, type: prompt, prompt: "Three after {{ two }}"}
-  - {id: fourth, type: prompt, prompt: Four., includeInFinalOutput: true}
-"""
-
-CHAIN_SCRIPT = """responses:
-  - {text: one, delayMs: 300}
-  - {text: two, delayMs: 1500}
-  - {text: three, delayMs: 300}
-  - {text: four, delayMs: 300}
-"""
-
-
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     for name, text in (("ship.agent.yaml", SHIP_MANIFEST), ("ship.script.yaml", SHIP_SCRIPT),
-                       ("ship_tools.py", SHIP_TOOL), ("four.agent.yaml", CHAIN_MANIFEST),
-                       ("four.script.yaml", CHAIN_SCRIPT)):
+                       ("ship_tools.py", SHIP_TOOL)):
         (tmp_path / name).write_text(text)
+    write_four_steps(tmp_path)
     return tmp_path
 
 
 def _env(workdir: Path, ship_seconds: float = 2.0) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO), SHIP_LOG=str(workdir / "ship.log"),
-                SHIP_SECONDS=str(ship_seconds),
-                AGENT_RUNTIME_SCRIPTED_LOG=str(workdir / "requests.jsonl"))
+    return cli_env(workdir, SHIP_LOG=str(workdir / "ship.log"), SHIP_SECONDS=str(ship_seconds))
 
 
 def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*COMMAND, *args], cwd=workdir, env=_env(workdir),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return run_cli(workdir, *args, env=_env(workdir))
 
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _wait_for(condition: Callable[[], bool], child: subprocess.Popen[Any], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert child.poll() is None, f"the process ended before {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _status(workdir: Path, run_id: str) -> dict[str, Any]:
@@ -120,7 +95,7 @@ def _start_ship(workdir: Path, *flags: str, ship_seconds: float = 2.0
          "--tools", "ship_tools.py", "--run-id", "ship-1", "--lease-seconds", LEASE, *flags],
         cwd=workdir, env=_env(workdir, ship_seconds), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: "start A" in _lines(workdir / "ship.log"), child, "the tool started")
+    wait_for(lambda: "start A" in _lines(workdir / "ship.log"), "the tool started", child=child)
     return child
 
 
@@ -178,8 +153,7 @@ def test_a_call_longer_than_the_grace_ends_the_process_after_the_grace(workdir: 
 @pytest.mark.slow
 def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
     child = subprocess.Popen(
-        [*COMMAND, "run", "four.agent.yaml", "--model", "scripted/four.script.yaml",
-         "--run-id", "piped", "--stream", "--format", "ndjson"],
+        [*COMMAND, *RUN_FOUR_STEPS, "--run-id", "piped", "--stream", "--format", "ndjson"],
         cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     assert child.stdout is not None and child.stderr is not None
@@ -204,11 +178,9 @@ def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
 def test_reconcile_right_after_a_sigkill_takes_the_run_over_without_a_lease_wait(
         workdir: Path) -> None:
     child = subprocess.Popen(
-        [*COMMAND, "run", "four.agent.yaml", "--model", "scripted/four.script.yaml",
-         "--run-id", "killed", "--lease-seconds", LEASE],
+        [*COMMAND, *RUN_FOUR_STEPS, "--run-id", "killed", "--lease-seconds", LEASE],
         cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    requests = workdir / "requests.jsonl"
-    _wait_for(lambda: len(_lines(requests)) >= 2, child, "the second step")
+    wait_for(lambda: len(model_requests(workdir)) >= 2, "the second step", child=child)
     child.send_signal(signal.SIGKILL)
     child.wait()
     done = cli(workdir, "reconcile", "--once", "--format", "json")
@@ -217,5 +189,5 @@ def test_reconcile_right_after_a_sigkill_takes_the_run_over_without_a_lease_wait
     assert (outcome["run_id"], outcome["action"], outcome["status"]) == (
         "killed", "resumed", "completed")
     assert _status(workdir, "killed")["output"] == "four"
-    steps = [json.loads(line)["step_id"] for line in _lines(requests)]
+    steps = [request["step_id"] for request in model_requests(workdir)]
     assert steps == ["first", "second", "second", "third", "fourth"]
