@@ -4,6 +4,7 @@ decides each answer, and sees every request as it arrived."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,7 +48,8 @@ def serve_http(respond: Respond) -> Iterator[str]:
                                 "Content-Length": str(len(answer.body))}.items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(answer.body)
+            with contextlib.suppress(OSError):  # the caller was killed meanwhile
+                self.wfile.write(answer.body)
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

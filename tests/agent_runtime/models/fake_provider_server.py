@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent_runtime import AgentRuntime, RunResult, Tool
+from agent_runtime import AgentRuntime, RunResult, Tool, tool
 from agent_runtime.config import parse_config
 from agent_runtime.events import ListEventSink
 from agent_runtime.manifest import parse_agent_manifest
@@ -168,6 +168,23 @@ class FakeProviderServer:
 
 
 # -- runs through the engine ---------------------------------------------------
+
+# The prompt step every driver test starts from.
+PROMPT = {"id": "ask", "type": "prompt", "systemPrompt": "Be brief.", "prompt": "Say hello.",
+          "includeInFinalOutput": True}
+
+
+def ticket_tool() -> tuple[Tool, list[str]]:
+    """A `lookup_ticket` tool for tool round trips, and the ticket ids it was called with."""
+    seen: list[str] = []
+
+    @tool
+    def lookup_ticket(ticket_id: str) -> dict[str, Any]:
+        """Look up a ticket."""
+        seen.append(ticket_id)
+        return {"id": ticket_id, "status": "open"}
+
+    return lookup_ticket, seen
 
 
 @dataclass
