@@ -60,6 +60,21 @@ def run_cli(workdir: Path, *args: str,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+def spawn_cli(workdir: Path, *args: str, env: dict[str, str] | None = None,
+              **streams: Any) -> subprocess.Popen[Any]:
+    """`agent-runtime ARGS` started in `workdir`; `streams` are Popen's `stdout`,
+    `stderr` and `text`."""
+    return subprocess.Popen([*COMMAND, *args], cwd=workdir, env=env or cli_env(workdir),
+                            **streams)
+
+
+def wait_for_requests(workdir: Path, count: int, child: subprocess.Popen[Any]) -> None:
+    """Until the scripted model got its `count`-th request (with 2, the four-step
+    run is waiting in its slow `second` step), or `child` ends."""
+    wait_for(lambda: len(model_requests(workdir)) >= count,
+             f"model request {count}", child=child)
+
+
 def model_requests(workdir: Path) -> list[dict[str, Any]]:
     """The scripted model's requests so far, in order (step_id, request_index, ...)."""
     log = workdir / REQUEST_LOG

@@ -14,16 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cli_process
 import pytest
-from cli_process import (
-    COMMAND,
-    RUN_FOUR_STEPS,
-    cli_env,
-    model_requests,
-    run_cli,
-    wait_for,
-    write_four_steps,
-)
 
 LEASE = "600"  # far longer than any test: nothing here may wait for a lease
 
@@ -65,16 +57,17 @@ def workdir(tmp_path: Path) -> Path:
     for name, text in (("ship.agent.yaml", SHIP_MANIFEST), ("ship.script.yaml", SHIP_SCRIPT),
                        ("ship_tools.py", SHIP_TOOL)):
         (tmp_path / name).write_text(text)
-    write_four_steps(tmp_path)
+    cli_process.write_four_steps(tmp_path)
     return tmp_path
 
 
 def _env(workdir: Path, ship_seconds: float = 2.0) -> dict[str, str]:
-    return cli_env(workdir, SHIP_LOG=str(workdir / "ship.log"), SHIP_SECONDS=str(ship_seconds))
+    return cli_process.cli_env(workdir, SHIP_LOG=str(workdir / "ship.log"),
+                               SHIP_SECONDS=str(ship_seconds))
 
 
 def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(workdir, *args, env=_env(workdir))
+    return cli_process.run_cli(workdir, *args, env=_env(workdir))
 
 
 def _lines(path: Path) -> list[str]:
@@ -90,12 +83,13 @@ def _status(workdir: Path, run_id: str) -> dict[str, Any]:
 
 def _start_ship(workdir: Path, *flags: str, ship_seconds: float = 2.0
                 ) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [*COMMAND, "run", "ship.agent.yaml", "--model", "scripted/ship.script.yaml",
-         "--tools", "ship_tools.py", "--run-id", "ship-1", "--lease-seconds", LEASE, *flags],
-        cwd=workdir, env=_env(workdir, ship_seconds), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: "start A" in _lines(workdir / "ship.log"), "the tool started", child=child)
+    child = cli_process.spawn_cli(
+        workdir, "run", "ship.agent.yaml", "--model", "scripted/ship.script.yaml",
+        "--tools", "ship_tools.py", "--run-id", "ship-1", "--lease-seconds", LEASE, *flags,
+        env=_env(workdir, ship_seconds), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    cli_process.wait_for(lambda: "start A" in _lines(workdir / "ship.log"), "the tool started",
+                         child=child)
     return child
 
 
@@ -152,10 +146,9 @@ def test_a_call_longer_than_the_grace_ends_the_process_after_the_grace(workdir: 
 
 @pytest.mark.slow
 def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
-    child = subprocess.Popen(
-        [*COMMAND, *RUN_FOUR_STEPS, "--run-id", "piped", "--stream", "--format", "ndjson"],
-        cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    child = cli_process.spawn_cli(
+        workdir, *cli_process.RUN_FOUR_STEPS, "--run-id", "piped", "--stream", "--format",
+        "ndjson", env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stderr is not None
     assert json.loads(child.stdout.readline())["run_id"] == "piped"  # `| head -1`
     child.stdout.close()
@@ -165,8 +158,8 @@ def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
     assert record["status"] == "completed" and record["output"] == "four"
 
     # `events | head -1` on the log the run wrote: one line, no traceback.
-    reader = subprocess.Popen([*COMMAND, "events"], cwd=workdir, env=_env(workdir),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = cli_process.spawn_cli(workdir, "events", env=_env(workdir), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
     assert reader.stdout is not None
     assert "run.started" in reader.stdout.readline()
     reader.stdout.close()
@@ -177,10 +170,10 @@ def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
 @pytest.mark.slow
 def test_reconcile_right_after_a_sigkill_takes_the_run_over_without_a_lease_wait(
         workdir: Path) -> None:
-    child = subprocess.Popen(
-        [*COMMAND, *RUN_FOUR_STEPS, "--run-id", "killed", "--lease-seconds", LEASE],
-        cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(model_requests(workdir)) >= 2, "the second step", child=child)
+    child = cli_process.spawn_cli(
+        workdir, *cli_process.RUN_FOUR_STEPS, "--run-id", "killed", "--lease-seconds", LEASE,
+        env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli_process.wait_for_requests(workdir, 2, child)
     child.send_signal(signal.SIGKILL)
     child.wait()
     done = cli(workdir, "reconcile", "--once", "--format", "json")
@@ -189,5 +182,5 @@ def test_reconcile_right_after_a_sigkill_takes_the_run_over_without_a_lease_wait
     assert (outcome["run_id"], outcome["action"], outcome["status"]) == (
         "killed", "resumed", "completed")
     assert _status(workdir, "killed")["output"] == "four"
-    steps = [request["step_id"] for request in model_requests(workdir)]
+    steps = [request["step_id"] for request in cli_process.model_requests(workdir)]
     assert steps == ["first", "second", "second", "third", "fourth"]

@@ -7,16 +7,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import cli_process
 import pytest
-from cli_process import (
-    COMMAND,
-    RUN_FOUR_STEPS,
-    cli_env,
-    model_requests,
-    run_cli,
-    wait_for,
-    write_four_steps,
-)
 
 LEASE_SECONDS = 600  # far longer than the test: the takeover must not wait for it
 
@@ -24,18 +16,16 @@ LEASE_SECONDS = 600  # far longer than the test: the takeover must not wait for 
 @pytest.mark.slow
 def test_killed_run_resumes_at_once_without_repeating_finished_steps(
         tmp_path: Path) -> None:
-    write_four_steps(tmp_path)
-    child = subprocess.Popen(
-        [*COMMAND, *RUN_FOUR_STEPS, "--run-id", "killed", "--lease-seconds", str(LEASE_SECONDS)],
-        cwd=tmp_path, env=cli_env(tmp_path), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
-    # `first` finished; `second` awaits its answer.
-    wait_for(lambda: len(model_requests(tmp_path)) >= 2, "the run's second step", child=child)
+    cli_process.write_four_steps(tmp_path)
+    child = cli_process.spawn_cli(
+        tmp_path, *cli_process.RUN_FOUR_STEPS, "--run-id", "killed", "--lease-seconds",
+        str(LEASE_SECONDS), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli_process.wait_for_requests(tmp_path, 2, child)  # `first` done; `second` awaits its answer
     child.send_signal(signal.SIGKILL)
     child.wait()
 
     def resume(*flags: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(tmp_path, "resume", "killed", "--format", "json", *flags)
+        return cli_process.run_cli(tmp_path, "resume", "killed", "--format", "json", *flags)
 
     refused = resume()  # the run is still `running`: taking it over is asked for explicitly
     assert refused.returncode == 4  # a conflict: the lease is held
@@ -50,8 +40,9 @@ def test_killed_run_resumes_at_once_without_repeating_finished_steps(
     assert result["status"] == "completed" and result["output"] == "four"
     assert result["attempt"] == 2
 
-    steps = [request["step_id"] for request in model_requests(tmp_path)]
+    requests = cli_process.model_requests(tmp_path)
+    steps = [request["step_id"] for request in requests]
     # `first` was answered and checkpointed before the kill: never asked again.
     # `second` was in flight: asked again on the new attempt. Nothing else repeats.
     assert steps == ["first", "second", "second", "third", "fourth"]
-    assert [request["request_index"] for request in model_requests(tmp_path)] == [1, 2, 2, 3, 4]
+    assert [request["request_index"] for request in requests] == [1, 2, 2, 3, 4]

@@ -17,16 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import cli_process
 import pytest
-from cli_process import (
-    COMMAND,
-    RUN_FOUR_STEPS,
-    cli_env,
-    model_requests,
-    run_cli,
-    wait_for,
-    write_four_steps,
-)
 
 from agent_runtime.cli import main
 from agent_runtime.events import read_events
@@ -40,12 +32,12 @@ STORE = ".agent-runtime/runs.sqlite"
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    write_four_steps(tmp_path)
+    cli_process.write_four_steps(tmp_path)
     return tmp_path
 
 
 def _steps(workdir: Path) -> list[str]:
-    return [request["step_id"] for request in model_requests(workdir)]
+    return [request["step_id"] for request in cli_process.model_requests(workdir)]
 
 
 def _resumed_in_passes(stdout: Path) -> int:
@@ -62,12 +54,11 @@ def _resumed_in_passes(stdout: Path) -> int:
 def _spawn(workdir: Path, *args: str, name: str) -> subprocess.Popen[bytes]:
     with (workdir / f"{name}.stdout").open("wb") as out, \
             (workdir / f"{name}.stderr").open("wb") as err:
-        return subprocess.Popen([*COMMAND, *args], cwd=workdir, env=cli_env(workdir),
-                                stdout=out, stderr=err)
+        return cli_process.spawn_cli(workdir, *args, stdout=out, stderr=err)
 
 
 def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = run_cli(workdir, *args)
+    done = cli_process.run_cli(workdir, *args)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
@@ -95,10 +86,10 @@ def _wait_for_lease_to_expire(workdir: Path, run_id: str) -> None:
 @contextmanager
 def _run_in_child(workdir: Path, run_id: str) -> Iterator[subprocess.Popen[bytes]]:
     """`agent-runtime run` of the four-step manifest, stopped at its slow second step."""
-    child = _spawn(workdir, *RUN_FOUR_STEPS, "--run-id", run_id, "--lease-seconds",
+    child = _spawn(workdir, *cli_process.RUN_FOUR_STEPS, "--run-id", run_id, "--lease-seconds",
                    str(LEASE_SECONDS), "--format", "json", name=run_id)
     try:
-        wait_for(lambda: len(_steps(workdir)) >= 2, "the run's second model request",
+        cli_process.wait_for(lambda: len(_steps(workdir)) >= 2, "the run's second model request",
                   child=child)
         yield child
     finally:
@@ -179,7 +170,7 @@ def test_a_run_killed_again_past_the_takeover_bound_ends_failed(workdir: Path) -
     reconciler = _spawn(workdir, "reconcile", "--once", "--max-takeovers", "1",
                         "--lease-seconds", str(LEASE_SECONDS), name="reconciler")
     try:
-        wait_for(lambda: len(_steps(workdir)) >= 3, "the takeover's model request",
+        cli_process.wait_for(lambda: len(_steps(workdir)) >= 3, "the takeover's model request",
                   child=reconciler)
         reconciler.send_signal(signal.SIGKILL)
     finally:
@@ -232,11 +223,11 @@ def test_reconcile_interval_takes_over_killed_runs_until_interrupted(workdir: Pa
                         "--lease-seconds", str(LEASE_SECONDS), name="watcher")
     try:
         _kill_at_second_step(workdir, "watched")
-        wait_for(lambda: _record(workdir, "watched").status is RunStatus.COMPLETED,
+        cli_process.wait_for(lambda: _record(workdir, "watched").status is RunStatus.COMPLETED,
                   "the reconciler to finish the run", child=reconciler)
         # The pass that resumed the run prints its summary when it ends, which
         # on a loaded machine can be a while after the run completed.
-        wait_for(lambda: _resumed_in_passes(workdir / "watcher.stdout") >= 1,
+        cli_process.wait_for(lambda: _resumed_in_passes(workdir / "watcher.stdout") >= 1,
                   "the pass that resumed the run to report it", child=reconciler)
         reconciler.send_signal(signal.SIGINT)
         assert reconciler.wait(timeout=300) == 0
