@@ -10,7 +10,7 @@ import pytest
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from agent_runtime.api.problems import register_problem_handlers
-from agent_runtime.cli_errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, classify
+from agent_runtime.cli.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, classify
 from stores import CONFLICT_ERRORS, CorruptRecord, RunNotFound, StoreError, StoreUnavailable
 
 EVENT = Path(__file__).resolve().parents[2] / "events" / "api-get-run.json"

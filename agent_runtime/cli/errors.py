@@ -46,7 +46,7 @@ def store_name(args: argparse.Namespace | None) -> str:
     driver = getattr(args, "store_driver", None)
     if args is None or driver is None:
         return "the store"
-    from agent_runtime.cli_options import store_location  # noqa: PLC0415 - a cycle otherwise
+    from agent_runtime.cli.options import store_location  # noqa: PLC0415 - a cycle otherwise
 
     location = store_location(args)
     return f"the {driver} store" + (f" {location}" if location else "")
