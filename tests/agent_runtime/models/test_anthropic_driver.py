@@ -5,7 +5,6 @@ native), usage in the checkpoint, Retry-After, timeouts and error bodies."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -185,21 +184,6 @@ def test_native_structured_output_when_the_provider_supports_it(
     body = server.requests[0].body
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
     assert "tools" not in body
-
-
-def test_a_429_is_retried_after_the_retry_after_it_names(server: FakeProviderServer) -> None:
-    server.add(json_reply({"type": "error", "error": {"type": "rate_limit_error",
-                                                      "message": "Number of requests too high"}},
-                          status=429, headers={"retry-after": "1"}),
-               json_reply(message(text("Hello after waiting."))))
-    run = driver_run(config(server))
-    started = time.monotonic()
-    result = run.run(PROMPT, model=MODEL)
-
-    assert result.status is RunStatus.COMPLETED
-    assert result.output == "Hello after waiting."
-    assert len(server.requests) == 2
-    assert time.monotonic() - started >= 1.0
 
 
 def test_an_error_body_becomes_a_clear_run_failure(server: FakeProviderServer) -> None:

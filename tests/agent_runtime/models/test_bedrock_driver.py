@@ -22,6 +22,7 @@ from fake_provider_server import (
     aws_event_message,
     aws_event_stream_reply,
     driver_run,
+    no_real_aws,
     ticket_tool,
 )
 
@@ -39,13 +40,7 @@ CONFIG = {"providers": {"aws": {"driver": "bedrock", "region": "us-east-1"}}}
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """Fake credentials, and no way to find real ones."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK"):
-        monkeypatch.delenv(name, raising=False)
+    no_real_aws(monkeypatch, tmp_path)
 
 
 class Stubbed:
