@@ -48,13 +48,7 @@ from agent_runtime.models.conversation import (
     tool_result_text,
 )
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
-from agent_runtime.models.retry import (
-    ClientDriver,
-    RetryPolicy,
-    SdkErrors,
-    TextRelay,
-    translate_sdk_error,
-)
+from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_MAX_TOKENS = 4096
@@ -68,10 +62,11 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
                           retry=retry)
 
 
-_ERRORS = SdkErrors(timeout=anthropic.APITimeoutError, connection=anthropic.APIConnectionError,
-                    status=anthropic.APIStatusError, base=anthropic.AnthropicError)
+class AnthropicModel(SdkDriver[anthropic.AsyncAnthropic]):
+    errors = SdkErrors(timeout=anthropic.APITimeoutError, connection=anthropic.APIConnectionError,
+                       status=anthropic.APIStatusError, base=anthropic.AnthropicError)
+    service = "the Anthropic API"
 
-class AnthropicModel(ClientDriver[anthropic.AsyncAnthropic]):
     def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None = None) -> None:
         super().__init__(settings, retry=retry)
         self.native_structured_output = bool(settings.supports_structured_outputs)
@@ -137,10 +132,6 @@ class AnthropicModel(ClientDriver[anthropic.AsyncAnthropic]):
                         relay(delta.partial_json)
             final = await stream.get_final_message()
         return _response(request, final, wrapped=wrapped)
-
-    def _translate(self, error: Exception) -> ModelError | None:
-        where = self.settings.base_url or "the Anthropic API"
-        return translate_sdk_error(error, _ERRORS, where=where)
 
 
 def _response(request: ModelRequest, message: Any, *, wrapped: bool) -> ModelResponse:

@@ -51,13 +51,7 @@ from agent_runtime.models.conversation import (
     tool_result_text,
 )
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
-from agent_runtime.models.retry import (
-    ClientDriver,
-    RetryPolicy,
-    SdkErrors,
-    TextRelay,
-    translate_sdk_error,
-)
+from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # The SDK insists on a key; a local server without auth ignores this one.
@@ -76,10 +70,11 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
     return OpenAIChatModel(settings, compatible=compatible, retry=retry)
 
 
-_ERRORS = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
-                    status=openai.APIStatusError, base=openai.OpenAIError)
+class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
+    errors = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
+                       status=openai.APIStatusError, base=openai.OpenAIError)
+    service = "the OpenAI API"
 
-class OpenAIChatModel(ClientDriver[openai.AsyncOpenAI]):
     def __init__(self, settings: ProviderSettings, *, compatible: bool,
                  retry: RetryPolicy | None = None) -> None:
         super().__init__(settings, retry=retry)
@@ -183,9 +178,6 @@ class OpenAIChatModel(ClientDriver[openai.AsyncOpenAI]):
                  for _, slot in sorted(slots.items())]
         return _response(request, text="".join(text) or None, raw_calls=calls,
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
-
-    def _translate(self, error: Exception) -> ModelError | None:
-        return translate_sdk_error(error, _ERRORS, where=self.settings.base_url or "the OpenAI API")
 
 
 def _response(request: ModelRequest, *, text: str | None,

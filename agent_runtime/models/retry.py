@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from agent_runtime.excerpts import excerpt
 from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
@@ -189,6 +189,19 @@ class SdkErrors:
     connection: type[Exception]
     status: type[Exception]
     base: type[Exception]
+
+
+class SdkDriver(ClientDriver[ClientT]):
+    """A `ClientDriver` over an SDK generated in the OpenAI style (openai, anthropic),
+    whose exceptions translate alike: a driver names its SDK's `errors` and the
+    `service` its failures name when no `baseURL` is set."""
+
+    errors: ClassVar[SdkErrors]
+    service: ClassVar[str]
+
+    def _translate(self, error: Exception) -> ModelError | None:
+        return translate_sdk_error(error, self.errors,
+                                   where=self.settings.base_url or self.service)
 
 
 def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> ModelError | None:
