@@ -143,7 +143,7 @@ def test_a_timeout_fails_the_run_without_retrying(
     assert result.error is not None
     assert result.error["type"] == "model_error"
     assert result.error["details"] == {"code": "timeout"}
-    assert "2s" in result.error["message"]
+    assert "providerTimeoutMs" in result.error["message"]  # names the limit it hit
     assert len(server.requests) == 1
     record = run.store.load_run(result.run_id)
     assert record is not None and record.status is RunStatus.FAILED
