@@ -14,7 +14,6 @@ when the error is reported (see `agent_runtime.manifest_input`).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Literal
@@ -42,6 +41,7 @@ from agent_runtime.manifest_input import (
     rule_error,
 )
 from agent_runtime.messages import PromptMessage, history_problem
+from agent_runtime.serde import canonical_json
 from agent_runtime.step_kinds import (
     FILE_SPELLING,
     Step,
@@ -449,6 +449,4 @@ def manifest_json(manifest: AgentManifest) -> dict[str, Any]:
 
 def manifest_hash(manifest: AgentManifest) -> str:
     """`sha256:<hex>` of the canonical JSON: sorted keys, no whitespace, UTF-8."""
-    canonical = json.dumps(manifest_json(manifest), sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(manifest_json(manifest)).encode()).hexdigest()

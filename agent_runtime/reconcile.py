@@ -115,7 +115,8 @@ class ProcessLiveness:
     A pid that no longer exists, or a zombie (it exited and only waits for its
     parent to collect it), is gone. A pid that exists is alive, whoever's it
     is: a reused pid keeps a dead owner's run waiting, which is safe. An owner
-    on another host, of another engine, or not of the form `host:pid` is unknown.
+    on another host, or not of the form `host:pid` (a Step Functions execution's
+    ARN), is unknown.
     """
 
     def __init__(self, host: str | None = None) -> None:
@@ -123,9 +124,6 @@ class ProcessLiveness:
 
     def __call__(self, run: RunRecord) -> OwnerStatus:
         owner = run.lease_owner or ""
-        if run.engine.kind != "local":
-            return OwnerStatus(Liveness.UNKNOWN, f"run on the {run.engine.kind} engine, "
-                                                 "not a local process")
         host, _, pid_text = owner.rpartition(":")
         if not host or not pid_text.isdigit() or int(pid_text) <= 0:
             return OwnerStatus(Liveness.UNKNOWN, f"owner {owner!r} is not host:pid")
@@ -469,9 +467,6 @@ class Reconciler:
                     reason=reason)
         return RunOutcome(run.run_id, Action.RESUMED, resumed.attempt, reason=reason,
                           status=resumed.status, detail=resumed.detail, takeovers=takeovers)
-
-
-# -- what the CLI prints ---------------------------------------------------------
 
 
 __all__ = [

@@ -79,6 +79,7 @@ from agent_runtime.schema_keywords import (
     regex_problem,
     step_budget,
 )
+from agent_runtime.serde import canonical_json
 
 __all__ = ["DEFAULT_LIMITS", "CompiledSchema", "SchemaInvalid", "SchemaLimits", "SchemaRefused",
            "compile_schema"]
@@ -220,8 +221,7 @@ def _check_size(schema: Any, limits: SchemaLimits) -> str:
                                         f"{limits.max_depth} deep", (*path, key))
                 stack.append((child, (*path, key)))
     try:
-        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
+        text = canonical_json(schema)
     except (TypeError, ValueError) as error:
         raise SchemaRefused(f"the schema is not JSON: {error}") from error
     if len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:

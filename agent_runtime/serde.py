@@ -77,8 +77,13 @@ _IMMUTABLE = frozenset({str, int, float, bool, type(None)})
 
 
 def canonical_json(value: Any) -> str:
-    """Sorted keys, no insignificant whitespace: equal values give equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The one canonical JSON text of a value, hashed or measured wherever equal values
+    must give equal text (manifest hashes, request fingerprints, schema sizes):
+    sorted keys, no insignificant whitespace, non-ASCII kept. NaN and infinities
+    have no JSON form and raise ValueError. (`stores.records.dumps` is the same
+    form on the store side of the layering, which cannot import this module.)"""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
 
 
 def json_size(value: Any) -> int:

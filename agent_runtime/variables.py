@@ -176,10 +176,11 @@ def parse_variables_json(text: str, *, source: str = "--variables",
     """
     data = parse_document(text, source=source, json_format=not yaml_format,
                           limit=current_limits().variables_bytes, error=VariableError)
+    kind = "a YAML mapping" if yaml_format else "a JSON object"
     if isinstance(data, list):
-        data = _from_pairs(data, source=source)
+        data = _from_pairs(data, source=source, kind=kind)
     if not isinstance(data, dict):
-        raise VariableError(f"expected a JSON object of variable values (or a list of "
+        raise VariableError(f"expected {kind} of variable values (or a list of "
                             f"{{key, value}}), got {describe(data)}", source=source)
     try:
         check_structure(data, source=source)
@@ -189,15 +190,15 @@ def parse_variables_json(text: str, *, source: str = "--variables",
     return data
 
 
-def _from_pairs(pairs: list[Any], *, source: str) -> dict[str, Any]:
+def _from_pairs(pairs: list[Any], *, source: str, kind: str) -> dict[str, Any]:
     """The reference implementation's `[{key, value}, ...]` as a mapping; a key twice
     is refused, as in an object."""
     found: dict[str, Any] = {}
     for index, pair in enumerate(pairs):
         at = f"variables[{index}]"
         if not isinstance(pair, dict) or set(pair) != {"key", "value"}:
-            raise VariableError("expected a JSON object of variable values, or a list of "
-                                "objects with exactly `key` and `value`", source=source,
+            raise VariableError(f"expected {kind} of variable values, or a list of "
+                                "entries with exactly `key` and `value`", source=source,
                                 field=at)
         if not isinstance(pair["key"], str) or not pair["key"]:
             raise VariableError("the key must be a non-empty string", source=source,

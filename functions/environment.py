@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from agent_runtime.config import RuntimeConfig
     from agent_runtime.engine import AgentRuntime
     from agent_runtime.events import EventSink
-    from agent_runtime.tools import Tool
 
 # The engine, its config and its tools load when a path first builds a runtime
 # (Advance, the API, the reconciler's resumes): Reserve and the start function
@@ -149,16 +148,18 @@ class Services:
         holds the leases of the sub-runs it starts; a run's own attempt is leased by
         Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
+        from agent_runtime.tools import configured_tools  # noqa: PLC0415
         from stores.dynamodb.s3 import S3ArtifactStore  # noqa: PLC0415
 
         blobs = self.store.blobs
         artifacts = None if blobs is None else S3ArtifactStore(
             blobs.bucket, blobs.kms_key_id, client=blobs.client)
         config = self.config
+        tools = configured_tools(config, source=config_source(self.settings))
         build = kind or AgentRuntime
-        return build(store=store or self.store, config=config, tools=config_tools(config),
-                            artifacts=artifacts, event_sinks=sinks, clock=self.clock,
-                            owner=owner, lease_seconds=self.settings.lease_seconds)
+        return build(store=store or self.store, config=config, tools=tools,
+                     artifacts=artifacts, event_sinks=sinks, clock=self.clock,
+                     owner=owner, lease_seconds=self.settings.lease_seconds)
 
 
 @functools.cache
@@ -174,11 +175,18 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
         ssm = boto3.client("ssm")
         text = ssm.get_parameter(Name=settings.config_parameter,
                                  WithDecryption=True)["Parameter"].get("Value", "")
-        return _parse_config_text(text, source=f"ssm:{settings.config_parameter}")
+        return _parse_config_text(text, source=config_source(settings))
     if settings.config_file:
         with open(settings.config_file, encoding="utf-8") as source:
-            return _parse_config_text(source.read(), source=settings.config_file)
+            return _parse_config_text(source.read(), source=config_source(settings))
     return empty_config()
+
+
+def config_source(settings: Settings) -> str:
+    """Where this container's runtime config comes from, as errors name it."""
+    if settings.config_parameter:
+        return f"ssm:{settings.config_parameter}"
+    return settings.config_file or "runtime config"
 
 
 def _parse_config_text(text: str, *, source: str) -> RuntimeConfig:
@@ -186,15 +194,3 @@ def _parse_config_text(text: str, *, source: str) -> RuntimeConfig:
 
     data: Any = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
     return parse_config(data, source=source)
-
-
-def config_tools(config: RuntimeConfig) -> list[Tool]:
-    """The Python tools the config names (`tools: {name: "module:function"}`)."""
-    from agent_runtime.config import import_tool_target  # noqa: PLC0415 - see the imports
-    from agent_runtime.tools import Tool, tool  # noqa: PLC0415
-
-    found: list[Tool] = []
-    for name, target in config.tools.items():
-        item = import_tool_target(target, source="runtime config", name=name)
-        found.append(item if isinstance(item, Tool) else tool(name=name)(item))
-    return found

@@ -22,8 +22,7 @@ replaced by its safe characters and a hash of the id, deterministically.
 
 The lease owner of an attempt is its execution's ARN (Reserve sets it), so the
 reconciler asks Step Functions whether that execution still runs
-(`ExecutionLiveness`). The store contract has no write for `RunRecord.engine`;
-the owner string is the engine reference on AWS.
+(`ExecutionLiveness`): the owner string is the engine reference on AWS.
 """
 
 from __future__ import annotations

@@ -39,7 +39,16 @@ from stores.records import (
 
 DRIVERS = ("memory", "file", "sqlite", "dynamodb")
 
+# What a store raises when the run's state refuses a well-formed request (a lease
+# held, a run already terminal, an answer already given, a run id taken, a
+# superseded attempt): every edge reports these as a conflict, the CLI with
+# exit 4 and the HTTP API with 409, and only from this one list.
+CONFLICT_ERRORS: tuple[type[StoreError], ...] = (
+    LeaseHeld, RunTerminal, InvalidTransition, ApprovalConflict, RunAlreadyExists,
+    CheckpointConflict, StaleAttempt)
+
 __all__ = [
+    "CONFLICT_ERRORS",
     "DRIVERS",
     "ApprovalConflict",
     "ArtifactRef",

@@ -16,7 +16,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 CONTRACT_VERSION = "1.0"
 RUNTIME_VERSION = "0.1.0"
@@ -98,13 +105,6 @@ class RunError(_Record):
     details: JsonObject = Field(default_factory=dict)
 
 
-class EngineRef(_Record):
-    """Which execution engine runs the attempt (local process, Step Functions)."""
-
-    kind: str = "local"
-    execution_id: str | None = None
-
-
 class RunRecord(_Record):
     run_id: str
     manifest_hash: str
@@ -125,12 +125,21 @@ class RunRecord(_Record):
     resume_reason: str | None = None
     output: Any = None
     error: RunError | None = None
-    engine: EngineRef = Field(default_factory=EngineRef)
     checkpoint_seq: int | None = None
     consumed_tokens: int = 0
     # How many times an attempt was taken over from an owner whose lease
     # expired while running: the reconciler fails a run that keeps dying.
     takeovers: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_fields(cls, data: Any) -> Any:
+        # `engine` ({kind, execution_id}) was never written by any engine (the lease
+        # owner names the process or execution) and is gone; records stored while
+        # it existed still read.
+        if isinstance(data, dict) and "engine" in data:
+            data = {key: value for key, value in data.items() if key != "engine"}
+        return data
     # Runtime options the run was started with (model override, config file,
     # tool files). Not part of the manifest hash; resume reuses them.
     options: JsonObject = Field(default_factory=dict)

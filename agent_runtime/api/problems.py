@@ -35,15 +35,11 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 from pydantic import BaseModel, Field
-from stores.base import (
-    ApprovalConflict,
-    CheckpointConflict,
+from stores import (
+    CONFLICT_ERRORS,
     CorruptRecord,
-    InvalidTransition,
     LeaseHeld,
-    RunAlreadyExists,
     RunNotFound,
-    RunTerminal,
     StaleAttempt,
     StoreError,
     StoreUnavailable,
@@ -233,8 +229,7 @@ def register_problem_handlers(resolver: ApiGatewayResolver,
         (RequestUnsupportedContentType, _unsupported),
         (Unauthenticated, _unauthenticated),
         (RunNotFound, _run_not_found),
-        ([LeaseHeld, InvalidTransition, RunTerminal, ApprovalConflict, CheckpointConflict,
-          StaleAttempt, RunAlreadyExists], _store_conflict),
+        (list(CONFLICT_ERRORS), _store_conflict),
         (CorruptRecord, _corrupt),
         (StoreUnavailable, _unavailable),
         (NotFoundError, _not_found),

@@ -17,7 +17,6 @@ Derived ids are not time-ordered: such runs list by id, not by creation.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from agent_runtime.engine import AgentRuntime
@@ -31,6 +30,7 @@ from agent_runtime.manifest import (
 )
 from agent_runtime.manifest_input import describe, parse_document
 from agent_runtime.models.scripted import ECHO, ScriptedModel
+from agent_runtime.serde import canonical_json
 
 # How a manifest sent over HTTP is named in messages, as a file is by the CLI.
 SOURCE = "manifest"
@@ -93,5 +93,4 @@ def _reads_script(runtime: AgentRuntime, provider: str, model: str) -> bool:
 
 def request_fingerprint(body: Any) -> str:
     """sha256 of the body's canonical JSON (keys sorted, no whitespace)."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()

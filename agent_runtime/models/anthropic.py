@@ -25,7 +25,6 @@ SDK (`AsyncAnthropic`).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anthropic
@@ -36,32 +35,20 @@ from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextListener,
     ToolCallRequest,
     Usage,
 )
 from agent_runtime.models.conversation import (
     OUTPUT_TOOL,
-    OUTPUT_TOOL_DESCRIPTION,
-    finish_reason,
-    merge_consecutive,
-    output_tool_schema,
-    parse_json_answer,
-    part_text,
-    parts,
-    split_output_call,
+    alternating_turns,
+    answer_tool,
+    answer_tool_response,
     split_system,
     tool_result_failed,
     tool_result_text,
 )
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
-from agent_runtime.models.retry import (
-    RetryPolicy,
-    SdkErrors,
-    TextRelay,
-    generate_with_client,
-    translate_sdk_error,
-)
+from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_MAX_TOKENS = 4096
@@ -75,27 +62,20 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
                           retry=retry)
 
 
-_ERRORS = SdkErrors(timeout=anthropic.APITimeoutError, connection=anthropic.APIConnectionError,
-                    status=anthropic.APIStatusError, base=anthropic.AnthropicError)
+class AnthropicModel(SdkDriver[anthropic.AsyncAnthropic]):
+    errors = SdkErrors(timeout=anthropic.APITimeoutError, connection=anthropic.APIConnectionError,
+                       status=anthropic.APIStatusError, base=anthropic.AnthropicError)
+    service = "the Anthropic API"
 
-class AnthropicModel:
     def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None = None) -> None:
-        self.settings = settings
-        self.retry = retry or RetryPolicy()
+        super().__init__(settings, retry=retry)
         self.native_structured_output = bool(settings.supports_structured_outputs)
 
-    def _client(self) -> anthropic.AsyncAnthropic:
+    def _open_client(self, request: ModelRequest) -> anthropic.AsyncAnthropic:
+        # Our retries govern (models/retry.py), so the SDK's own are off.
         return anthropic.AsyncAnthropic(api_key=self.settings.api_key,
                                         base_url=self.settings.base_url, max_retries=0,
                                         default_headers=self.settings.headers or None)
-
-    async def generate(self, request: ModelRequest, *,
-                       on_text: TextListener | None = None) -> ModelResponse:
-        params, wrapped = self._params(request)
-        return await generate_with_client(
-            self._client,
-            lambda client, relay: self._call(client, params, request, relay, wrapped=wrapped),
-            request, on_text, policy=self.retry, translate=self._translate)
 
     # -- request ---------------------------------------------------------------
 
@@ -108,21 +88,20 @@ class AnthropicModel:
                                   "messages": _messages(messages)}
         if system:
             params["system"] = system
-        tools = [{"name": tool.name, "description": tool.description,
-                  "input_schema": tool.parameters} for tool in request.tools]
+        tools: list[dict[str, Any]] = [{"name": tool.name, "description": tool.description,
+                                        "input_schema": tool.parameters}
+                                       for tool in request.tools]
         wrapped = False
         schema = request.output_schema
         if schema is not None and self.native_structured_output:
             params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         elif schema is not None:
-            if any(tool["name"] == OUTPUT_TOOL for tool in tools):
-                raise ModelError("tool_name_reserved", f"a tool named {OUTPUT_TOOL!r} clashes "
-                                 "with the anthropic driver's structured-output tool")
-            input_schema, wrapped = output_tool_schema(schema)
-            params["tool_choice"] = ({"type": "any"} if tools
-                                     else {"type": "tool", "name": OUTPUT_TOOL})
-            tools.append({"name": OUTPUT_TOOL, "description": OUTPUT_TOOL_DESCRIPTION,
-                          "input_schema": input_schema})
+            answer = answer_tool(schema, [tool["name"] for tool in tools], driver="anthropic")
+            wrapped = answer.wrapped
+            params["tool_choice"] = ({"type": "tool", "name": answer.name} if answer.alone
+                                     else {"type": "any"})
+            tools.append({"name": answer.name, "description": answer.description,
+                          "input_schema": answer.input_schema})
         if tools:
             params["tools"] = tools
         extra = {_OPTIONS.get(key, key): value for key, value in options.items()}
@@ -154,10 +133,6 @@ class AnthropicModel:
             final = await stream.get_final_message()
         return _response(request, final, wrapped=wrapped)
 
-    def _translate(self, error: Exception) -> ModelError | None:
-        where = self.settings.base_url or "the Anthropic API"
-        return translate_sdk_error(error, _ERRORS, where=where)
-
 
 def _response(request: ModelRequest, message: Any, *, wrapped: bool) -> ModelResponse:
     text: list[str] = []
@@ -172,20 +147,9 @@ def _response(request: ModelRequest, message: Any, *, wrapped: bool) -> ModelRes
                                  "object")
             calls.append(ToolCallRequest(call_id=block.id, name=block.name,
                                          arguments=dict(block.input)))
-    answer_text = "".join(text) or None
-    data = None
-    if request.output_schema is not None:
-        calls, data = split_output_call(calls, wrapped=wrapped)
-        if data is not None:
-            answer_text = json.dumps(data, ensure_ascii=False)
-        elif not calls:
-            data = parse_json_answer(answer_text)
-    stop = message.stop_reason
-    return ModelResponse(text=answer_text, data=data, tool_calls=calls,
-                         usage=_usage(message.usage),
-                         finish_reason=finish_reason(None if stop == "tool_use" and not calls
-                                                     else stop, tool_calls=bool(calls)),
-                         model=message.model)
+    return answer_tool_response(request, text="".join(text) or None, calls=calls,
+                                stop=message.stop_reason, usage=_usage(message.usage),
+                                model=message.model, wrapped=wrapped)
 
 
 def _usage(usage: Any) -> Usage | None:
@@ -197,24 +161,11 @@ def _usage(usage: Any) -> Usage | None:
 
 
 def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    mapped: list[dict[str, Any]] = []
-    for message in messages:
-        blocks: list[dict[str, Any]] = []
-        results: list[dict[str, Any]] = []
-        for part in parts(message, driver="anthropic"):
-            if part["type"] == "tool-call":
-                call = part["call"]
-                blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
-                               "input": call.get("input") or {}})
-            elif part["type"] == "tool-result":
-                result = part["result"]
-                results.append({"type": "tool_result", "tool_use_id": result["callId"],
-                                "content": tool_result_text(result),
-                                "is_error": tool_result_failed(result)})
-            elif text := part_text(part):  # the API refuses empty text blocks
-                blocks.append({"type": "text", "text": text})
-        role = "assistant" if message.get("role") == "assistant" else "user"
-        mapped.append({"role": role, "content": blocks})
-        # A tool's results answer the assistant turn before: they go in the next user turn.
-        mapped.append({"role": "user", "content": results})
-    return merge_consecutive(mapped)
+    return alternating_turns(
+        messages, driver="anthropic",
+        call=lambda call: {"type": "tool_use", "id": call["id"], "name": call["name"],
+                           "input": call.get("input") or {}},
+        result=lambda result: {"type": "tool_result", "tool_use_id": result["callId"],
+                               "content": tool_result_text(result),
+                               "is_error": tool_result_failed(result)},
+        text=lambda text: {"type": "text", "text": text})

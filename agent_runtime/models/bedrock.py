@@ -31,6 +31,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from agent_runtime.config import RuntimeConfig
@@ -40,20 +41,14 @@ from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextListener,
     ToolCallRequest,
     Usage,
 )
 from agent_runtime.models.conversation import (
     OUTPUT_TOOL,
-    OUTPUT_TOOL_DESCRIPTION,
-    finish_reason,
-    merge_consecutive,
-    output_tool_schema,
-    parse_json_answer,
-    part_text,
-    parts,
-    split_output_call,
+    alternating_turns,
+    answer_tool,
+    answer_tool_response,
     split_system,
     tool_arguments,
     tool_result_failed,
@@ -61,9 +56,9 @@ from agent_runtime.models.conversation import (
 )
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import (
+    ClientDriver,
     RetryPolicy,
     TextRelay,
-    call_with_retries,
     http_error,
     timeout_error,
 )
@@ -114,11 +109,10 @@ def _session(settings: ProviderSettings) -> Any:
     return session
 
 
-class BedrockModel:
+class BedrockModel(ClientDriver[Any]):
     def __init__(self, settings: ProviderSettings, *, client: Any = None,
                  retry: RetryPolicy | None = None) -> None:
-        self.settings = settings
-        self.retry = retry or RetryPolicy()
+        super().__init__(settings, retry=retry)
         self.native_structured_output = bool(settings.supports_structured_outputs)
         self._fixed_client = client
         self._session = None if client is not None else _session(settings)
@@ -150,18 +144,12 @@ class BedrockModel:
         for name, value in self.settings.headers.items():
             request.headers[name] = value
 
-    async def generate(self, request: ModelRequest, *,
-                       on_text: TextListener | None = None) -> ModelResponse:
-        params, wrapped = self._params(request)
-        relay = TextRelay(on_text)
-        client = self._client(request.timeout_seconds)
-        response = await call_with_retries(
-            lambda: self._call(client, params, request, relay, wrapped=wrapped),
-            policy=self.retry, timeout_seconds=request.timeout_seconds, relay=relay,
-            translate=_translate)
-        if not request.stream and response.text and not response.tool_calls:
-            relay(response.text)
-        return response
+    def _open_client(self, request: ModelRequest) -> AbstractAsyncContextManager[Any]:
+        # A boto3 client is kept per timeout and shared across calls: nothing to close.
+        return nullcontext(self._client(request.timeout_seconds))
+
+    def _translate(self, error: Exception) -> ModelError | None:
+        return _translate_aws(error)
 
     # -- request ---------------------------------------------------------------
 
@@ -183,9 +171,9 @@ class BedrockModel:
             params["inferenceConfig"] = inference
         if additional:
             params["additionalModelRequestFields"] = additional
-        tools = [{"toolSpec": {"name": tool.name, "description": tool.description or tool.name,
-                               "inputSchema": {"json": tool.parameters}}}
-                 for tool in request.tools]
+        tools: list[dict[str, Any]] = [
+            {"toolSpec": {"name": tool.name, "description": tool.description or tool.name,
+                          "inputSchema": {"json": tool.parameters}}} for tool in request.tools]
         tool_config: dict[str, Any] = {}
         wrapped = False
         schema = request.output_schema
@@ -193,14 +181,13 @@ class BedrockModel:
             params["outputConfig"] = {"textFormat": {"type": "json_schema", "structure": {
                 "jsonSchema": {"name": "output", "schema": json.dumps(schema)}}}}
         elif schema is not None:
-            if any(tool["toolSpec"]["name"] == OUTPUT_TOOL for tool in tools):
-                raise ModelError("tool_name_reserved", f"a tool named {OUTPUT_TOOL!r} clashes "
-                                 "with the bedrock driver's structured-output tool")
-            input_schema, wrapped = output_tool_schema(schema)
-            tool_config["toolChoice"] = ({"any": {}} if tools
-                                         else {"tool": {"name": OUTPUT_TOOL}})
-            tools.append({"toolSpec": {"name": OUTPUT_TOOL, "description": OUTPUT_TOOL_DESCRIPTION,
-                                       "inputSchema": {"json": input_schema}}})
+            answer = answer_tool(schema, [tool["toolSpec"]["name"] for tool in tools],
+                                 driver="bedrock")
+            wrapped = answer.wrapped
+            tool_config["toolChoice"] = ({"tool": {"name": answer.name}} if answer.alone
+                                         else {"any": {}})
+            tools.append({"toolSpec": {"name": answer.name, "description": answer.description,
+                                       "inputSchema": {"json": answer.input_schema}}})
         if tools:
             params["toolConfig"] = {"tools": tools, **tool_config}
         return params, wrapped
@@ -278,25 +265,16 @@ def _response(request: ModelRequest, content: list[dict[str, Any]], stop_reason:
                              arguments=tool_arguments(block["toolUse"].get("input"),
                                                       tool=block["toolUse"]["name"]))
              for block in content if "toolUse" in block]
-    data = None
-    if request.output_schema is not None:
-        calls, data = split_output_call(calls, wrapped=wrapped)
-        if data is not None:
-            text = json.dumps(data, ensure_ascii=False)
-        elif not calls:
-            data = parse_json_answer(text)
     usage_value = None
     if usage:
         usage_value = Usage(input_tokens=usage.get("inputTokens"),
                             output_tokens=usage.get("outputTokens"),
                             total_tokens=usage.get("totalTokens"))
-    raw_finish = None if stop_reason == "tool_use" and not calls else stop_reason
-    return ModelResponse(text=text, data=data, tool_calls=calls, usage=usage_value,
-                         finish_reason=finish_reason(raw_finish, tool_calls=bool(calls)),
-                         model=request.model)
+    return answer_tool_response(request, text=text, calls=calls, stop=stop_reason,
+                                usage=usage_value, model=request.model, wrapped=wrapped)
 
 
-def _translate(error: Exception) -> ModelError | None:
+def _translate_aws(error: Exception) -> ModelError | None:
     from botocore import exceptions as aws  # noqa: PLC0415, TID251 - see the module docstring
 
     if isinstance(error, aws.ClientError):
@@ -324,27 +302,18 @@ def _translate(error: Exception) -> ModelError | None:
 
 
 def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    mapped: list[dict[str, Any]] = []
-    for message in messages:
-        blocks: list[dict[str, Any]] = []
-        results: list[dict[str, Any]] = []
-        for part in parts(message, driver="bedrock"):
-            if part["type"] == "tool-call":
-                call = part["call"]
-                blocks.append({"toolUse": {"toolUseId": call["id"], "name": call["name"],
-                                           "input": call.get("input") or {}}})
-            elif part["type"] == "tool-result":
-                result = part["result"]
-                output = result.get("output")
-                body = ([{"json": output}] if isinstance(output, dict)
-                        and not tool_result_failed(result)
-                        else [{"text": tool_result_text(result)}])
-                results.append({"toolResult": {
-                    "toolUseId": result["callId"], "content": body,
-                    "status": "error" if tool_result_failed(result) else "success"}})
-            elif text := part_text(part):  # Converse refuses blank text blocks
-                blocks.append({"text": text})
-        role = "assistant" if message.get("role") == "assistant" else "user"
-        mapped.append({"role": role, "content": blocks})
-        mapped.append({"role": "user", "content": results})
-    return merge_consecutive(mapped)
+    return alternating_turns(
+        messages, driver="bedrock",
+        call=lambda call: {"toolUse": {"toolUseId": call["id"], "name": call["name"],
+                                       "input": call.get("input") or {}}},
+        result=_tool_result, text=lambda text: {"text": text})
+
+
+def _tool_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A tool result as Converse takes it: an object output as JSON, else text."""
+    output = result.get("output")
+    failed = tool_result_failed(result)
+    body = ([{"json": output}] if isinstance(output, dict) and not failed
+            else [{"text": tool_result_text(result)}])
+    return {"toolResult": {"toolUseId": result["callId"], "content": body,
+                           "status": "error" if failed else "success"}}

@@ -25,11 +25,18 @@ answer text (`schema_instruction`, `parse_json_answer`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from agent_runtime.excerpts import excerpt
-from agent_runtime.models.base import ModelError, ToolCallRequest
+from agent_runtime.models.base import (
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ToolCallRequest,
+    Usage,
+)
 
 OUTPUT_TOOL = "structured_output"
 OUTPUT_TOOL_DESCRIPTION = ("Give your final answer by calling this tool; its input is the "
@@ -96,7 +103,36 @@ def tool_result_failed(result: dict[str, Any]) -> bool:
     return result.get("error") is not None
 
 
-def merge_consecutive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+Block = dict[str, Any]
+
+
+def alternating_turns(messages: list[dict[str, Any]], *, driver: str,
+                      call: Callable[[dict[str, Any]], Block],
+                      result: Callable[[dict[str, Any]], Block],
+                      text: Callable[[str], Block]) -> list[dict[str, Any]]:
+    """The transcript as a provider that alternates user and assistant turns of
+    content blocks wants it (Anthropic, Bedrock): each part becomes the block its
+    `call`, `result` or `text` function builds (blank text is left out, as such
+    providers refuse it), and a message's tool results go in the user turn
+    after it, since they answer that turn."""
+    mapped: list[dict[str, Any]] = []
+    for message in messages:
+        blocks: list[Block] = []
+        results: list[Block] = []
+        for part in parts(message, driver=driver):
+            if part["type"] == "tool-call":
+                blocks.append(call(part["call"]))
+            elif part["type"] == "tool-result":
+                results.append(result(part["result"]))
+            elif written := part_text(part):
+                blocks.append(text(written))
+        role = "assistant" if message.get("role") == "assistant" else "user"
+        mapped.append({"role": role, "content": blocks})
+        mapped.append({"role": "user", "content": results})
+    return _merge_consecutive(mapped)
+
+
+def _merge_consecutive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Join adjacent messages of the same role: providers that alternate user and
     assistant turns want tool results and the next user text in one turn."""
     merged: list[dict[str, Any]] = []
@@ -164,6 +200,49 @@ def output_tool_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         return schema, False
     return {"type": "object", "properties": {WRAPPED_ANSWER: schema},
             "required": [WRAPPED_ANSWER]}, True
+
+
+@dataclass(frozen=True)
+class AnswerTool:
+    """The forced answer tool of a request with an `outputSchema`, for a driver
+    that offers no native structured output: the tool, its object input schema,
+    whether the answer is wrapped in it, and whether it is the only tool (then
+    the call names it; with other tools, the model must call one of them)."""
+
+    input_schema: dict[str, Any]
+    wrapped: bool
+    alone: bool
+    name: str = OUTPUT_TOOL
+    description: str = OUTPUT_TOOL_DESCRIPTION
+
+
+def answer_tool(schema: dict[str, Any], tool_names: list[str], *, driver: str) -> AnswerTool:
+    """The answer tool for `schema`, next to the request's tools (`tool_names`);
+    a user tool of the same name is refused rather than shadowed."""
+    if OUTPUT_TOOL in tool_names:
+        raise ModelError("tool_name_reserved", f"a tool named {OUTPUT_TOOL!r} clashes with "
+                         f"the {driver} driver's structured-output tool")
+    input_schema, wrapped = output_tool_schema(schema)
+    return AnswerTool(input_schema, wrapped, alone=not tool_names)
+
+
+def answer_tool_response(request: ModelRequest, *, text: str | None,
+                         calls: list[ToolCallRequest], stop: str | None, usage: Usage | None,
+                         model: str | None, wrapped: bool) -> ModelResponse:
+    """The response of a driver that may have forced an answer tool: the answer
+    tool's call becomes `data` (and its JSON the text), else a structured answer
+    is read from the text; a stop for tool use with no real call left is a stop."""
+    data = None
+    if request.output_schema is not None:
+        calls, data = split_output_call(calls, wrapped=wrapped)
+        if data is not None:
+            text = json.dumps(data, ensure_ascii=False)
+        elif not calls:
+            data = parse_json_answer(text)
+    raw_finish = None if stop == "tool_use" and not calls else stop
+    return ModelResponse(text=text, data=data, tool_calls=calls, usage=usage,
+                         finish_reason=finish_reason(raw_finish, tool_calls=bool(calls)),
+                         model=model)
 
 
 def split_output_call(calls: list[ToolCallRequest], *,

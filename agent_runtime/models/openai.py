@@ -35,7 +35,6 @@ from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    TextListener,
     ToolCallRequest,
     Usage,
 )
@@ -52,13 +51,7 @@ from agent_runtime.models.conversation import (
     tool_result_text,
 )
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
-from agent_runtime.models.retry import (
-    RetryPolicy,
-    SdkErrors,
-    TextRelay,
-    generate_with_client,
-    translate_sdk_error,
-)
+from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # The SDK insists on a key; a local server without auth ignores this one.
@@ -77,31 +70,24 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
     return OpenAIChatModel(settings, compatible=compatible, retry=retry)
 
 
-_ERRORS = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
-                    status=openai.APIStatusError, base=openai.OpenAIError)
+class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
+    errors = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
+                       status=openai.APIStatusError, base=openai.OpenAIError)
+    service = "the OpenAI API"
 
-class OpenAIChatModel:
     def __init__(self, settings: ProviderSettings, *, compatible: bool,
                  retry: RetryPolicy | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings, retry=retry)
         self.compatible = compatible
-        self.retry = retry or RetryPolicy()
         structured = settings.supports_structured_outputs
         self.structured_outputs = (not compatible) if structured is None else structured
         self.include_usage = True if settings.include_usage is None else settings.include_usage
 
-    def _client(self) -> openai.AsyncOpenAI:
+    def _open_client(self, request: ModelRequest) -> openai.AsyncOpenAI:
+        # Our retries govern (models/retry.py), so the SDK's own are off.
         return openai.AsyncOpenAI(api_key=self.settings.api_key or NO_KEY,
                                   base_url=self.settings.base_url, max_retries=0,
                                   default_headers=self.settings.headers or None)
-
-    async def generate(self, request: ModelRequest, *,
-                       on_text: TextListener | None = None) -> ModelResponse:
-        params, wrapped = self._params(request)
-        return await generate_with_client(
-            self._client,
-            lambda client, relay: self._call(client, params, request, relay, wrapped=wrapped),
-            request, on_text, policy=self.retry, translate=self._translate)
 
     # -- request ---------------------------------------------------------------
 
@@ -192,9 +178,6 @@ class OpenAIChatModel:
                  for _, slot in sorted(slots.items())]
         return _response(request, text="".join(text) or None, raw_calls=calls,
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
-
-    def _translate(self, error: Exception) -> ModelError | None:
-        return translate_sdk_error(error, _ERRORS, where=self.settings.base_url or "the OpenAI API")
 
 
 def _response(request: ModelRequest, *, text: str | None,

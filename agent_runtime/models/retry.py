@@ -3,11 +3,9 @@
 Every driver makes its calls through `call_with_retries`, and turns its SDK's
 own retries off, so one policy governs every provider: at most
 `RetryPolicy.attempts` tries; a retry only for a `ModelError` marked
-retryable (429, 408, 5xx and connection failures); the wait is the
-provider's `Retry-After` (seconds or an HTTP date, or `retry-after-ms`) when it
-sent one, else an exponential backoff with jitter. A provider that asks for a
-longer wait than `max_retry_after` is not waited for: the call fails at once
-with its message, rather than holding a run's lease idle for minutes.
+retryable (the statuses of `agent_runtime.http_retry` and connection
+failures), after the wait that module's rules give (the provider's own
+`Retry-After`, else backoff with jitter; one asking too long fails the call).
 
 `timeout_seconds` bounds each try as a whole, streaming included (a server
 that trickles bytes cannot outlast it). A timeout is not retried: the limit is
@@ -19,77 +17,33 @@ would show the text twice.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
 import re
-import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from agent_runtime.excerpts import excerpt
+from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse, TextListener
+from agent_runtime.models.provider_settings import ProviderSettings
 
 T = TypeVar("T")
+ClientT = TypeVar("ClientT")
 
-RETRYABLE_STATUS = frozenset({408, 429})
 # A provider's error code as it may appear in messages and run errors: a short
 # identifier. Anything else (a server of any kind answers OpenAI-compatible
 # calls) is not repeated; the HTTP status stands in for it.
 _PROVIDER_CODE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
-def status_retryable(status: int) -> bool:
-    """A status worth repeating the identical request for: throttling and server errors."""
-    return status in RETRYABLE_STATUS or status >= 500
-
-
-def retry_after_seconds(headers: Mapping[str, str] | None, *,
-                        now: Callable[[], float] = time.time) -> float | None:
-    """The wait a response asked for: `retry-after-ms`, else `Retry-After` in seconds
-    or as an HTTP date; None when absent or unreadable."""
-    if not headers:
-        return None
-    lowered = {key.lower(): value for key, value in headers.items()}
-    milliseconds = lowered.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now())
-
-
 @dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 4
-    base_delay: float = 0.5
-    max_delay: float = 8.0
-    # The longest Retry-After we honour; a provider asking for more fails the call.
-    max_retry_after: float = 60.0
-    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
+class RetryPolicy(Backoff):
+    """The shared backoff numbers for provider calls, with how many tries and how to wait."""
 
-    def delay(self, retry: int, retry_after: float | None) -> float | None:
-        """Seconds to wait before retry number `retry` (1-based); None: do not retry."""
-        if retry_after is not None:
-            return retry_after if retry_after <= self.max_retry_after else None
-        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
-        # "Equal jitter": at least half the backoff, so retries of many runs spread
-        # out without any of them retrying at once.
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+    attempts: int = 4
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
 
 
 class TextRelay:
@@ -137,10 +91,9 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], *, policy: RetryPo
             raise failure
         wait = policy.delay(attempt, failure.retry_after)
         if wait is None:
-            raise ModelError(failure.code, f"{failure} (the provider asked to retry after "
-                             f"{failure.retry_after:.0f}s, more than the "
-                             f"{policy.max_retry_after:.0f}s this runtime waits)",
-                             retryable=True, retry_after=failure.retry_after) from failure
+            asked = policy.refusal(failure.retry_after or 0.0, asker="the provider")
+            raise ModelError(failure.code, f"{failure} ({asked})", retryable=True,
+                             retry_after=failure.retry_after) from failure
         await policy.sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -186,22 +139,46 @@ def http_error(status: int, *, headers: Mapping[str, str] | None, code: str | No
                       retry_after=retry_after_seconds(headers))
 
 
-async def generate_with_client(
-        open_client: Callable[[], AbstractAsyncContextManager[Any]],
-        call: Callable[[Any, TextRelay], Awaitable[ModelResponse]], request: ModelRequest,
-        on_text: TextListener | None, *, policy: RetryPolicy,
-        translate: Callable[[Exception], ModelError | None]) -> ModelResponse:
-    """One model call through an SDK client, the way every SDK driver makes it:
-    a client for the call, our retries around it, and a non-streamed answer
-    handed to the text listener whole."""
-    relay = TextRelay(on_text)
-    async with open_client() as client:
-        response = await call_with_retries(lambda: call(client, relay), policy=policy,
-                                           timeout_seconds=request.timeout_seconds,
-                                           relay=relay, translate=translate)
-    if not request.stream and response.text and not response.tool_calls:
-        relay(response.text)
-    return response
+class ClientDriver(ABC, Generic[ClientT]):
+    """A provider driver that calls through a client (an SDK's, or boto3's): one
+    call per `generate`, under the shared retries, with a non-streamed answer
+    handed to the text listener whole. A driver supplies the client, the
+    request parameters, the call and the translation of its SDK's errors."""
+
+    def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None) -> None:
+        self.settings = settings
+        self.retry = retry or RetryPolicy()
+
+    @abstractmethod
+    def _open_client(self, request: ModelRequest) -> AbstractAsyncContextManager[ClientT]:
+        """A client for this request's call, closed after it (if it needs closing)."""
+
+    @abstractmethod
+    def _params(self, request: ModelRequest) -> tuple[dict[str, Any], bool]:
+        """The provider's request parameters, and whether a structured answer is
+        wrapped (`conversation.output_tool_schema`)."""
+
+    @abstractmethod
+    async def _call(self, client: ClientT, params: dict[str, Any], request: ModelRequest,
+                    relay: TextRelay, *, wrapped: bool) -> ModelResponse:
+        """One try of the call; streamed text goes through `relay`."""
+
+    @abstractmethod
+    def _translate(self, error: Exception) -> ModelError | None:
+        """An SDK exception as a `ModelError`; None: not the provider's failure."""
+
+    async def generate(self, request: ModelRequest, *,
+                       on_text: TextListener | None = None) -> ModelResponse:
+        params, wrapped = self._params(request)
+        relay = TextRelay(on_text)
+        async with self._open_client(request) as client:
+            response = await call_with_retries(
+                lambda: self._call(client, params, request, relay, wrapped=wrapped),
+                policy=self.retry, timeout_seconds=request.timeout_seconds, relay=relay,
+                translate=self._translate)
+        if not request.stream and response.text and not response.tool_calls:
+            relay(response.text)
+        return response
 
 
 @dataclass(frozen=True)
@@ -212,6 +189,19 @@ class SdkErrors:
     connection: type[Exception]
     status: type[Exception]
     base: type[Exception]
+
+
+class SdkDriver(ClientDriver[ClientT]):
+    """A `ClientDriver` over an SDK generated in the OpenAI style (openai, anthropic),
+    whose exceptions translate alike: a driver names its SDK's `errors` and the
+    `service` its failures name when no `baseURL` is set."""
+
+    errors: ClassVar[SdkErrors]
+    service: ClassVar[str]
+
+    def _translate(self, error: Exception) -> ModelError | None:
+        return translate_sdk_error(error, self.errors,
+                                   where=self.settings.base_url or self.service)
 
 
 def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> ModelError | None:

@@ -9,8 +9,9 @@ mentions JSON (a body that is not JSON then fails the step), else the text;
 null for an empty body. The status is in the `webhook.completed` event.
 
 Delivery: `timeoutMs` per request (default 10 s); 408, 425, 429, 5xx answers
-and transport errors are retried up to `retries` times (default 2) with
-exponential backoff, or after the server's `Retry-After` (capped). Any other
+and transport errors are retried up to `retries` times (default 2) under the
+shared rules of `agent_runtime.http_retry`: after the server's `Retry-After`
+(one asking over 60 s fails the step at once), else exponential backoff. Any other
 answer outside 2xx fails the step; redirects are not followed. A response
 body over the cap (`webhooks.maxResponseBytes`, default 1 MiB) fails the step.
 
@@ -33,10 +34,8 @@ sends again with the same key, which is what the key is for.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -46,6 +45,7 @@ from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 from agent_runtime.config import WebhookPolicy
 from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import excerpt
+from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
 from agent_runtime.manifest import WebhookStep, header_name_problem, header_value_problem
 from agent_runtime.serde import json_value
 from agent_runtime.steps.webhook_destinations import (
@@ -61,13 +61,12 @@ if TYPE_CHECKING:
 DEFAULT_METHOD = "POST"
 DEFAULT_TIMEOUT_MS = 10_000
 DEFAULT_RETRIES = 2
-RETRYABLE_STATUSES = frozenset({408, 425, 429})
-BACKOFF_BASE_SECONDS = 0.5
-BACKOFF_MAX_SECONDS = 30.0
-MAX_RETRY_AFTER_SECONDS = 60.0
+# The shared retry rules (agent_runtime.http_retry) with a webhook's numbers:
+# a receiver gets longer to recover than a model provider.
+WEBHOOK_BACKOFF = Backoff(base_delay=0.5, max_delay=30.0, max_retry_after=60.0)
 USER_AGENT = "agent-runtime/0.1"
 
-__all__ = ["WebhookStepExecutor", "backoff_seconds", "destination_refusal", "host_allowed",
+__all__ = ["WEBHOOK_BACKOFF", "WebhookStepExecutor", "destination_refusal", "host_allowed",
            "resolve_destination"]
 
 
@@ -92,35 +91,6 @@ async def _send(client: httpx.AsyncClient, destination: Destination, method: str
             refused = error
     assert refused is not None  # a destination has at least one address
     raise refused
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds the server asks us to wait (`Retry-After`: seconds or an HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
-
-
-def backoff_seconds(retry: int, retry_after: str | None) -> float:
-    """The wait before retry number `retry` (1-based): the server's `Retry-After`
-    when given (capped), else exponential backoff from `BACKOFF_BASE_SECONDS`."""
-    asked = _retry_after(retry_after)
-    if asked is not None:
-        return min(asked, MAX_RETRY_AFTER_SECONDS)
-    return float(min(BACKOFF_BASE_SECONDS * 2 ** (retry - 1), BACKOFF_MAX_SECONDS))
-
-
-def _retryable(status: int) -> bool:
-    return status in RETRYABLE_STATUSES or 500 <= status <= 599
 
 
 def _header_text(key: str) -> str:
@@ -255,7 +225,7 @@ class WebhookStepExecutor:
         async with httpx.AsyncClient(timeout=timeout_ms / 1000, follow_redirects=False,
                                      trust_env=False) as client:
             for attempt in range(1, attempts + 1):
-                retry_after: str | None = None
+                retry_after: float | None = None
                 try:
                     response = await _send(client, destination, method, step.url,
                                            headers=headers, content=content)
@@ -292,13 +262,17 @@ class WebhookStepExecutor:
                                           f"after {attempt} request(s)"
                                           + (" (redirects are not followed)"
                                              if 300 <= status <= 399 else "")}
-                    if not _retryable(status):
+                    if not status_retryable(status):
                         return {"error": failure}, attempt
                     reason = str(status)
-                    retry_after = response.headers.get("retry-after")
+                    retry_after = retry_after_seconds(response.headers)
                 if attempt == attempts:
                     return {"error": failure}, attempt
-                delay = backoff_seconds(attempt, retry_after)
+                delay = WEBHOOK_BACKOFF.delay(attempt, retry_after)
+                if delay is None:
+                    refusal = WEBHOOK_BACKOFF.refusal(retry_after or 0.0)
+                    return {"error": {**failure,
+                                      "message": f"{failure['message']} ({refusal})"}}, attempt
                 ctx.events.emit("webhook.retried", step_id=step.id, step_path=frame.step_path,
                                 attempt=attempt, status=failure.get("status"),
                                 error_type=None if "status" in failure else reason,

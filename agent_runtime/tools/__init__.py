@@ -7,10 +7,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from agent_runtime.config import RuntimeConfig, import_tool_target
 from agent_runtime.errors import ConfigError
 from agent_runtime.tools.python import Tool, ToolArgumentsError, ToolContext, tool
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolRegistry", "load_tool_file", "tool"]
+__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolRegistry", "configured_tools",
+           "load_tool_file", "tool"]
 
 
 class ToolRegistry:
@@ -62,4 +64,15 @@ def load_tool_file(path: str | Path) -> list[Tool]:
     found = [value for value in vars(module).values() if isinstance(value, Tool)]
     if not found:
         raise ConfigError("defines no @agent_runtime.tool functions", source=str(path))
+    return found
+
+
+def configured_tools(config: RuntimeConfig, *, source: str) -> list[Tool]:
+    """The Python tools a runtime config names (`tools: {name: "module:function"}`),
+    for the CLI and the Lambda functions alike; a plain function becomes a tool
+    under the config's name. `source` names the config in errors."""
+    found: list[Tool] = []
+    for name, target in config.tools.items():
+        item = import_tool_target(target, source=source, name=name)
+        found.append(item if isinstance(item, Tool) else tool(name=name)(item))
     return found

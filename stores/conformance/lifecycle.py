@@ -34,7 +34,7 @@ from stores.conformance.builders import (
     start_run,
     suspend_for_approval,
 )
-from stores.records import Budget, EngineRef, ParentRef, RunError, RunStatus
+from stores.records import Budget, ParentRef, RunError, RunStatus
 
 
 class LifecycleConformance:
@@ -47,7 +47,6 @@ class LifecycleConformance:
             manifest={"schemaVersion": "1.0", "steps": [{"id": "a", "type": "prompt"}]},
             variables={"topic": "ünïcode", "n": 1.5}, budget=Budget(max_total_tokens=500),
             parent=ParentRef(run_id="parent-1", step_path="loop/0/child"), tenant="tenant-a",
-            engine=EngineRef(kind="stepfunctions", execution_id="arn:aws:states:x"),
             consumed_tokens=12, options={"model": "scripted/echo"}, updated_at=at(1))
         store.create_run(run)
         loaded = store.load_run(RUN)

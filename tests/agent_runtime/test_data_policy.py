@@ -26,10 +26,10 @@ import yaml
 
 from agent_runtime import AgentRuntime, RunStatus, tool
 from agent_runtime.cli import main
+from agent_runtime.cli.reports import print_result
 from agent_runtime.events import JsonlEventSink, ListEventSink
 from agent_runtime.excerpts import EXCERPT_LIMIT, excerpt, fingerprint, printable
 from agent_runtime.manifest import parse_agent_manifest
-from agent_runtime.reports import print_result
 from agent_runtime.stream import StreamView
 from agent_runtime.testing import FakeClock, scripted
 from functions.telemetry import LogEventSink, logger

@@ -33,7 +33,7 @@ from agent_runtime.reconcile import (
 )
 from agent_runtime.steps.subrun import child_run_id_for
 from agent_runtime.testing import scripted
-from stores.records import Checkpoint, EngineRef, RunRecord
+from stores.records import Checkpoint, RunRecord
 
 DEAD = "host-a:111"
 ALIVE = "host-a:222"
@@ -368,9 +368,9 @@ def test_summary_json_has_counts_and_per_run_outcomes() -> None:
 # -- ProcessLiveness: the local engine's owners, host:pid --------------------------
 
 
-def running(owner: str, engine: str = "local") -> RunRecord:
+def running(owner: str) -> RunRecord:
     return RunRecord(run_id="r", manifest_hash="h", status=RunStatus.RUNNING, attempt=1,
-                     lease_owner=owner, engine=EngineRef(kind=engine))
+                     lease_owner=owner)
 
 
 def exited_pid() -> int:
@@ -401,17 +401,18 @@ def test_an_exited_owner_not_yet_collected_by_its_parent_is_gone() -> None:
         child.wait()
 
 
-@pytest.mark.parametrize(("owner", "engine", "why"), [
-    ("host-b:123", "local", "not this host"),
-    ("test-owner", "local", "not host:pid"),
-    ("host-a:", "local", "not host:pid"),
-    ("host-a:0", "local", "not host:pid"),
-    (":123", "local", "not host:pid"),
-    ("", "local", "not host:pid"),
-    ("host-a:123", "stepfunctions", "stepfunctions engine"),
+@pytest.mark.parametrize(("owner", "why"), [
+    ("host-b:123", "not this host"),
+    ("test-owner", "not host:pid"),
+    ("host-a:", "not host:pid"),
+    ("host-a:0", "not host:pid"),
+    (":123", "not host:pid"),
+    ("", "not host:pid"),
+    # A Step Functions execution owns the run: its ARN names no local process.
+    ("arn:aws:states:us-east-1:123456789012:execution:run:r-a1", "not host:pid"),
 ])
-def test_owners_this_host_cannot_see_are_unknown(owner: str, engine: str, why: str) -> None:
-    verdict = ProcessLiveness(host="host-a")(running(owner, engine))
+def test_owners_this_host_cannot_see_are_unknown(owner: str, why: str) -> None:
+    verdict = ProcessLiveness(host="host-a")(running(owner))
     assert verdict.liveness is Liveness.UNKNOWN
     assert why in verdict.detail
 

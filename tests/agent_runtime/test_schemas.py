@@ -8,10 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from agent_runtime.schemas import (
 )
 from agent_runtime.testing import scripted
 from agent_runtime.tools import Tool, ToolArgumentsError
+from tests.local_http import Answer, Request, serve_http
 
 
 @dataclass
@@ -48,27 +47,14 @@ class SchemaHost:
 def schema_host() -> Iterator[SchemaHost]:
     host = SchemaHost(url="")
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            host.requests.append(self.path)
-            body = json.dumps({"type": "string"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/schema+json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(request: Request) -> Answer:
+        host.requests.append(request.path)
+        return Answer(200, {"Content-Type": "application/schema+json"},
+                      json.dumps({"type": "string"}).encode())
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    host.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield host
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_http(respond) as url:
+        host.url = url
+        yield host
 
 
 def agent_with_schema(schema: Any) -> dict[str, Any]:

@@ -141,3 +141,19 @@ def test_variables_json_option(tmp_path: Path) -> None:
     assert read_variables_option('{"a": 1}') == ({"a": 1}, "--variables")
     with pytest.raises(VariableError, match="cannot read the variables file"):
         read_variables_option(f"@{tmp_path / 'missing.json'}")
+
+
+def test_a_yaml_variables_file_is_reported_as_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "vars.yaml"
+    path.write_text("style:\n  tone: flat\n", encoding="utf-8")
+    assert read_variables_option(str(path)) == ({"style": {"tone": "flat"}}, str(path))
+    path.write_text("- 1\n", encoding="utf-8")
+    with pytest.raises(VariableError) as refused:
+        read_variables_option(f"@{path}")
+    assert refused.value.source == str(path)
+    assert "expected a YAML mapping of variable values" in str(refused.value)
+    assert "JSON" not in str(refused.value)
+    path.write_text("style: [unclosed\n", encoding="utf-8")
+    with pytest.raises(VariableError) as malformed:
+        read_variables_option(f"@{path}")
+    assert "JSON" not in str(malformed.value)

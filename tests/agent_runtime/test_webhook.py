@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -19,21 +17,15 @@ from agent_runtime import RunStatus
 from agent_runtime.config import RuntimeConfig, WebhookPolicy, parse_config
 from agent_runtime.errors import ConfigError, ManifestError
 from agent_runtime.events import Event
+from agent_runtime.http_retry import Backoff
 from agent_runtime.steps import webhook
-from agent_runtime.steps.webhook import backoff_seconds, destination_refusal, host_allowed
+from agent_runtime.steps.webhook import destination_refusal, host_allowed
 from stores.memory import MemoryRunStore
 from stores.records import EffectStatus
+from tests.local_http import Answer, Request, serve_http
 
 ALLOW_LOCAL = parse_config({"version": "1.0", "webhooks": {"allowPrivateNetworks": True}},
                            source="test-config")
-
-
-@dataclass
-class Received:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
 
 
 @dataclass
@@ -41,56 +33,39 @@ class Receiver:
     """A local HTTP server answering with queued responses (then 200 `{"ok": true}`)."""
 
     url: str
-    requests: list[Received] = field(default_factory=list)
-    answers: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
 
     def answer(self, status: int, body: Any = None, headers: dict[str, str] | None = None,
                raw: bytes | None = None) -> None:
         data = raw if raw is not None else json.dumps(body).encode()
-        self.answers.append((status, {"Content-Type": "application/json", **(headers or {})},
-                             data))
+        self.answers.append(Answer(status, {"Content-Type": "application/json",
+                                            **(headers or {})}, data))
 
     def keys(self) -> list[str | None]:
         return [request.headers.get("idempotency-key") for request in self.requests]
+
+    def respond(self, request: Request) -> Answer:
+        self.requests.append(request)
+        answer = (self.answers.pop(0) if self.answers else
+                  Answer(200, {"Content-Type": "application/json"}, b'{"ok": true}'))
+        # A cookie the step must never hand back to anyone.
+        return Answer(answer.status, {**answer.headers, "Set-Cookie": "session=secret"},
+                      answer.body)
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     state = Receiver(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            state.requests.append(Received(
-                self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                self.rfile.read(length)))
-            status, headers, body = (state.answers.pop(0) if state.answers else
-                                     (200, {"Content-Type": "application/json"}, b'{"ok": true}'))
-            self.send_response(status)
-            for name, value in {**headers, "Content-Length": str(len(body)),
-                                "Set-Cookie": "session=secret"}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_http(state.respond) as url:
+        state.url = url
+        yield state
 
 
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webhook, "BACKOFF_BASE_SECONDS", 0.01)
+    monkeypatch.setattr(webhook, "WEBHOOK_BACKOFF",
+                        Backoff(base_delay=0.01, max_delay=0.05, max_retry_after=60.0))
 
 
 def hook(url: str, **extra: Any) -> dict[str, Any]:
@@ -132,13 +107,6 @@ def test_public_destinations_and_the_host_allowlist() -> None:
                       "webhooks.allowedHosts"
     assert not host_allowed("evilexample.org", ["*.example.org"])
     assert "http or https" in (destination_refusal("ftp://x/y", WebhookPolicy()) or "")
-
-
-def test_backoff_doubles_and_honours_retry_after() -> None:
-    assert [backoff_seconds(n, None) for n in (1, 2, 3)] == [0.01, 0.02, 0.04]
-    assert backoff_seconds(1, "3") == 3.0
-    assert backoff_seconds(1, "86400") == webhook.MAX_RETRY_AFTER_SECONDS
-    assert backoff_seconds(1, "Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
 
 
 def test_a_webhook_to_127_0_0_1_is_refused_unless_the_config_allows_it(
@@ -247,6 +215,19 @@ def test_retries_on_503_with_the_same_key(receiver: Receiver) -> None:
     assert data_of(h, "webhook.retried")[0]["delay_ms"] == 0  # Retry-After: 0
     completed, = data_of(h, "webhook.completed")
     assert completed["status"] == 200 and completed["attempts"] == 3
+
+
+def test_a_retry_after_beyond_the_limit_fails_the_step_without_waiting(
+        receiver: Receiver) -> None:
+    receiver.answer(429, {"slow": "down"}, headers={"Retry-After": "86400"})
+    receiver.answer(200, {"ok": 1})
+    h = Harness(config=ALLOW_LOCAL)
+    result = h.run(manifest(hook(f"{receiver.url}/hook", retries=2)))
+    assert result.status is RunStatus.FAILED
+    assert result.error["details"] == {"status": 429}
+    assert "asked to retry after 86400s, more than the 60s" in result.error["message"]
+    assert len(receiver.requests) == 1
+    assert data_of(h, "webhook.retried") == []
 
 
 def test_retries_run_out(receiver: Receiver) -> None:

@@ -13,8 +13,6 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 from engine_harness import ECHO, Harness, manifest
@@ -23,6 +21,7 @@ from agent_runtime import RunStatus
 from agent_runtime.config import parse_config
 from agent_runtime.manifest import manifest_hash, manifest_json
 from stores.records import RunRecord
+from tests.local_http import Answer, Request, serve_http
 
 ALLOW_LOCAL = parse_config({"version": "1.0", "webhooks": {"allowPrivateNetworks": True}},
                            source="test-config")
@@ -42,31 +41,18 @@ class SlowFirst:
 def receiver() -> Iterator[SlowFirst]:
     state = SlowFirst()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            state.keys.append(self.headers.get("Idempotency-Key"))
-            if len(state.keys) == 1:
-                state.release.wait(timeout=10)
-            body = b'{"ok": true}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(request: Request) -> Answer:
+        state.keys.append(request.headers.get("idempotency-key"))
+        if len(state.keys) == 1:
+            state.release.wait(timeout=10)
+        return Answer(200, {"Content-Type": "application/json"}, b'{"ok": true}')
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    yield state
-    state.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_http(respond) as url:
+        state.url = f"{url}/hook"
+        try:
+            yield state
+        finally:
+            state.release.set()  # the held answer goes, so the server can stop
 
 
 def test_a_webhook_cut_by_the_slice_is_sent_again_with_the_same_key(

@@ -1,4 +1,5 @@
-"""Fixtures of the route tests (`test_routes*.py`): a store of each local kind and the API on it."""
+"""Fixtures of the API tests: a store of each local kind and the API on it (the route
+tests), and a webhook receiver that holds its answers (the serve tests)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from routes_harness import Api
+from slow_receiver import SlowReceiver, slow_receiver
 
 from stores.base import RunStore
 from stores.memory import MemoryRunStore
@@ -24,3 +26,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
 @pytest.fixture
 def api(store: RunStore) -> Api:
     return Api(store)
+
+
+@pytest.fixture
+def receiver() -> Iterator[SlowReceiver]:
+    with slow_receiver() as state:
+        yield state

@@ -3,13 +3,12 @@ so a run stays `running` (inside its webhook step) for exactly as long as a test
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+from tests.local_http import Answer, Request, serve_http
 
 HOLD_LIMIT = 120.0  # a forgotten release must not hang a test run forever
 
@@ -39,36 +38,16 @@ class SlowReceiver:
 def slow_receiver() -> Iterator[SlowReceiver]:
     state = SlowReceiver(url="")
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
-            with state.arrived:
-                state.requests.append((self.path, self.headers.get("Idempotency-Key")))
-                state.arrived.notify_all()
-            state.release.wait(HOLD_LIMIT)
-            body = b'{"ok": true}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            with contextlib.suppress(OSError):  # the caller was killed meanwhile
-                self.wfile.write(body)
+    def respond(request: Request) -> Answer:
+        with state.arrived:
+            state.requests.append((request.path, request.headers.get("idempotency-key")))
+            state.arrived.notify_all()
+        state.release.wait(HOLD_LIMIT)
+        return Answer(200, {"Content-Type": "application/json"}, b'{"ok": true}')
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    host, port = server.server_address[:2]
-    state.url = f"http://{host!s}:{port}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-
+    with serve_http(respond) as url:
+        state.url = url
+        try:
+            yield state
+        finally:
+            state.release.set()  # held answers go, so the server can stop

@@ -28,17 +28,11 @@ from serve_process import (
     wait_until,
     webhook_manifest,
 )
-from slow_receiver import SlowReceiver, slow_receiver
+from slow_receiver import SlowReceiver
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "serve-test-token"
-
-
-@pytest.fixture
-def receiver() -> Iterator[SlowReceiver]:
-    with slow_receiver() as state:
-        yield state
 
 
 @pytest.fixture(scope="module")

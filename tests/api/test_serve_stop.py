@@ -5,7 +5,6 @@ server, whose reconciler loop takes them over once the old owner is gone."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,11 @@ from serve_process import (
     wait_until,
     webhook_manifest,
 )
-from slow_receiver import SlowReceiver, slow_receiver
+from slow_receiver import SlowReceiver
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "stop-test-token"
-
-
-@pytest.fixture
-def receiver() -> Iterator[SlowReceiver]:
-    with slow_receiver() as state:
-        yield state
 
 
 def flags(workdir: Path, *extra: str) -> list[str]:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_runtime import cli_flags, reconcile
-from agent_runtime.cli import COMMANDS, build_parser, main
+from agent_runtime import reconcile
+from agent_runtime.cli import flags as cli_flags
+from agent_runtime.cli.main import COMMANDS, build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 CHAIN = REPO / "tests" / "fixtures" / "manifests" / "prompt-chain.agent.yaml"
@@ -41,7 +42,7 @@ def _loaded(*argv: str) -> list[str]:
 def test_help_and_validate_load_only_what_they_use() -> None:
     assert _loaded("validate", str(CHAIN)) == []
     # The parser alone (what `--help` and `--version` build): not even pydantic.
-    done = subprocess.run([sys.executable, "-c", "import sys\nfrom agent_runtime.cli import "
+    done = subprocess.run([sys.executable, "-c", "import sys\nfrom agent_runtime.cli.main import "
                            "build_parser\nbuild_parser()\nprint('agent_runtime.engine' in "
                            "sys.modules, 'pydantic' in sys.modules)"],
                           capture_output=True, text=True, timeout=120, check=True,

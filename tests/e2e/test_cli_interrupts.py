@@ -8,19 +8,15 @@ for its lease."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import cli_process
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-COMMAND = [sys.executable, "-m", "agent_runtime.cli"]
 LEASE = "600"  # far longer than any test: nothing here may wait for a lease
 
 SHIP_TOOL = '''
@@ -56,54 +52,26 @@ SHIP_SCRIPT = """responses:
   - {text: reported}
 """
 
-CHAIN_MANIFEST = """schemaVersion: '1.0'
-id: four-steps
-model: {provider: openai, model: gpt-5.6}
-steps:
-  - {id: first, type: prompt, prompt: One., outputVariable: one}
-  - {id: second, type: prompt, prompt: "Two after {{ one }}", outputVariable: two}
-  - {id: third, type: prompt, prompt: "Three after {{ two }}"}
-  - {id: fourth, type: prompt, prompt: Four., includeInFinalOutput: true}
-"""
-
-CHAIN_SCRIPT = """responses:
-  - {text: one, delayMs: 300}
-  - {text: two, delayMs: 1500}
-  - {text: three, delayMs: 300}
-  - {text: four, delayMs: 300}
-"""
-
-
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     for name, text in (("ship.agent.yaml", SHIP_MANIFEST), ("ship.script.yaml", SHIP_SCRIPT),
-                       ("ship_tools.py", SHIP_TOOL), ("four.agent.yaml", CHAIN_MANIFEST),
-                       ("four.script.yaml", CHAIN_SCRIPT)):
+                       ("ship_tools.py", SHIP_TOOL)):
         (tmp_path / name).write_text(text)
+    cli_process.write_four_steps(tmp_path)
     return tmp_path
 
 
 def _env(workdir: Path, ship_seconds: float = 2.0) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO), SHIP_LOG=str(workdir / "ship.log"),
-                SHIP_SECONDS=str(ship_seconds),
-                AGENT_RUNTIME_SCRIPTED_LOG=str(workdir / "requests.jsonl"))
+    return cli_process.cli_env(workdir, SHIP_LOG=str(workdir / "ship.log"),
+                               SHIP_SECONDS=str(ship_seconds))
 
 
 def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*COMMAND, *args], cwd=workdir, env=_env(workdir),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return cli_process.run_cli(workdir, *args, env=_env(workdir))
 
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _wait_for(condition: Callable[[], bool], child: subprocess.Popen[Any], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert child.poll() is None, f"the process ended before {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _status(workdir: Path, run_id: str) -> dict[str, Any]:
@@ -115,12 +83,13 @@ def _status(workdir: Path, run_id: str) -> dict[str, Any]:
 
 def _start_ship(workdir: Path, *flags: str, ship_seconds: float = 2.0
                 ) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [*COMMAND, "run", "ship.agent.yaml", "--model", "scripted/ship.script.yaml",
-         "--tools", "ship_tools.py", "--run-id", "ship-1", "--lease-seconds", LEASE, *flags],
-        cwd=workdir, env=_env(workdir, ship_seconds), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: "start A" in _lines(workdir / "ship.log"), child, "the tool started")
+    child = cli_process.spawn_cli(
+        workdir, "run", "ship.agent.yaml", "--model", "scripted/ship.script.yaml",
+        "--tools", "ship_tools.py", "--run-id", "ship-1", "--lease-seconds", LEASE, *flags,
+        env=_env(workdir, ship_seconds), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    cli_process.wait_for(lambda: "start A" in _lines(workdir / "ship.log"), "the tool started",
+                         child=child)
     return child
 
 
@@ -177,11 +146,9 @@ def test_a_call_longer_than_the_grace_ends_the_process_after_the_grace(workdir: 
 
 @pytest.mark.slow
 def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
-    child = subprocess.Popen(
-        [*COMMAND, "run", "four.agent.yaml", "--model", "scripted/four.script.yaml",
-         "--run-id", "piped", "--stream", "--format", "ndjson"],
-        cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    child = cli_process.spawn_cli(
+        workdir, *cli_process.RUN_FOUR_STEPS, "--run-id", "piped", "--stream", "--format",
+        "ndjson", env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stderr is not None
     assert json.loads(child.stdout.readline())["run_id"] == "piped"  # `| head -1`
     child.stdout.close()
@@ -191,8 +158,8 @@ def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
     assert record["status"] == "completed" and record["output"] == "four"
 
     # `events | head -1` on the log the run wrote: one line, no traceback.
-    reader = subprocess.Popen([*COMMAND, "events"], cwd=workdir, env=_env(workdir),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = cli_process.spawn_cli(workdir, "events", env=_env(workdir), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
     assert reader.stdout is not None
     assert "run.started" in reader.stdout.readline()
     reader.stdout.close()
@@ -203,12 +170,10 @@ def test_a_closed_pipe_never_touches_the_run(workdir: Path) -> None:
 @pytest.mark.slow
 def test_reconcile_right_after_a_sigkill_takes_the_run_over_without_a_lease_wait(
         workdir: Path) -> None:
-    child = subprocess.Popen(
-        [*COMMAND, "run", "four.agent.yaml", "--model", "scripted/four.script.yaml",
-         "--run-id", "killed", "--lease-seconds", LEASE],
-        cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    requests = workdir / "requests.jsonl"
-    _wait_for(lambda: len(_lines(requests)) >= 2, child, "the second step")
+    child = cli_process.spawn_cli(
+        workdir, *cli_process.RUN_FOUR_STEPS, "--run-id", "killed", "--lease-seconds", LEASE,
+        env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli_process.wait_for_requests(workdir, 2, child)
     child.send_signal(signal.SIGKILL)
     child.wait()
     done = cli(workdir, "reconcile", "--once", "--format", "json")
@@ -217,5 +182,5 @@ def test_reconcile_right_after_a_sigkill_takes_the_run_over_without_a_lease_wait
     assert (outcome["run_id"], outcome["action"], outcome["status"]) == (
         "killed", "resumed", "completed")
     assert _status(workdir, "killed")["output"] == "four"
-    steps = [json.loads(line)["step_id"] for line in _lines(requests)]
+    steps = [request["step_id"] for request in cli_process.model_requests(workdir)]
     assert steps == ["first", "second", "second", "third", "fourth"]

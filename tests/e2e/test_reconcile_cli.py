@@ -11,12 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import cli_process
 import pytest
 
 from agent_runtime.cli import main
@@ -25,58 +26,18 @@ from agent_runtime.manifest import manifest_hash, manifest_json, parse_agent_man
 from stores import open_store
 from stores.records import RunRecord, RunStatus
 
-REPO = Path(__file__).resolve().parents[2]
-
-MANIFEST = """schemaVersion: '1.0'
-id: four-steps
-model: {provider: openai, model: gpt-5.6}
-steps:
-  - {id: first, type: prompt, prompt: One., outputVariable: one}
-  - {id: second, type: prompt, prompt: "Two after {{ one }}", outputVariable: two}
-  - {id: third, type: prompt, prompt: "Three after {{ two }}"}
-  - {id: fourth, type: prompt, prompt: Four., includeInFinalOutput: true}
-"""
-
-# `second` is slow, so a process can be killed (or stopped) while it waits for it.
-SCRIPT = """responses:
-  - {text: one, delayMs: 300}
-  - {text: two, delayMs: 1500}
-  - {text: three, delayMs: 300}
-  - {text: four, delayMs: 300}
-"""
-
 LEASE_SECONDS = 2
-COMMAND = [sys.executable, "-m", "agent_runtime.cli"]
 STORE = ".agent-runtime/runs.sqlite"
 
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    (tmp_path / "four.agent.yaml").write_text(MANIFEST)
-    (tmp_path / "four.script.yaml").write_text(SCRIPT)
+    cli_process.write_four_steps(tmp_path)
     return tmp_path
 
 
-def _env(workdir: Path) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO),
-                AGENT_RUNTIME_SCRIPTED_LOG=str(workdir / "requests.jsonl"))
-
-
 def _steps(workdir: Path) -> list[str]:
-    log = workdir / "requests.jsonl"
-    if not log.exists():
-        return []
-    return [json.loads(line)["step_id"] for line in log.read_text().splitlines() if line.strip()]
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 300,
-              child: subprocess.Popen[Any] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if child is not None:
-            assert child.poll() is None, f"the process ended before {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    return [request["step_id"] for request in cli_process.model_requests(workdir)]
 
 
 def _resumed_in_passes(stdout: Path) -> int:
@@ -93,13 +54,11 @@ def _resumed_in_passes(stdout: Path) -> int:
 def _spawn(workdir: Path, *args: str, name: str) -> subprocess.Popen[bytes]:
     with (workdir / f"{name}.stdout").open("wb") as out, \
             (workdir / f"{name}.stderr").open("wb") as err:
-        return subprocess.Popen([*COMMAND, *args], cwd=workdir, env=_env(workdir), stdout=out,
-                                stderr=err)
+        return cli_process.spawn_cli(workdir, *args, stdout=out, stderr=err)
 
 
 def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([*COMMAND, *args], cwd=workdir, env=_env(workdir),
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = cli_process.run_cli(workdir, *args)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
@@ -127,11 +86,10 @@ def _wait_for_lease_to_expire(workdir: Path, run_id: str) -> None:
 @contextmanager
 def _run_in_child(workdir: Path, run_id: str) -> Iterator[subprocess.Popen[bytes]]:
     """`agent-runtime run` of the four-step manifest, stopped at its slow second step."""
-    child = _spawn(workdir, "run", "four.agent.yaml", "--model", "scripted/four.script.yaml",
-                   "--run-id", run_id, "--lease-seconds", str(LEASE_SECONDS), "--format", "json",
-                   name=run_id)
+    child = _spawn(workdir, *cli_process.RUN_FOUR_STEPS, "--run-id", run_id, "--lease-seconds",
+                   str(LEASE_SECONDS), "--format", "json", name=run_id)
     try:
-        _wait_for(lambda: len(_steps(workdir)) >= 2, "the run's second model request",
+        cli_process.wait_for(lambda: len(_steps(workdir)) >= 2, "the run's second model request",
                   child=child)
         yield child
     finally:
@@ -212,7 +170,7 @@ def test_a_run_killed_again_past_the_takeover_bound_ends_failed(workdir: Path) -
     reconciler = _spawn(workdir, "reconcile", "--once", "--max-takeovers", "1",
                         "--lease-seconds", str(LEASE_SECONDS), name="reconciler")
     try:
-        _wait_for(lambda: len(_steps(workdir)) >= 3, "the takeover's model request",
+        cli_process.wait_for(lambda: len(_steps(workdir)) >= 3, "the takeover's model request",
                   child=reconciler)
         reconciler.send_signal(signal.SIGKILL)
     finally:
@@ -265,11 +223,11 @@ def test_reconcile_interval_takes_over_killed_runs_until_interrupted(workdir: Pa
                         "--lease-seconds", str(LEASE_SECONDS), name="watcher")
     try:
         _kill_at_second_step(workdir, "watched")
-        _wait_for(lambda: _record(workdir, "watched").status is RunStatus.COMPLETED,
+        cli_process.wait_for(lambda: _record(workdir, "watched").status is RunStatus.COMPLETED,
                   "the reconciler to finish the run", child=reconciler)
         # The pass that resumed the run prints its summary when it ends, which
         # on a loaded machine can be a while after the run completed.
-        _wait_for(lambda: _resumed_in_passes(workdir / "watcher.stdout") >= 1,
+        cli_process.wait_for(lambda: _resumed_in_passes(workdir / "watcher.stdout") >= 1,
                   "the pass that resumed the run to report it", child=reconciler)
         reconciler.send_signal(signal.SIGINT)
         assert reconciler.wait(timeout=300) == 0

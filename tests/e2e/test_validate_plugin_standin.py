@@ -1,5 +1,5 @@
 """`validate` hides pydantic's plugin loader while it reads a manifest
-(agent_runtime/cli_validate.py). The stand-in offers only `get_plugins`: this
+(agent_runtime/cli/validate.py). The stand-in offers only `get_plugins`: this
 fails when an upgraded pydantic asks its loader for anything else, before a
 user's `validate` would."""
 

@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 from reference_harness import Host, agent
 
 from agent_runtime import RunStatus
 from agent_runtime.config import parse_config
+from tests.local_http import Answer, Request, serve_http
 
 ALLOW_LOCAL = parse_config({"version": "1.0", "webhooks": {"allowPrivateNetworks": True}},
                            source="test-config")
@@ -25,34 +23,17 @@ class Receiver:
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.answers: list[tuple[int, dict[str, str], bytes]] = []
 
+    def respond(self, request: Request) -> Answer:
+        self.requests.append((request.headers, request.body))
+        return Answer(*self.answers.pop(0))
+
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            state.requests.append(({k.lower(): v for k, v in self.headers.items()},
-                                   self.rfile.read(length)))
-            status, headers, body = state.answers.pop(0)
-            self.send_response(status)
-            for name, value in {**headers, "Content-Length": str(len(body))}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_http(state.respond) as url:
+        state.url = url
+        yield state
 
 
 def events_text(host: Host) -> str:

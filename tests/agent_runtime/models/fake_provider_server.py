@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent_runtime import AgentRuntime, RunResult, Tool
+from agent_runtime import AgentRuntime, RunResult, Tool, tool
 from agent_runtime.config import parse_config
 from agent_runtime.events import ListEventSink
 from agent_runtime.manifest import parse_agent_manifest
@@ -168,6 +168,35 @@ class FakeProviderServer:
 
 
 # -- runs through the engine ---------------------------------------------------
+
+# The prompt step every driver test starts from.
+PROMPT = {"id": "ask", "type": "prompt", "systemPrompt": "Be brief.", "prompt": "Say hello.",
+          "includeInFinalOutput": True}
+
+
+def no_real_aws(monkeypatch: Any, tmp_path: Any) -> None:
+    """Fake AWS credentials in the environment, and no way to find real ones (a
+    profile, a config file, instance metadata): a test never reaches AWS."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def ticket_tool() -> tuple[Tool, list[str]]:
+    """A `lookup_ticket` tool for tool round trips, and the ticket ids it was called with."""
+    seen: list[str] = []
+
+    @tool
+    def lookup_ticket(ticket_id: str) -> dict[str, Any]:
+        """Look up a ticket."""
+        seen.append(ticket_id)
+        return {"id": ticket_id, "status": "open"}
+
+    return lookup_ticket, seen
 
 
 @dataclass

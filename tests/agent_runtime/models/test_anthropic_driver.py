@@ -5,25 +5,22 @@ native), usage in the checkpoint, Retry-After, timeouts and error bodies."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_provider_server import FakeProviderServer, driver_run, hang, json_reply, sse_reply
+from fake_provider_server import (
+    PROMPT,
+    FakeProviderServer,
+    driver_run,
+    json_reply,
+    sse_reply,
+    ticket_tool,
+)
 
-from agent_runtime import RunStatus, tool
+from agent_runtime import RunStatus
 from agent_runtime.errors import ConfigError
 
 MODEL = {"provider": "claude", "model": "claude-test"}
-PROMPT = {"id": "ask", "type": "prompt", "systemPrompt": "Be brief.", "prompt": "Say hello.",
-          "includeInFinalOutput": True}
-
-
-@pytest.fixture
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as fake:
-        yield fake
 
 
 @pytest.fixture(autouse=True)
@@ -109,13 +106,7 @@ def test_streamed_text_deltas_reach_the_text_channel_in_order(
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_tool_use_round_trip_answers_with_a_tool_result_of_the_same_id(
         server: FakeProviderServer, stream: bool) -> None:
-    seen: list[str] = []
-
-    @tool
-    def lookup_ticket(ticket_id: str) -> dict[str, Any]:
-        """Look up a ticket."""
-        seen.append(ticket_id)
-        return {"id": ticket_id, "status": "open"}
+    lookup_ticket, seen = ticket_tool()
 
     use = {"type": "tool_use", "id": "toolu_7", "name": "lookup_ticket", "input": {}}
     if stream:
@@ -193,34 +184,6 @@ def test_native_structured_output_when_the_provider_supports_it(
     body = server.requests[0].body
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
     assert "tools" not in body
-
-
-def test_a_429_is_retried_after_the_retry_after_it_names(server: FakeProviderServer) -> None:
-    server.add(json_reply({"type": "error", "error": {"type": "rate_limit_error",
-                                                      "message": "Number of requests too high"}},
-                          status=429, headers={"retry-after": "1"}),
-               json_reply(message(text("Hello after waiting."))))
-    run = driver_run(config(server))
-    started = time.monotonic()
-    result = run.run(PROMPT, model=MODEL)
-
-    assert result.status is RunStatus.COMPLETED
-    assert result.output == "Hello after waiting."
-    assert len(server.requests) == 2
-    assert time.monotonic() - started >= 1.0
-
-
-def test_a_timeout_fails_the_run_without_retrying(server: FakeProviderServer) -> None:
-    server.add(hang(10))
-    run = driver_run(config(server))
-    started = time.monotonic()
-    result = run.run(PROMPT, model=MODEL, limits={"providerTimeoutMs": 300})
-
-    assert result.status is RunStatus.FAILED
-    assert time.monotonic() - started < 5
-    assert result.error is not None
-    assert result.error["details"] == {"code": "timeout"}
-    assert len(server.requests) == 1
 
 
 def test_an_error_body_becomes_a_clear_run_failure(server: FakeProviderServer) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,12 +16,14 @@ from botocore.config import Config
 from botocore.eventstream import EventStreamBuffer
 from botocore.stub import Stubber
 from fake_provider_server import (
+    PROMPT,
     DriverRun,
     FakeProviderServer,
     aws_event_message,
     aws_event_stream_reply,
     driver_run,
-    hang,
+    no_real_aws,
+    ticket_tool,
 )
 
 from agent_runtime import RunStatus, tool
@@ -33,21 +34,13 @@ from agent_runtime.models.retry import RetryPolicy
 
 MODEL_ID = "anthropic.claude-test-v1:0"
 MODEL = {"provider": "aws", "model": MODEL_ID}
-PROMPT = {"id": "ask", "type": "prompt", "systemPrompt": "Be brief.", "prompt": "Say hello.",
-          "includeInFinalOutput": True}
 CONFIG = {"providers": {"aws": {"driver": "bedrock", "region": "us-east-1"}}}
 
 
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """Fake credentials, and no way to find real ones."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK"):
-        monkeypatch.delenv(name, raising=False)
+    no_real_aws(monkeypatch, tmp_path)
 
 
 class Stubbed:
@@ -110,13 +103,7 @@ def test_plain_text_with_system_blocks_and_usage_in_the_checkpoint(stubbed: Stub
 
 def test_a_tool_use_round_trip_answers_with_a_tool_result_of_the_same_id(
         stubbed: Stubbed) -> None:
-    seen: list[str] = []
-
-    @tool
-    def lookup_ticket(ticket_id: str) -> dict[str, Any]:
-        """Look up a ticket."""
-        seen.append(ticket_id)
-        return {"id": ticket_id, "status": "open"}
+    lookup_ticket, seen = ticket_tool()
 
     stubbed.stubber.add_response("converse", converse(
         {"toolUse": {"toolUseId": "tooluse_7", "name": "lookup_ticket",
@@ -191,12 +178,6 @@ def test_an_error_body_becomes_a_clear_run_failure(stubbed: Stubbed) -> None:
 # -- ConverseStream and timeouts, against a local endpoint ------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as fake:
-        yield fake
-
-
 def endpoint_config(server: FakeProviderServer) -> dict[str, Any]:
     return {"providers": {"aws": {"driver": "bedrock", "region": "us-east-1",
                                   "baseURL": server.url}}}
@@ -256,19 +237,6 @@ def test_a_streamed_tool_use_is_gathered_and_answered(server: FakeProviderServer
     assert tool_result == {"toolResult": {"toolUseId": "tooluse_9",
                                           "content": [{"text": "T-2 is open"}],
                                           "status": "success"}}
-
-
-def test_a_timeout_fails_the_run_without_retrying(server: FakeProviderServer) -> None:
-    server.add(hang(10))
-    run = driver_run(endpoint_config(server))
-    started = time.monotonic()
-    result = run.run(PROMPT, model=MODEL, limits={"providerTimeoutMs": 300})
-
-    assert result.status is RunStatus.FAILED
-    assert time.monotonic() - started < 5
-    assert result.error is not None
-    assert result.error["details"] == {"code": "timeout"}
-    assert len(server.requests) == 1
 
 
 def test_missing_aws_credentials_are_refused_before_any_request(

@@ -1,11 +1,10 @@
-"""The retry policy every provider driver shares: Retry-After in its forms,
-bounded backoff, and the calls it must not repeat."""
+"""The retry loop every provider driver shares: the calls it must not repeat
+(the rules themselves are tested in tests/agent_runtime/test_http_retry.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,33 +14,9 @@ from agent_runtime.models.retry import (
     TextRelay,
     call_with_retries,
     error_body_details,
-    retry_after_seconds,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(("headers", "expected"), [
-    ({"Retry-After": "3"}, 3.0),
-    ({"retry-after": "0.5"}, 0.5),
-    ({"Retry-After": format_datetime(NOW + timedelta(seconds=7), usegmt=True)}, 7.0),
-    ({"Retry-After": format_datetime(NOW - timedelta(seconds=7), usegmt=True)}, 0.0),
-    ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),
-    ({"Retry-After": "soon"}, None),
-    ({}, None),
-])
-def test_retry_after_in_seconds_as_a_date_or_in_milliseconds(
-        headers: dict[str, str], expected: float | None) -> None:
-    assert retry_after_seconds(headers, now=NOW.timestamp) == expected
-
-
-def test_backoff_grows_is_capped_and_keeps_at_least_half() -> None:
-    policy = RetryPolicy(base_delay=1, max_delay=4)
-    for retry, ceiling in ((1, 1), (2, 2), (3, 4), (4, 4), (9, 4)):
-        for _ in range(20):
-            wait = policy.delay(retry, None)
-            assert wait is not None
-            assert ceiling / 2 <= wait <= ceiling
 
 
 def test_a_retry_after_beyond_the_limit_fails_at_once_with_the_reason() -> None:

@@ -1,22 +1,35 @@
-"""Settings of a `providers` entry that each driver applies the same way: `headers`
-(each an env reference) reach the provider's endpoint with every request, whatever the
-driver, and an unset variable is refused naming the header before a run exists. A
-setting only some drivers use is refused by name on the others, never ignored."""
+"""What every HTTP driver does the same way. Settings of a `providers` entry:
+`headers` (each an env reference) reach the provider's endpoint with every
+request, and an unset variable is refused naming the header before a run
+exists; a setting only some drivers use is refused by name on the others,
+never ignored. Calls: `limits.providerTimeoutMs` fails a call that takes
+longer with a `timeout` model error, once (the limit is the user's: a repeat
+would multiply it); a 429 is retried after the wait its Retry-After names."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_provider_server import FakeProviderServer, Reply, driver_run, json_reply
+from fake_provider_server import (
+    FakeProviderServer,
+    Reply,
+    driver_run,
+    hang,
+    json_reply,
+    no_real_aws,
+)
 
 from agent_runtime import RunStatus
 from agent_runtime.config import parse_config
 from agent_runtime.errors import ConfigError
+from agent_runtime.models import DRIVER_MODULES
+from agent_runtime.models.retry import RetryPolicy
 
 PROMPT = {"id": "ask", "type": "prompt", "prompt": "Say hello.", "includeInFinalOutput": True}
+MODEL = {"provider": "house", "model": "test-model"}
 HEADERS = {"X-Tenant": {"env": "TENANT_HEADER"}, "X-Route": {"env": "ROUTE_HEADER"}}
 
 
@@ -56,29 +69,17 @@ DRIVERS: dict[str, tuple[Any, Any]] = {
 }
 
 
-@pytest.fixture
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as fake:
-        yield fake
-
-
 @pytest.fixture(autouse=True)
 def credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A key for the key-based drivers; fake AWS credentials and no way to find real ones."""
     monkeypatch.setenv("PROVIDER_TEST_KEY", "test-key")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK"):
-        monkeypatch.delenv(name, raising=False)
+    no_real_aws(monkeypatch, tmp_path)
 
 
-def provider(driver: str, server: FakeProviderServer) -> dict[str, Any]:
+def provider(driver: str, server: FakeProviderServer, *, headers: bool = True) -> dict[str, Any]:
     entry, _ = DRIVERS[driver]
     return {"providers": {"house": {"driver": driver, **entry(server.url),
-                                    "headers": HEADERS}}}
+                                    **({"headers": HEADERS} if headers else {})}}}
 
 
 @pytest.mark.parametrize("driver", sorted(DRIVERS))
@@ -127,3 +128,45 @@ def test_a_setting_the_driver_does_not_use_is_refused_by_name(
     assert refused.value.field == f"providers.house.{field}"
     assert refused.value.reason == (f"only the {users} driver uses {field}; the {driver} "
                                     "driver would ignore it: remove it")
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_a_timeout_fails_the_run_without_retrying(
+        driver: str, server: FakeProviderServer) -> None:
+    # The server never answers in the test's life; the limit is long enough for a
+    # loaded machine to send the request, so the one request is always seen.
+    server.add(hang(600))
+    run = driver_run(provider(driver, server, headers=False))
+    result = run.run(PROMPT, model=MODEL, limits={"providerTimeoutMs": 2000})
+
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["type"] == "model_error"
+    assert result.error["details"] == {"code": "timeout"}
+    assert "providerTimeoutMs" in result.error["message"]  # names the limit it hit
+    assert len(server.requests) == 1
+    record = run.store.load_run(result.run_id)
+    assert record is not None and record.status is RunStatus.FAILED
+
+
+@pytest.mark.parametrize("driver", ["anthropic", "openai", "openai-compatible"])
+def test_a_429_is_retried_after_the_retry_after_it_names(
+        driver: str, server: FakeProviderServer) -> None:
+    server.add(json_reply({"error": {"message": "Rate limit reached", "type": "rate_limit"}},
+                          status=429, headers={"Retry-After": "3"}),
+               DRIVERS[driver][1]())
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    config = provider(driver, server, headers=False)
+    adapter = importlib.import_module(DRIVER_MODULES[driver]).create_adapter(
+        "house", parse_config({"version": "1.0", **config}, source="test"),
+        retry=RetryPolicy(sleep=record))
+    result = driver_run(config, models={"house": adapter}).run(PROMPT, model=MODEL)
+
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "Hello."
+    assert len(server.requests) == 2
+    assert waits == [3.0]

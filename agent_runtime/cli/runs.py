@@ -1,8 +1,8 @@
 """The CLI commands that execute runs: run, resume, approve, effects resolve, fork, cancel.
 
 Every flag is checked before the store is opened, so a refused command
-changes nothing. A run executes under graceful interrupts (`cli_interrupts`)
-and writes to streams a closed pipe cannot break (`cli_output`): the run
+changes nothing. A run executes under graceful interrupts (`cli.interrupts`)
+and writes to streams a closed pipe cannot break (`cli.output`): the run
 goes on to its end whatever happens to the terminal.
 """
 
@@ -18,15 +18,15 @@ from stores import transitions
 from stores.base import RunStore, StoreError
 from stores.records import RunRecord, RunStatus, utc_now
 
-from agent_runtime.cli_errors import (
+from agent_runtime.cli.errors import (
     EXIT_COMPLETED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_SUSPENDED,
     store_name,
 )
-from agent_runtime.cli_interrupts import graceful_interrupts
-from agent_runtime.cli_options import (
+from agent_runtime.cli.interrupts import graceful_interrupts
+from agent_runtime.cli.options import (
     check_run_id,
     check_sinks,
     load_manifest,
@@ -35,14 +35,14 @@ from agent_runtime.cli_options import (
     run_options,
     runtime_config,
 )
-from agent_runtime.cli_output import guarded
-from agent_runtime.cli_runtime import budget_from, build_runtime, load_tools
-from agent_runtime.cli_store import store_flags_text
+from agent_runtime.cli.output import guarded
+from agent_runtime.cli.reports import print_result, to_json_text
+from agent_runtime.cli.runtime import budget_from, build_runtime, load_tools
+from agent_runtime.cli.store import store_flags_text
 from agent_runtime.engine import AgentRuntime, existing_run
 from agent_runtime.errors import Conflict, InvalidInput
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
-from agent_runtime.reports import print_result, to_json_text
 from agent_runtime.results import RunResult
 
 

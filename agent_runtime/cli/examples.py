@@ -19,12 +19,12 @@ from pathlib import Path
 
 import yaml
 
-from agent_runtime.cli_errors import EXIT_COMPLETED
-from agent_runtime.cli_output import guarded
+from agent_runtime.cli.errors import EXIT_COMPLETED
+from agent_runtime.cli.output import guarded
 from agent_runtime.errors import InvalidInput, NotFound
 from agent_runtime.excerpts import excerpt, printable
 
-EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 SUFFIX = ".agent.yaml"
 
 
@@ -74,6 +74,6 @@ def cmd_examples(args: argparse.Namespace) -> int:
     if args.tools is None and tools.is_file():
         args.tools = [str(tools)]
     args.file = str(path)
-    from agent_runtime.cli_runs import cmd_run  # noqa: PLC0415 - runs load the engine
+    from agent_runtime.cli.runs import cmd_run  # noqa: PLC0415 - runs load the engine
 
     return cmd_run(args)

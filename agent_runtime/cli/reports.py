@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from agent_runtime.cli_output import STATUS_COLOURS, paint
+from agent_runtime.cli.output import STATUS_COLOURS, paint
 from agent_runtime.events import Event
 from agent_runtime.excerpts import escape_json_text, printable
 

@@ -97,7 +97,7 @@ complete -o filenames -F _agent_runtime agent-runtime
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from agent_runtime.cli import build_parser  # noqa: PLC0415 - the parser this completes
+    from agent_runtime.cli.main import build_parser  # noqa: PLC0415 - the parser this completes
 
     sys.stdout.write(completion_script(args.shell, build_parser()))
     return 0

@@ -12,9 +12,9 @@ import sys
 import types
 from collections.abc import Iterator
 
-from agent_runtime.cli_errors import EXIT_COMPLETED
-from agent_runtime.cli_options import load_manifest, run_options, runtime_config
-from agent_runtime.cli_output import guarded
+from agent_runtime.cli.errors import EXIT_COMPLETED
+from agent_runtime.cli.options import load_manifest, run_options, runtime_config
+from agent_runtime.cli.output import guarded
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
 from agent_runtime.variables import resolve_variables
@@ -57,7 +57,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         overrides = {item.key: item.value for item in loaded.run.variables or []}
         resolve_variables(loaded.agent, overrides, source=str(loaded.path))
     if options is not None:
-        from agent_runtime.cli_runtime import load_tools  # noqa: PLC0415 - a host check only
+        from agent_runtime.cli.runtime import load_tools  # noqa: PLC0415 - a host check only
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415
 
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
@@ -73,7 +73,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         summary["plan"] = plan
     out = guarded(sys.stdout)
     if args.format == "json":
-        from agent_runtime.reports import to_json_text  # noqa: PLC0415 - json output only
+        from agent_runtime.cli.reports import to_json_text  # noqa: PLC0415 - json output only
 
         print(to_json_text(summary), file=out)
     else:
@@ -96,7 +96,7 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
                "store": config.store}
     out = guarded(sys.stdout)
     if args.format == "json":
-        from agent_runtime.reports import to_json_text  # noqa: PLC0415 - json output only
+        from agent_runtime.cli.reports import to_json_text  # noqa: PLC0415 - json output only
 
         print(to_json_text(summary), file=out)
     else:

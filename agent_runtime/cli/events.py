@@ -24,13 +24,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent_runtime.cli_options import path_kind
-from agent_runtime.cli_output import TerminalStream, guarded
+from agent_runtime.cli.options import path_kind
+from agent_runtime.cli.output import TerminalStream, guarded
+from agent_runtime.cli.reports import print_event
 from agent_runtime.errors import InvalidInput, NotFound
 from agent_runtime.events import Event, is_torn
 from agent_runtime.limits import EVENT_LINE_BYTES
 from agent_runtime.manifest_input import clip
-from agent_runtime.reports import print_event
 
 _TEXT_FIELDS = ("id", "run_id", "type")
 _OPTIONAL_TEXT_FIELDS = ("step_id", "step_path")

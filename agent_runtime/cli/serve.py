@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agent_runtime.cli_flags import DEFAULT_ARTIFACTS, DEFAULT_EVENTS, DEFAULT_STORE, seconds
+from agent_runtime.cli.flags import DEFAULT_ARTIFACTS, DEFAULT_EVENTS, DEFAULT_STORE, seconds
 from agent_runtime.errors import InvalidInput
 
 if TYPE_CHECKING:  # the engine is imported when `serve` runs, not when the parser is built
@@ -163,7 +163,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent_runtime.api.local_reconcile import ReconcileLoop  # noqa: PLC0415
     from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
     from agent_runtime.api.services import ApiServices  # noqa: PLC0415
-    from agent_runtime.cli_options import open_run_store  # noqa: PLC0415
+    from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
     from agent_runtime.events import JsonlEventSink  # noqa: PLC0415
 
     _check(args)
@@ -220,8 +220,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | None,
              sinks: list[EventSink]) -> AgentRuntime:
-    from agent_runtime.cli_options import run_options  # noqa: PLC0415
-    from agent_runtime.cli_runtime import build_runtime  # noqa: PLC0415
+    from agent_runtime.cli.options import run_options  # noqa: PLC0415
+    from agent_runtime.cli.runtime import build_runtime  # noqa: PLC0415
 
     options = run_options(run_args, None if record is None else record.options)
     return build_runtime(run_args, store, options, extra_sinks=sinks)[0]

@@ -4,7 +4,7 @@ Exit codes: 0 completed, 10 suspended, 1 failed or cancelled (or a store
 error), 2 invalid input (the message names the file, the field and the
 reason), 3 not found, 4 conflict, 130 interrupted (the run suspended with
 `interrupted`, or the process exited on a second signal); see
-`agent_runtime.cli_errors`. Input is checked before anything is opened: a
+`agent_runtime.cli.errors`. Input is checked before anything is opened: a
 refused command creates nothing on disk. A run remembers its runtime options
 (`--config`, `--model`, `--tools`); `resume` and `approve --resume` reuse them
 unless given again.
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from agent_runtime.cli_flags import (
+from agent_runtime.cli.flags import (
     DEFAULT_ARTIFACTS,
     DEFAULT_EVENTS,
     DEFAULT_GRACE_SECONDS,
@@ -39,7 +39,7 @@ from agent_runtime.cli_flags import (
     grace_seconds,
     seconds,
 )
-from agent_runtime.cli_help import EXAMPLES, add_completion_parser
+from agent_runtime.cli.help import EXAMPLES, add_completion_parser
 from agent_runtime.errors import InvalidInput
 
 VERSION = "0.1.0"  # agent_runtime.__version__, without importing the package's API
@@ -256,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     examples.add_argument("--run-id", metavar="ID")
     _execution_flags(examples)
 
-    from agent_runtime.cli_gc import add_gc_parser  # noqa: PLC0415 - light: flags only
-    from agent_runtime.cli_serve import add_serve_parser  # noqa: PLC0415 - light: flags only
+    from agent_runtime.cli.gc import add_gc_parser  # noqa: PLC0415 - light: flags only
+    from agent_runtime.cli.serve import add_serve_parser  # noqa: PLC0415 - light: flags only
 
     add_serve_parser(commands, _store_flags)
     add_gc_parser(commands, _store_flags)
@@ -277,22 +277,22 @@ def _parser() -> argparse.ArgumentParser:
 
 # Each subcommand's module, imported only when it runs.
 COMMANDS: dict[str, str | Callable[[argparse.Namespace], int]] = {
-    "validate": "agent_runtime.cli_validate:cmd_validate",
-    "config": "agent_runtime.cli_validate:cmd_config_validate",
-    "run": "agent_runtime.cli_runs:cmd_run",
-    "resume": "agent_runtime.cli_runs:cmd_resume",
-    "approve": "agent_runtime.cli_runs:cmd_approve",
-    "cancel": "agent_runtime.cli_runs:cmd_cancel",
-    "fork": "agent_runtime.cli_runs:cmd_fork",
-    "effects": "agent_runtime.cli_reads:cmd_effects",
-    "inspect": "agent_runtime.cli_reads:cmd_inspect",
-    "list": "agent_runtime.cli_reads:cmd_list",
-    "events": "agent_runtime.cli_events:cmd_events",
-    "reconcile": "agent_runtime.cli_reconcile:cmd_reconcile",
-    "serve": "agent_runtime.cli_serve:cmd_serve",
-    "completion": "agent_runtime.cli_help:cmd_completion",
-    "examples": "agent_runtime.cli_examples:cmd_examples",
-    "gc": "agent_runtime.cli_gc:cmd_gc",
+    "validate": "agent_runtime.cli.validate:cmd_validate",
+    "config": "agent_runtime.cli.validate:cmd_config_validate",
+    "run": "agent_runtime.cli.runs:cmd_run",
+    "resume": "agent_runtime.cli.runs:cmd_resume",
+    "approve": "agent_runtime.cli.runs:cmd_approve",
+    "cancel": "agent_runtime.cli.runs:cmd_cancel",
+    "fork": "agent_runtime.cli.runs:cmd_fork",
+    "effects": "agent_runtime.cli.reads:cmd_effects",
+    "inspect": "agent_runtime.cli.reads:cmd_inspect",
+    "list": "agent_runtime.cli.reads:cmd_list",
+    "events": "agent_runtime.cli.events:cmd_events",
+    "reconcile": "agent_runtime.cli.reconcile:cmd_reconcile",
+    "serve": "agent_runtime.cli.serve:cmd_serve",
+    "completion": "agent_runtime.cli.help:cmd_completion",
+    "examples": "agent_runtime.cli.examples:cmd_examples",
+    "gc": "agent_runtime.cli.gc:cmd_gc",
 }
 
 
@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reset: Callable[[], None] | None = None
     try:
         args = _parser().parse_args(argv)  # `--help` and `--version` end here, quickly
-        from agent_runtime.cli_options import check_text_flags  # noqa: PLC0415
+        from agent_runtime.cli.options import check_text_flags  # noqa: PLC0415
         from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits  # noqa: PLC0415
 
         # The limits in effect start as the defaults; a runtime config read on
@@ -331,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         check_text_flags(args)
         if hasattr(args, "store_driver"):
-            from agent_runtime.cli_store import select_store  # noqa: PLC0415
+            from agent_runtime.cli.store import select_store  # noqa: PLC0415
 
             select_store(args)
         if argv is None and args.command in _CHECKS:
@@ -340,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if not _reported(error):
             raise
-        from agent_runtime.cli_errors import report_error  # noqa: PLC0415
+        from agent_runtime.cli.errors import report_error  # noqa: PLC0415
 
         if args is None:  # refused by the parser: the format asked for, from the words
             args = argparse.Namespace(format=_format_word(sys.argv[1:] if argv is None
@@ -348,13 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, BrokenPipeError):
             # The reader went away (`| head`): what it wanted, it got. What is
             # still buffered goes nowhere, so exit prints no traceback either.
-            from agent_runtime.cli_output import TerminalStream  # noqa: PLC0415
+            from agent_runtime.cli.output import TerminalStream  # noqa: PLC0415
 
             TerminalStream(sys.stdout).reader_gone()
             return 0
         return report_error(error, args)
     except KeyboardInterrupt:
-        from agent_runtime.cli_errors import EXIT_INTERRUPTED  # noqa: PLC0415
+        from agent_runtime.cli.errors import EXIT_INTERRUPTED  # noqa: PLC0415
 
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -392,7 +392,3 @@ def _reported(error: Exception) -> bool:
     # A store error can only come from a command that imported the stores.
     store_base = sys.modules.get("stores.base")
     return store_base is not None and isinstance(error, store_base.StoreError)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

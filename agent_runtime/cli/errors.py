@@ -10,8 +10,8 @@ Exit codes (DESIGN section 9), and what raises them:
   (`InvalidInput`);
 - 3 not found: no such run, store or file to read (`NotFound`, `RunNotFound`);
 - 4 conflict: a lease held, a run already terminal, an answer already given,
-  a run id taken (`Conflict`, `LeaseHeld`, `RunTerminal`, `InvalidTransition`,
-  `ApprovalConflict`, `RunAlreadyExists`, `CheckpointConflict`, `StaleAttempt`);
+  a run id taken (`Conflict`, and the store's `stores.CONFLICT_ERRORS`, which
+  the HTTP API answers with 409);
 - 130 interrupted (Ctrl-C); the run keeps its latest checkpoint.
 
 The message is one line on stderr, `error: <where>: <why>`, or with
@@ -46,7 +46,7 @@ def store_name(args: argparse.Namespace | None) -> str:
     driver = getattr(args, "store_driver", None)
     if args is None or driver is None:
         return "the store"
-    from agent_runtime.cli_options import store_location  # noqa: PLC0415 - a cycle otherwise
+    from agent_runtime.cli.options import store_location  # noqa: PLC0415 - a cycle otherwise
 
     location = store_location(args)
     return f"the {driver} store" + (f" {location}" if location else "")
@@ -55,24 +55,11 @@ def store_name(args: argparse.Namespace | None) -> str:
 def classify(error: BaseException, args: argparse.Namespace | None) -> tuple[int, str, str]:
     """(exit code, error code, message) for an error the command ends with."""
     # Imported here: a command that never opened a store need not load them.
-    from stores.base import (  # noqa: PLC0415
-        ApprovalConflict,
-        CheckpointConflict,
-        CorruptRecord,
-        InvalidTransition,
-        LeaseHeld,
-        RunAlreadyExists,
-        RunNotFound,
-        RunTerminal,
-        StaleAttempt,
-        StoreError,
-    )
+    from stores import CONFLICT_ERRORS, CorruptRecord, RunNotFound, StoreError  # noqa: PLC0415
 
-    conflicts = (Conflict, LeaseHeld, RunTerminal, InvalidTransition, ApprovalConflict,
-                 RunAlreadyExists, CheckpointConflict, StaleAttempt)
     if isinstance(error, NotFound | RunNotFound):
         return EXIT_NOT_FOUND, "not_found", str(error)
-    if isinstance(error, conflicts):
+    if isinstance(error, (Conflict, *CONFLICT_ERRORS)):
         return EXIT_CONFLICT, "conflict", str(error)
     if isinstance(error, InvalidInput):
         return EXIT_INVALID, "invalid_input", str(error)

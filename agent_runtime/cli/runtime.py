@@ -1,6 +1,6 @@
 """How the CLI builds the runtime of a run: its tools, sinks, artifacts and budget.
 
-Apart from `cli_options` (flags, paths, options: light) because this is where
+Apart from `cli.options` (flags, paths, options: light) because this is where
 the engine is imported: only commands that execute runs pay for it.
 """
 
@@ -15,26 +15,25 @@ from stores.artifacts import LocalArtifactStore
 from stores.base import RunStore
 from stores.records import Budget
 
-from agent_runtime.cli_flags import DEFAULT_EVENTS
-from agent_runtime.cli_options import check_sinks, runtime_config
-from agent_runtime.cli_output import guarded
-from agent_runtime.config import RuntimeConfig, import_tool_target
+from agent_runtime.cli.flags import DEFAULT_EVENTS
+from agent_runtime.cli.options import check_sinks, runtime_config
+from agent_runtime.cli.output import guarded
+from agent_runtime.cli.reports import print_event
+from agent_runtime.config import RuntimeConfig
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import InvalidInput
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
-from agent_runtime.reports import print_event
 from agent_runtime.stream import StreamView
-from agent_runtime.tools import Tool, load_tool_file, tool
+from agent_runtime.tools import Tool, configured_tools, load_tool_file
 
 
-def load_tools(options: dict[str, Any], config: Any) -> list[Tool]:
+def load_tools(options: dict[str, Any], config: RuntimeConfig | None) -> list[Tool]:
+    """A run's tools: those of its `--tools` files, then those its config names."""
     found: list[Tool] = []
     for path in options.get("tools", []):
         found.extend(load_tool_file(path))
     if config is not None:
-        for name, target in config.tools.items():
-            item = import_tool_target(target, source=options.get("config", "--config"), name=name)
-            found.append(item if isinstance(item, Tool) else tool(name=name)(item))
+        found.extend(configured_tools(config, source=options.get("config", "--config")))
     return found
 
 

@@ -13,7 +13,7 @@ import argparse
 import os
 from pathlib import Path
 
-from agent_runtime.cli_flags import (
+from agent_runtime.cli.flags import (
     CONFIG_FILE,
     DEFAULT_FILE_STORE,
     DEFAULT_STORE,

@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent_runtime.cli_errors import EXIT_COMPLETED, EXIT_FAILED
-from agent_runtime.cli_flags import DEFAULT_ARTIFACTS
-from agent_runtime.cli_options import check_output_file, open_run_store, run_options
-from agent_runtime.cli_output import guarded
-from agent_runtime.cli_runtime import build_runtime
+from agent_runtime.cli.errors import EXIT_COMPLETED, EXIT_FAILED
+from agent_runtime.cli.flags import DEFAULT_ARTIFACTS
+from agent_runtime.cli.options import check_output_file, open_run_store, run_options
+from agent_runtime.cli.output import guarded
+from agent_runtime.cli.reports import print_reconcile_summary
+from agent_runtime.cli.runtime import build_runtime
 from agent_runtime.events import EventSink, JsonlEventSink
 from agent_runtime.reconcile import Reconciler
-from agent_runtime.reports import print_reconcile_summary
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:

@@ -18,14 +18,14 @@ from typing import Any, TextIO
 from stores.base import RunStore
 from stores.records import Checkpoint, EffectRecord, RunRecord
 
-from agent_runtime.cli_errors import EXIT_COMPLETED
-from agent_runtime.cli_options import check_run_id, open_run_store
-from agent_runtime.cli_output import STATUS_COLOURS, guarded, paint
-from agent_runtime.cli_runs import load_run
-from agent_runtime.cli_store import store_flags_text
+from agent_runtime.cli.errors import EXIT_COMPLETED
+from agent_runtime.cli.options import check_run_id, open_run_store
+from agent_runtime.cli.output import STATUS_COLOURS, guarded, paint
+from agent_runtime.cli.reports import TimelineEntry, print_record, to_json_text
+from agent_runtime.cli.runs import load_run
+from agent_runtime.cli.store import store_flags_text
 from agent_runtime.errors import InvalidInput, NotFound
 from agent_runtime.excerpts import printable
-from agent_runtime.reports import TimelineEntry, print_record, to_json_text
 
 
 def _field(value: Any) -> str:
@@ -215,7 +215,7 @@ def cmd_effects(args: argparse.Namespace) -> int:
     if words[0] == "resolve":
         if len(words) != 3:
             raise InvalidInput("expected resolve RUN_ID KEY", source="effects")
-        from agent_runtime.cli_runs import cmd_effects_resolve  # noqa: PLC0415
+        from agent_runtime.cli.runs import cmd_effects_resolve  # noqa: PLC0415
 
         return cmd_effects_resolve(args, words[1], words[2])
     if len(words) != 1:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_runtime.cli_flags import (
+from agent_runtime.cli.flags import (
     CONFIG_FILE,
     DEFAULT_FILE_STORE,
     DEFAULT_STORE,
@@ -135,7 +135,7 @@ def check_input_file(path: str, *, flag: str) -> None:
 
 
 def store_location(args: argparse.Namespace) -> str | None:
-    """Where the command's store lives (`cli_store.select_store` filled it in; None: memory)."""
+    """Where the command's store lives (`cli.store.select_store` filled it in; None: memory)."""
     if args.store is not None or args.store_driver == "memory":
         return str(args.store) if args.store is not None else None
     return DEFAULT_FILE_STORE if args.store_driver == "file" else DEFAULT_STORE

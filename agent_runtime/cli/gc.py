@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_runtime.cli_flags import DEFAULT_ARTIFACTS
+from agent_runtime.cli.flags import DEFAULT_ARTIFACTS
 
 if TYPE_CHECKING:
     from agent_runtime.retention import Collected
@@ -58,8 +58,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from stores.artifacts import LocalArtifactStore  # noqa: PLC0415
     from stores.base import ArtifactStore  # noqa: PLC0415
 
-    from agent_runtime.cli_errors import EXIT_COMPLETED  # noqa: PLC0415
-    from agent_runtime.cli_options import open_run_store  # noqa: PLC0415
+    from agent_runtime.cli.errors import EXIT_COMPLETED  # noqa: PLC0415
+    from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
     from agent_runtime.retention import collect, finished_statuses, parse_duration  # noqa: PLC0415
 
     older_than = parse_duration(args.older_than)
