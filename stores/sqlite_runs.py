@@ -21,6 +21,7 @@ from stores.sqlite_rows import (
     RUN_FIELDS,
     RUN_SELECT,
     StoredRun,
+    checked_run_key,
     decode_run,
     run_row,
     run_seal,
@@ -66,7 +67,8 @@ class RunRows:
         run = with_columns(self.path, base, row.values)
         self.decoded[run_id] = StoredRun(str(row.checksum), run, row.values,
                                          str(row.incarnation), row.effect_count,
-                                         str(row.definition_checksum))
+                                         str(row.definition_checksum),
+                                         checked_run_key(self.path, run_id, row.run_key))
         return run, str(row.incarnation), run.checkpoint_seq or 0
 
     def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
@@ -89,7 +91,8 @@ class RunRows:
                               (*(values[i] for i in changed), seal, run.run_id, fence))
         require_fenced(cursor, run.run_id, fence)
         self.decoded[run.run_id] = StoredRun(values[-1], run, values, before.incarnation,
-                                             before.effect_count, before.definition_checksum)
+                                             before.effect_count, before.definition_checksum,
+                                             before.run_key)
 
 
 def require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
