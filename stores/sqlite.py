@@ -311,10 +311,12 @@ class SqliteRunStore(StateChanges):
             # answers max() in one probe).
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
                          f" definition_checksum, {RUN_COLUMNS}, columns_checksum, run_key)"
-                         f" VALUES (?, ?, ?, ?, {RUN_VALUES}, ?,"
+                         f" VALUES (?, ?, '', ?, {RUN_VALUES}, ?,"
                          " (SELECT coalesce(max(run_key), 0) + 1 FROM runs))",
-                         (run.run_id, incarnation, definition, digest(definition), *values,
-                          seal))
+                         (run.run_id, incarnation, digest(definition), *values, seal))
+            conn.execute("INSERT INTO run_definitions (run_key, definition)"
+                         " SELECT run_key, ? FROM runs WHERE run_id = ?",
+                         (definition, run.run_id))
             count_runs(conn, self.path, +1)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
@@ -442,8 +444,10 @@ class SqliteRunStore(StateChanges):
             transitions.check_deletable(run)
             # Its checkpoints by their positions; effects and approvals go
             # with the run row (ON DELETE CASCADE).
+            run_key = self._rows.decoded[run_id].run_key
             conn.execute("DELETE FROM checkpoints WHERE position BETWEEN ? AND ?",
-                         positions(self._rows.decoded[run_id].run_key))
+                         positions(run_key))
+            conn.execute("DELETE FROM run_definitions WHERE run_key = ?", (run_key,))
             conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             count_runs(conn, self.path, -1)
 

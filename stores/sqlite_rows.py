@@ -50,8 +50,12 @@ CHECKPOINT_VALUES = ", ".join("?" * 11)
 
 # What a read selects of a run row: its identity and store bookkeeping, the
 # definition, the columns of RUN_FIELDS, and the seal over all of them.
-RUN_SELECT = ("run_id, incarnation, effect_count, run_key, definition, definition_checksum,"
-              f" {RUN_COLUMNS}, columns_checksum")
+RUN_SELECT = ("run_id, incarnation, effect_count, run_key, run_definitions.definition,"
+              f" definition_checksum, {RUN_COLUMNS}, columns_checksum")
+# Where RUN_SELECT reads: the run row and its definition (sqlite_schema's
+# migration 4); a definition that is missing reads as NULL, which fails its
+# checksum.
+RUN_FROM = "runs LEFT JOIN run_definitions USING (run_key)"
 # The columns a run row's seal covers, in the order row_digest takes them (the
 # triggers of sqlite_schema's migration 3 list the same).
 RUN_SEALED = ("run_id", "incarnation", "status", "attempt", "parent_run_id", "tenant",

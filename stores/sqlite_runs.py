@@ -19,6 +19,7 @@ from stores.sqlite_integrity import check_orphans
 from stores.sqlite_rows import (
     ALWAYS_SET,
     RUN_FIELDS,
+    RUN_FROM,
     RUN_SELECT,
     StoredRun,
     checked_run_key,
@@ -44,7 +45,7 @@ class RunRows:
     def read(self, conn: sqlite3.Connection,
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
         """(run, incarnation, latest checkpoint seq) in one query, the row checked."""
-        found = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE run_id = ?",
+        found = conn.execute(f"SELECT {RUN_SELECT} FROM {RUN_FROM} WHERE run_id = ?",
                              (run_id,)).fetchone()
         if found is None:
             check_orphans(conn, self.path, run_id)

@@ -186,6 +186,17 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN run_key INTEGER",
         "UPDATE runs SET run_key = rowid",
         "CREATE UNIQUE INDEX runs_by_key ON runs (run_key)",
+        # The definition (written once, often kilobytes: the manifest and its
+        # variables) leaves the run row, which every checkpoint moves: inside
+        # it, it pushed the row's seal onto an overflow page, one more page
+        # per commit. The row keeps its checksum (sealed), so a definition
+        # that went missing or sits under another key is reported. The old
+        # column stays, empty: not every SQLite this runs on can drop one.
+        """CREATE TABLE run_definitions (run_key INTEGER PRIMARY KEY,
+            definition TEXT NOT NULL)""",
+        """INSERT INTO run_definitions (run_key, definition)
+            SELECT run_key, definition FROM runs""",
+        "UPDATE runs SET definition = ''",
         """CREATE TABLE checkpoints_by_position (
             position INTEGER PRIMARY KEY, run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             attempt INTEGER NOT NULL, created_at INTEGER NOT NULL, lease_expires_at INTEGER,

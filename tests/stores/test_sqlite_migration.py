@@ -1,5 +1,6 @@
-"""A file written before checkpoints were keyed by position (schema version 3) opens
-migrated: every run, checkpoint, effect and orphan reads as before, and runs go on."""
+"""A file written before checkpoints were keyed by position and definitions left the
+run rows (schema version 3) opens migrated: every run, checkpoint, effect and orphan
+reads as before, and runs go on."""
 
 from __future__ import annotations
 
@@ -53,8 +54,12 @@ def _version_3_copy(current: Path, old: Path) -> None:
         raw.execute("ATTACH DATABASE ? AS current", (str(current),))
         for table in ("effects", "approvals", "checkpoints", "runs"):
             columns = _columns(raw, table)
-            raw.execute(f"INSERT INTO main.{table} ({columns}) SELECT {columns}"
-                        f" FROM current.{table}")
+            # Version 3 kept the definition in the run row.
+            selected = columns.replace(
+                "definition,", "(SELECT definition FROM current.run_definitions AS d"
+                " WHERE d.run_key = t.run_key),", 1) if table == "runs" else columns
+            raw.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected}"
+                        f" FROM current.{table} AS t")
         raw.execute("UPDATE main.run_count SET runs = (SELECT runs FROM current.run_count),"
                     " checksum = (SELECT checksum FROM current.run_count)")
         raw.execute("DETACH DATABASE current")
@@ -81,6 +86,8 @@ def test_a_version_3_file_opens_migrated_and_its_runs_go_on(tmp_path: Path) -> N
     _version_3_copy(current, old)
     with _raw(old) as raw:  # it really is version 3: no positions, a (run_id, seq) key
         assert "position" not in _columns(raw, "checkpoints")
+        assert raw.execute("SELECT count(*) FROM runs WHERE length(definition) > 100"
+                           ).fetchone()[0] == 3
         assert raw.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 3
 
     with SqliteRunStore(old) as store:
@@ -105,6 +112,9 @@ def test_a_version_3_file_opens_migrated_and_its_runs_go_on(tmp_path: Path) -> N
         assert len({key for _, _, _, key in rows}) == 2
         assert raw.execute("SELECT count(*) FROM checkpoints WHERE run_id = 'r2'"
                            ).fetchone()[0] == 0
+        # The definitions moved out of the run rows, and r2's went with it.
+        assert raw.execute("SELECT count(*) FROM runs WHERE definition != ''").fetchone()[0] == 0
+        assert raw.execute("SELECT count(*) FROM run_definitions").fetchone()[0] == 3
 
 
 def test_checkpoints_of_a_missing_run_are_still_found_after_the_migration(
