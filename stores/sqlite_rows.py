@@ -1,8 +1,10 @@
 """How SqliteRunStore maps runs and checkpoints to rows, and back, and checks them.
 
-A run row holds the run's definition (written once), its record JSON (written
-by state changes) and, as plain columns, the fields list_runs filters on and
-the fields a checkpoint moves (see `sqlite_schema`). Times are integer
+A run row holds its record JSON (written by state changes), the checksum of
+its definition (the text, written once, is in `run_definitions` under the
+run's `run_key`), and, as plain columns, the fields list_runs filters on and
+the fields a checkpoint moves (see `sqlite_schema`). A checkpoint row sits at
+its `position`, run_key * 2**32 + seq. Times are integer
 microseconds since the epoch. Every text carries its sha256, and every row its
 `columns_checksum` (`row_digest` of the covered columns: every column a read
 returns, the texts' checksums included). A column a text also holds (status,
