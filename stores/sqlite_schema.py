@@ -172,6 +172,72 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO run_count (only, runs, checksum)
             SELECT 1, count(*), row_digest('runs', count(*)) FROM runs""",
     ),
+    (
+        # A checkpoint costs one page fewer per commit: the checkpoints table is
+        # keyed by its rowid, `position` = the run's `run_key` * 2**32 + seq, so
+        # a run's checkpoints lie in seq order in the table itself and a save
+        # writes the table's leaf (and the run row), no (run_id, seq) index
+        # leaf besides. (A WITHOUT ROWID table would cluster the same way, but
+        # its rows spill to an overflow page above ~1,000 bytes, which a
+        # checkpoint body usually is.) `run_key` is a run's number in this file,
+        # fixed at create_run; not the run table's rowid, which VACUUM may
+        # renumber. It is outside the run's seal: a damaged key finds no rows,
+        # or rows naming another run, and reads report that.
+        "ALTER TABLE runs ADD COLUMN run_key INTEGER",
+        "UPDATE runs SET run_key = rowid",
+        "CREATE UNIQUE INDEX runs_by_key ON runs (run_key)",
+        # The definition (written once, often kilobytes: the manifest and its
+        # variables) leaves the run row, which every checkpoint moves: inside
+        # it, it pushed the row's seal onto an overflow page, one more page
+        # per commit. The row keeps its checksum (sealed), so a definition
+        # that went missing or sits under another key is reported. The old
+        # column stays, empty: not every SQLite this runs on can drop one.
+        """CREATE TABLE run_definitions (run_key INTEGER PRIMARY KEY,
+            definition TEXT NOT NULL)""",
+        """INSERT INTO run_definitions (run_key, definition)
+            SELECT run_key, definition FROM runs""",
+        "UPDATE runs SET definition = ''",
+        """CREATE TABLE checkpoints_by_position (
+            position INTEGER PRIMARY KEY, run_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            attempt INTEGER NOT NULL, created_at INTEGER NOT NULL, lease_expires_at INTEGER,
+            consumed_tokens INTEGER NOT NULL, body TEXT NOT NULL, size_bytes INTEGER NOT NULL,
+            checksum TEXT NOT NULL, columns_checksum TEXT)""",
+        # A row whose run is gone, or whose seq is out of range (damage), goes
+        # below every run's positions, where no read finds it: its run then
+        # reports the checkpoint missing (seq is sealed, so it cannot be
+        # moved unnoticed).
+        """INSERT INTO checkpoints_by_position SELECT
+            CASE WHEN typeof(seq) = 'integer' AND seq BETWEEN 1 AND 4294967295
+                AND run_key IS NOT NULL THEN run_key * 4294967296 + seq
+                ELSE -checkpoints.rowid END,
+            checkpoints.run_id, seq, checkpoints.attempt, checkpoints.created_at,
+            checkpoints.lease_expires_at, checkpoints.consumed_tokens, body, size_bytes,
+            checkpoints.checksum, checkpoints.columns_checksum
+            FROM checkpoints LEFT JOIN runs ON runs.run_id = checkpoints.run_id""",
+        # Dropping the table drops its trigger; the same trigger comes back below.
+        "DROP TABLE checkpoints",
+        "ALTER TABLE checkpoints_by_position RENAME TO checkpoints",
+        # Rows of a run whose row is gone (`sqlite_integrity.check_orphans`) are
+        # found through its first checkpoint: one index entry per run, written
+        # once, instead of one per checkpoint. (Deleting a run deletes its
+        # checkpoints by position; the foreign key's cascade would scan.)
+        "CREATE INDEX checkpoints_first ON checkpoints (run_id) WHERE seq = 1",
+        """CREATE TRIGGER checkpoint_moves_run AFTER INSERT ON checkpoints BEGIN
+            UPDATE runs SET checkpoint_seq = NEW.seq, consumed_tokens = NEW.consumed_tokens,
+                updated_at = NEW.created_at,
+                lease_expires_at = coalesce(NEW.lease_expires_at, lease_expires_at),
+                columns_checksum = row_digest('run', run_id, incarnation, status, attempt,
+                    parent_run_id, tenant, resume_requested_at,
+                    coalesce(NEW.lease_expires_at, lease_expires_at), created_at, NEW.seq,
+                    NEW.consumed_tokens, NEW.created_at, effect_count, definition_checksum,
+                    checksum)
+            WHERE run_id = NEW.run_id AND NEW.seq > checkpoint_seq
+                AND columns_checksum = row_digest('run', run_id, incarnation, status, attempt,
+                    parent_run_id, tenant, resume_requested_at, lease_expires_at, created_at,
+                    checkpoint_seq, consumed_tokens, updated_at, effect_count,
+                    definition_checksum, checksum);
+        END""",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
