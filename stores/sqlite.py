@@ -63,6 +63,7 @@ from stores.sqlite_rows import (
     CHECKPOINT_SELECT,
     CHECKPOINT_VALUES,
     DEFINITION,
+    MAX_SEQ,
     RUN_COLUMNS,
     RUN_SEAL_SQL,
     RUN_VALUES,
@@ -71,7 +72,6 @@ from stores.sqlite_rows import (
     checkpoint_row,
     digest,
     moment,
-    positions,
     run_seal,
     run_values,
 )
@@ -179,13 +179,9 @@ class SqliteRunStore(StateChanges):
                          seq: int | None, *, bodies: bool) -> list[Any]:
         """The checked rows of checkpoints 1..`seq` (1..`latest`, and none beyond,
         when None); `latest` is the run's checkpoint_seq."""
-        # The run's positions (its key, as the read of its row in this
-        # transaction checked it); a row there of another run is damage.
-        run_key = self._rows.decoded[run_id].run_key
         rows = conn.execute(f"SELECT {CHECKPOINT_SELECT}{', body' if bodies else ''}"
-                            " FROM checkpoints WHERE position BETWEEN ? AND ? ORDER BY position",
-                            positions(run_key) if seq is None else positions(run_key, seq)
-                            ).fetchall()
+                            " FROM checkpoints WHERE run_id = ? AND seq <= ? ORDER BY seq",
+                            (run_id, MAX_SEQ if seq is None else seq)).fetchall()
         checked_checkpoints(self.path, run_id, rows, latest if seq is None else seq,
                             beyond=seq is None)
         return rows
@@ -219,8 +215,7 @@ class SqliteRunStore(StateChanges):
         body, saved = encode_body(checkpoint, previous)
         conn.execute(f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES"
                      f" ({CHECKPOINT_VALUES})",
-                     checkpoint_row(checkpoint, body, lease_expires_at,
-                                    self._rows.decoded[run_id].run_key))
+                     checkpoint_row(checkpoint, body, lease_expires_at))
         self._uncommitted.append((incarnation, saved))
 
     @contextlib.contextmanager
@@ -307,16 +302,11 @@ class SqliteRunStore(StateChanges):
             definition = seal_text(run.model_dump_json(include=DEFINITION))
             incarnation, values = uuid.uuid4().hex, run_values(run)
             seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
-            # The next key: never one a stored run has (the unique index
-            # answers max() in one probe).
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
-                         f" definition_checksum, {RUN_COLUMNS}, columns_checksum, run_key)"
-                         f" VALUES (?, ?, '', ?, {RUN_VALUES}, ?,"
-                         " (SELECT coalesce(max(run_key), 0) + 1 FROM runs))",
-                         (run.run_id, incarnation, digest(definition), *values, seal))
-            conn.execute("INSERT INTO run_definitions (run_key, definition)"
-                         " SELECT run_key, ? FROM runs WHERE run_id = ?",
-                         (definition, run.run_id))
+                         f" definition_checksum, {RUN_COLUMNS}, columns_checksum)"
+                         f" VALUES (?, ?, ?, ?, {RUN_VALUES}, ?)",
+                         (run.run_id, incarnation, definition, digest(definition), *values,
+                          seal))
             count_runs(conn, self.path, +1)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
@@ -367,10 +357,9 @@ class SqliteRunStore(StateChanges):
                 f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) SELECT {CHECKPOINT_VALUES}"
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND incarnation = ? AND"
                 " attempt = ? AND status = 'running' AND checkpoint_seq = ? AND"
-                f" run_key = ? AND columns_checksum = {RUN_SEAL_SQL})",
-                (*checkpoint_row(checkpoint, body, lease_expires_at, known.run_key),
-                 checkpoint.run_id, known.incarnation, expected_attempt, checkpoint.seq - 1,
-                 known.run_key))
+                f" columns_checksum = {RUN_SEAL_SQL})",
+                (*checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
+                 known.incarnation, expected_attempt, checkpoint.seq - 1))
         except sqlite3.IntegrityError:
             return False
         if cursor.rowcount != 1:
@@ -442,12 +431,7 @@ class SqliteRunStore(StateChanges):
             if run is None:
                 return
             transitions.check_deletable(run)
-            # Its checkpoints by their positions; effects and approvals go
-            # with the run row (ON DELETE CASCADE).
-            run_key = self._rows.decoded[run_id].run_key
-            conn.execute("DELETE FROM checkpoints WHERE position BETWEEN ? AND ?",
-                         positions(run_key))
-            conn.execute("DELETE FROM run_definitions WHERE run_key = ?", (run_key,))
+            # Checkpoints, effects and approvals go with it (ON DELETE CASCADE).
             conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             count_runs(conn, self.path, -1)
 

@@ -37,9 +37,7 @@ OWNED: dict[type[BaseModel], tuple[str, str, str]] = {
     EffectRecord: ("effects", "key", "effect"),
     ApprovalDecision: ("approvals", "approval_id", "approval"),
 }
-# A run's checkpoints are found by their first (indexed: see sqlite_schema's
-# migration 4); its effects and approvals by their key's prefix.
-_ORPHANS = ("SELECT 'checkpoints' FROM checkpoints WHERE run_id = ?1 AND seq = 1 UNION ALL"
+_ORPHANS = ("SELECT 'checkpoints' FROM checkpoints WHERE run_id = ?1 UNION ALL"
             " SELECT 'effects' FROM effects WHERE run_id = ?1 UNION ALL"
             " SELECT 'approvals' FROM approvals WHERE run_id = ?1 LIMIT 1")
 _COUNT_RUNS = ("UPDATE run_count SET runs = runs + ?1, checksum = row_digest('runs', runs + ?1)"

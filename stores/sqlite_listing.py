@@ -21,7 +21,7 @@ from stores import transitions
 from stores.base import CorruptRecord
 from stores.records import RunPage, RunStatus
 from stores.sqlite_integrity import check_run_count
-from stores.sqlite_rows import RUN_FROM, RUN_SELECT, decode_run, micros, run_row, with_columns
+from stores.sqlite_rows import RUN_SELECT, decode_run, micros, run_row, with_columns
 
 
 def list_runs(conn: sqlite3.Connection, path: Path, *,
@@ -53,7 +53,7 @@ def list_runs(conn: sqlite3.Connection, path: Path, *,
         params.append(cursor)
     # One more than a page tells whether another page follows.
     params.append(max(limit + 1, 0))
-    rows = conn.execute(f"SELECT {RUN_SELECT} FROM {RUN_FROM} WHERE {' AND '.join(where)}"
+    rows = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE {' AND '.join(where)}"
                         f" ORDER BY run_id {'DESC' if newest_first else 'ASC'} LIMIT ?",
                         params).fetchall()
     found = []

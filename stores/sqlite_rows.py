@@ -1,10 +1,8 @@
 """How SqliteRunStore maps runs and checkpoints to rows, and back, and checks them.
 
-A run row holds its record JSON (written by state changes), the checksum of
-its definition (the text, written once, is in `run_definitions` under the
-run's `run_key`), and, as plain columns, the fields list_runs filters on and
-the fields a checkpoint moves (see `sqlite_schema`). A checkpoint row sits at
-its `position`, run_key * 2**32 + seq. Times are integer
+A run row holds the run's definition (written once), its record JSON (written
+by state changes) and, as plain columns, the fields list_runs filters on and
+the fields a checkpoint moves (see `sqlite_schema`). Times are integer
 microseconds since the epoch. Every text carries its sha256, and every row its
 `columns_checksum` (`row_digest` of the covered columns: every column a read
 returns, the texts' checksums included). A column a text also holds (status,
@@ -31,10 +29,7 @@ from stores.records import Checkpoint, RunRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _T = TypeVar("_T")
-# A checkpoint row's rowid is its `position`: run_key * SEQ_SPAN + seq (see
-# sqlite_schema's migration 4), so a run's checkpoints are one rowid range.
-SEQ_SPAN = 2**32
-MAX_RUN_KEY = 2**31 - 1  # the largest key whose positions fit SQLite's integers
+MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
 
 # What a run write sets: the record, its checksum, and beside them the fields
 # list_runs filters on (so the filters are indexed SQL) and the fields a
@@ -46,18 +41,14 @@ RUN_COLUMNS = ", ".join(RUN_FIELDS)
 RUN_VALUES = ", ".join("?" * len(RUN_FIELDS))
 CREATED = RUN_FIELDS.index("created_at")
 ALWAYS_SET = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at", "checksum"}
-CHECKPOINT_COLUMNS = ("position, run_id, seq, attempt, created_at, lease_expires_at,"
-                      " consumed_tokens, body, size_bytes, checksum, columns_checksum")
-CHECKPOINT_VALUES = ", ".join("?" * 11)
+CHECKPOINT_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
+                      " body, size_bytes, checksum, columns_checksum")
+CHECKPOINT_VALUES = ", ".join("?" * 10)
 
 # What a read selects of a run row: its identity and store bookkeeping, the
 # definition, the columns of RUN_FIELDS, and the seal over all of them.
-RUN_SELECT = ("run_id, incarnation, effect_count, run_key, run_definitions.definition,"
-              f" definition_checksum, {RUN_COLUMNS}, columns_checksum")
-# Where RUN_SELECT reads: the run row and its definition (sqlite_schema's
-# migration 4); a definition that is missing reads as NULL, which fails its
-# checksum.
-RUN_FROM = "runs LEFT JOIN run_definitions USING (run_key)"
+RUN_SELECT = (f"run_id, incarnation, effect_count, definition, definition_checksum,"
+              f" {RUN_COLUMNS}, columns_checksum")
 # The columns a run row's seal covers, in the order row_digest takes them (the
 # triggers of sqlite_schema's migration 3 list the same).
 RUN_SEALED = ("run_id", "incarnation", "status", "attempt", "parent_run_id", "tenant",
@@ -131,7 +122,6 @@ class StoredRun:
     incarnation: str
     effect_count: int = 0
     definition_checksum: str = ""
-    run_key: int = 0  # where its checkpoints are (`positions`)
 
 
 @dataclass(frozen=True)
@@ -141,7 +131,6 @@ class RunRow:
     run_id: str
     incarnation: str
     effect_count: int
-    run_key: object  # outside the seal: checked by `checked_run_key` where it is used
     definition: object
     definition_checksum: object
     values: tuple[Any, ...]  # RUN_FIELDS order
@@ -166,26 +155,11 @@ def run_seal(run_id: str, incarnation: str, values: Sequence[Any], effect_count:
 
 def run_row(path: Path, row: Sequence[Any]) -> RunRow:
     """A row of RUN_SELECT, or `CorruptRecord` when its columns fail their seal."""
-    run_id, incarnation, effect_count, run_key, definition, definition_checksum = row[:6]
-    values = tuple(row[6:-1])
+    run_id, incarnation, effect_count, definition, definition_checksum = row[:5]
+    values = tuple(row[5:-1])
     if run_seal(run_id, incarnation, values, effect_count, definition_checksum) != row[-1]:
         raise CorruptRecord(f"run {run_id!r} in {path}: its columns failed their checksum")
-    return RunRow(run_id, incarnation, effect_count, run_key, definition, definition_checksum,
-                  values)
-
-
-def checked_run_key(path: Path, run_id: str, run_key: object) -> int:
-    """The run's key, or `CorruptRecord` when its column cannot be one."""
-    if type(run_key) is not int or not 0 < run_key <= MAX_RUN_KEY:
-        raise CorruptRecord(f"run {run_id!r} in {path}: its run_key column is damaged "
-                            f"({run_key!r})")
-    return run_key
-
-
-def positions(run_key: int, last_seq: int = SEQ_SPAN - 1) -> tuple[int, int]:
-    """The rowid range of a run's checkpoints up to `last_seq` (seq 0 included, so a
-    row at seq 0 is seen, and reported, rather than skipped)."""
-    return run_key * SEQ_SPAN, run_key * SEQ_SPAN + min(last_seq, SEQ_SPAN - 1)
+    return RunRow(run_id, incarnation, effect_count, definition, definition_checksum, values)
 
 
 def verified(path: Path, text: object, checksum: object, what: str) -> str:
@@ -240,22 +214,17 @@ def with_columns(path: Path, run: RunRecord, values: tuple[Any, ...]) -> RunReco
                             f"decode: {error}") from error
 
 
-def checkpoint_row(checkpoint: Checkpoint, body: str, lease_expires_at: datetime | None,
-                   run_key: int) -> tuple[Any, ...]:
-    """The values of CHECKPOINT_COLUMNS for a checkpoint of the run keyed `run_key`
-    stored as `body` (through the configured codec: size and sha256 are of the stored
-    text)."""
-    if not 0 < checkpoint.seq < SEQ_SPAN:
-        raise ValueError(f"checkpoint seq {checkpoint.seq} of run {checkpoint.run_id!r} is "
-                         f"outside what an SQLite store holds (1..{SEQ_SPAN - 1})")
+def checkpoint_row(checkpoint: Checkpoint, body: str,
+                   lease_expires_at: datetime | None) -> tuple[Any, ...]:
+    """The values of CHECKPOINT_COLUMNS for a checkpoint stored as `body` (through the
+    configured codec: size and sha256 are of the stored text)."""
     body = seal_text(body)
     data = body.encode()
     covered = (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
                micros(checkpoint.created_at),
                None if lease_expires_at is None else micros(lease_expires_at),
                checkpoint.budget.consumed_tokens, len(data), hashlib.sha256(data).hexdigest())
-    return (run_key * SEQ_SPAN + checkpoint.seq, *covered[:6], body, *covered[6:],
-            row_digest("checkpoint", *covered))
+    return (*covered[:6], body, *covered[6:], row_digest("checkpoint", *covered))
 
 
 def assemble_rows(path: Path, run_id: str,

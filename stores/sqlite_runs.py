@@ -19,10 +19,8 @@ from stores.sqlite_integrity import check_orphans
 from stores.sqlite_rows import (
     ALWAYS_SET,
     RUN_FIELDS,
-    RUN_FROM,
     RUN_SELECT,
     StoredRun,
-    checked_run_key,
     decode_run,
     run_row,
     run_seal,
@@ -45,7 +43,7 @@ class RunRows:
     def read(self, conn: sqlite3.Connection,
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
         """(run, incarnation, latest checkpoint seq) in one query, the row checked."""
-        found = conn.execute(f"SELECT {RUN_SELECT} FROM {RUN_FROM} WHERE run_id = ?",
+        found = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE run_id = ?",
                              (run_id,)).fetchone()
         if found is None:
             check_orphans(conn, self.path, run_id)
@@ -68,8 +66,7 @@ class RunRows:
         run = with_columns(self.path, base, row.values)
         self.decoded[run_id] = StoredRun(str(row.checksum), run, row.values,
                                          str(row.incarnation), row.effect_count,
-                                         str(row.definition_checksum),
-                                         checked_run_key(self.path, run_id, row.run_key))
+                                         str(row.definition_checksum))
         return run, str(row.incarnation), run.checkpoint_seq or 0
 
     def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
@@ -92,8 +89,7 @@ class RunRows:
                               (*(values[i] for i in changed), seal, run.run_id, fence))
         require_fenced(cursor, run.run_id, fence)
         self.decoded[run.run_id] = StoredRun(values[-1], run, values, before.incarnation,
-                                             before.effect_count, before.definition_checksum,
-                                             before.run_key)
+                                             before.effect_count, before.definition_checksum)
 
 
 def require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
