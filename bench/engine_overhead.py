@@ -86,7 +86,19 @@ def _runtime(store: Any, size: int, variant: str) -> Any:
         entries.append({"text": ENTRY_TEXT, "usage": usage})
     runtime = AgentRuntime(store=store, tools=[lookup])
     runtime.scripted.add_script("bench", Script(by_step={"ask": entries}))
+    # The scripted model keeps every request it is sent, for tests to inspect;
+    # a real provider keeps none. Kept here, they would be most of what grows
+    # with N besides the run's own state (each holds its resolved messages),
+    # measuring the test double rather than the runtime.
+    runtime.scripted.requests = _Unlogged()
     return runtime
+
+
+class _Unlogged(list[Any]):
+    """A request log that keeps nothing (see `_runtime`)."""
+
+    def append(self, _request: Any) -> None:
+        return None
 
 
 def _run_engine(store: Any, size: int, variant: str) -> float:
