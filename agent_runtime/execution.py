@@ -53,7 +53,7 @@ from agent_runtime.step_kinds import StepBase
 from agent_runtime.waves import wave_runner
 
 if TYPE_CHECKING:
-    from agent_runtime.engine import AgentRuntime
+    from agent_runtime.run_host import RunHost
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -74,7 +74,7 @@ class Execution(StepContext):
     ends the attempt completed, failed, suspended, cancelled or (at a slice's
     deadline) still running. Steps see it as their context (`StepContext`)."""
 
-    def __init__(self, runtime: AgentRuntime, run: RunRecord, manifest: AgentManifest,
+    def __init__(self, runtime: RunHost, run: RunRecord, manifest: AgentManifest,
                  state: RunState, cursor: list[Frame], *,
                  deadline: datetime | None = None) -> None:
         self.runtime = runtime

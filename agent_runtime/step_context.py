@@ -39,8 +39,8 @@ from agent_runtime.state import RunState
 if TYPE_CHECKING:
     from agent_runtime.capabilities import ResolvedModel
     from agent_runtime.config import WebhookPolicy
-    from agent_runtime.engine import AgentRuntime
     from agent_runtime.results import RunResult
+    from agent_runtime.run_host import RunHost
     from agent_runtime.tools import Tool
     from agent_runtime.tools.mcp import McpTool
 
@@ -61,7 +61,7 @@ class LostOwnership(AgentRuntimeError):
 class StepContext:
     """The services of one attempt of a run, as its steps see them."""
 
-    runtime: AgentRuntime
+    runtime: RunHost
     run: RunRecord
     run_id: str
     attempt: int
