@@ -199,8 +199,16 @@ class Execution(StepContext):
     # -- the walk ------------------------------------------------------------
 
     async def run_sequence(self, steps: Sequence[StepBase], *, prefix: str,
-                           loop_iteration: int | None, resume: list[Frame]) -> None:
-        """Run `steps` in order from the resume frame; checkpoint after each one."""
+                           loop_iteration: int | None, resume: list[Frame],
+                           checkpoint_last: bool = True) -> None:
+        """Run `steps` in order from the resume frame; checkpoint after each one.
+
+        With `checkpoint_last=False` the caller commits right after the last
+        step itself (a loop iteration's end) with nothing outside the process
+        in between, so that one commit point serves both: a crash before it
+        repeats the last step, exactly as a crash just before the step's own
+        commit would.
+        """
         level = len(self.stack)
         start = resume[0].step_index if resume else 0
         first: Frame | None = resume[0] if resume else None
@@ -227,7 +235,8 @@ class Execution(StepContext):
             self.stack[level] = self._frame_at(steps, after, prefix, loop_iteration)
             if level > 0:
                 self.stack[level - 1].child_index = after
-            await self.checkpoint()
+            if checkpoint_last or after < len(steps):
+                await self.checkpoint()
         # Popped only on normal completion: a suspension or failure propagating
         # through here is saved with the stack as it stands, pointing at the step.
         del self.stack[level:]

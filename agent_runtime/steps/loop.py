@@ -168,8 +168,10 @@ class LoopStepExecutor:
                                 step_path=iteration_path, iteration=index)
             ctx.scopes.append({"loop": loop_scope})
             try:
+                # The iteration's own checkpoint below is the last step's.
                 await ctx.run_sequence(step.steps, prefix=iteration_path,
-                                       loop_iteration=index, resume=resume)
+                                       loop_iteration=index, resume=resume,
+                                       checkpoint_last=False)
                 resume = []
                 current = self._complete_iteration(step, frame, ctx, index)
                 outputs.append(current["output"])

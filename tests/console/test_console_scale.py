@@ -16,10 +16,11 @@ from tests.api.serve_process import Serve, run_of, start, wait_until
 
 pytestmark = pytest.mark.slow
 
-# Every iteration checkpoints twice (its prompt, then the iteration); the loop's
-# end and the run's end add two more: 249 items make 500 checkpoints.
-ITEMS = 249
-CHECKPOINTS = 2 * ITEMS + 2
+# Every iteration checkpoints once (its prompt's completion is the iteration's
+# commit point); the loop's end and the run's end add two more: 498 items make
+# 500 checkpoints.
+ITEMS = 498
+CHECKPOINTS = ITEMS + 2
 
 
 def long_loop() -> dict[str, Any]:

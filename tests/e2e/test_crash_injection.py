@@ -136,7 +136,9 @@ def test_the_uninterrupted_run_is_the_reference(reference: Outcome) -> None:
     assert len(reference.attempts) == ROUNDS * len(ITEMS) + 1
     calls = ROUNDS * len(ITEMS) * 2
     assert len(reference.effects) == len(reference.executions) == calls
-    assert sum(attempt.checkpoints for attempt in reference.attempts) >= 30
+    # enough commit points to kill at (a loop iteration's last step shares the
+    # iteration's commit point, so this run has 26)
+    assert sum(attempt.checkpoints for attempt in reference.attempts) >= 25
     assert_same_run(reference, reference, non_idempotent=NON_IDEMPOTENT)
 
 
