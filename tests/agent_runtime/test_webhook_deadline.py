@@ -44,7 +44,9 @@ def receiver() -> Iterator[SlowFirst]:
     def respond(request: Request) -> Answer:
         state.keys.append(request.headers.get("idempotency-key"))
         if len(state.keys) == 1:
-            state.release.wait(timeout=10)
+            # held until the test releases it (at teardown at the latest); the bound
+            # only keeps a broken test from hanging, so it is generous
+            state.release.wait(timeout=300)
         return Answer(200, {"Content-Type": "application/json"}, b'{"ok": true}')
 
     with serve_http(respond) as url:
