@@ -188,16 +188,27 @@ class EventEmitter:
         self._common = dict(common or {})
         self._lock = threading.Lock()
 
+    @property
+    def listening(self) -> bool:
+        """Whether any sink receives events: when none does, none is built."""
+        return bool(self._sinks)
+
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
-             **data: JsonValue) -> Event:
+             **data: JsonValue) -> Event | None:
         return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
                              step_path=step_path, **data)
 
     def emit_for(self, run_id: str, attempt: int, type_: str, /, *,
                  step_id: str | None = None, step_path: str | None = None,
-                 **data: JsonValue) -> Event:
+                 **data: JsonValue) -> Event | None:
         """An event about `run_id`'s `attempt`; data that is None is left out (positional
-        parameters, so data may have an `attempt` of its own, as a webhook's retry does)."""
+        parameters, so data may have an `attempt` of its own, as a webhook's retry does).
+        None when no sink listens: nothing is built (a commit point's several events
+        would otherwise cost a run that nobody watches a large share of its time)."""
+        if not self._sinks:
+            with self._lock:
+                self._sequence += 1
+            return None
         with self._lock:
             self._sequence += 1
             event = Event(id=_event_id(), run_id=run_id, attempt=attempt,

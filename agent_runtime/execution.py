@@ -19,9 +19,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
-from stores.base import CheckpointConflict, RunTerminal, StaleAttempt, StoreError
+from stores.base import (
+    CheckpointConflict,
+    RunTerminal,
+    SettlesInCheckpoint,
+    StaleAttempt,
+    StoreError,
+)
 from stores.records import (
     Checkpoint,
     Frame,
@@ -97,6 +103,7 @@ class Execution(StepContext):
         self._last_renewal = time.monotonic()
         self._lost: StoreError | None = None
         self.resolutions = {}
+        self.settlements = []
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
         self.waves = wave_runner(self)
 
@@ -126,10 +133,17 @@ class Execution(StepContext):
         checkpoint = self.state.to_checkpoint(
             run_id=self.run_id, attempt=self.attempt, manifest_hash=self.run.manifest_hash,
             cursor=self.cursor(), created_at=now)
+        lease_expires_at = now + timedelta(seconds=self.runtime.lease_seconds)
+        settlements, self.settlements = self.settlements, []
         try:
-            self.store.save_checkpoint(
-                checkpoint, expected_attempt=self.attempt,
-                lease_expires_at=now + timedelta(seconds=self.runtime.lease_seconds))
+            if settlements:
+                # `settle_effect` left them for this commit: the store supports it.
+                cast(SettlesInCheckpoint, self.store).save_checkpoint_settling(
+                    checkpoint, settlements, expected_attempt=self.attempt, at=now,
+                    lease_expires_at=lease_expires_at)
+            else:
+                self.store.save_checkpoint(checkpoint, expected_attempt=self.attempt,
+                                           lease_expires_at=lease_expires_at)
         except (StaleAttempt, RunTerminal, CheckpointConflict) as error:
             # A conflicting seq under our own attempt means another execution of
             # this attempt (a retried Lambda invocation) saved it first: it owns

@@ -19,7 +19,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stores.base import ArtifactStore, RunStore, RunTerminal, StaleAttempt, StoreError
+from stores.base import (
+    ArtifactStore,
+    RunStore,
+    RunTerminal,
+    Settlement,
+    SettlesInCheckpoint,
+    StaleAttempt,
+    StoreError,
+)
 from stores.records import (
     ArtifactRef,
     Budget,
@@ -70,6 +78,8 @@ class StepContext:
     events: EventEmitter
     # Operator decisions on effects whose outcome was unknown, by key.
     resolutions: dict[str, JsonObject]
+    # Effect results that ride in the next checkpoint (`settle_effect`).
+    settlements: list[Settlement]
 
     @property
     def store(self) -> RunStore:
@@ -166,6 +176,19 @@ class StepContext:
         with self.fenced():
             self.store.complete_effect(key, run_id=self.run_id, expected_attempt=self.attempt,
                                        result=result, at=self.now())
+
+    def settle_effect(self, key: str, result: JsonValue) -> None:
+        """Record the result of effect `key` with the next checkpoint, in the same commit,
+        where the store can (`SettlesInCheckpoint`); else at once (`complete_effect`).
+
+        Only for a caller whose very next store write is that checkpoint, which
+        records the result in the transcript: a crash before it then leaves the
+        effect reserved, as a crash during the call would, never completed with
+        no checkpoint that shows its result."""
+        if isinstance(self.store, SettlesInCheckpoint):
+            self.settlements.append(Settlement(key, result))
+        else:
+            self.complete_effect(key, result)
 
     def effect_resolution(self, key: str) -> JsonObject | None:
         """How an operator settled the effect `key` whose outcome was unknown, or None.

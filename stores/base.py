@@ -51,10 +51,10 @@ managers (`close()` on exit).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
 from stores.records import (
     Checkpoint,
@@ -322,6 +322,30 @@ class RunStore(Protocol):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         """Close the store."""
+
+
+class Settlement(NamedTuple):
+    """An effect's result, to be recorded with the checkpoint that records it in the
+    run's transcript (`SettlesInCheckpoint`)."""
+
+    key: str
+    result: Any
+
+
+@runtime_checkable
+class SettlesInCheckpoint(Protocol):
+    """A store that can settle effects and save a checkpoint in one atomic commit.
+
+    Optional: an engine on a store without it settles first (`complete_effect`)
+    and checkpoints after, two commits. With it a tool call costs one commit fewer,
+    and no attempt ever sees an effect completed whose result no checkpoint holds.
+    """
+
+    def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
+                                 *, expected_attempt: int, at: datetime,
+                                 lease_expires_at: datetime | None = None) -> None:
+        """`complete_effect` of each settlement (completed `at`) and `save_checkpoint`,
+        all committed together or none: the errors are theirs."""
 
 
 @runtime_checkable

@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists
+from stores.base import CorruptRecord, RunAlreadyExists, Settlement
 from stores.codecs import seal_text
 from stores.deltas import SavedLists, SavedListsCache, encode_body
 from stores.records import (
@@ -77,7 +77,7 @@ from stores.sqlite_rows import (
 )
 from stores.sqlite_runs import RunRows, require_fenced
 from stores.sqlite_schema import connect, transaction, translated
-from stores.state_changes import StateChanges
+from stores.state_changes import StateChanges, apply_change, saving
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -323,20 +323,43 @@ class SqliteRunStore(StateChanges):
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
         with self._lock, translated(self.path):
-            if self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at):
+            found = self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at)
+            if found is not None:
+                self._saved.put(*found)
                 return
         super().save_checkpoint(checkpoint, expected_attempt=expected_attempt,
                                 lease_expires_at=lease_expires_at)
 
+    def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
+                                 *, expected_attempt: int, at: datetime,
+                                 lease_expires_at: datetime | None = None) -> None:
+        """The effects settled and the checkpoint saved in one transaction (one fsync)."""
+        transitions.check_checkpoint_owner(checkpoint.run_id, checkpoint)
+        with self._write() as conn:
+            for settlement in settlements:
+                self._settle(conn, settlement.key, run_id=checkpoint.run_id,
+                             expected_attempt=expected_attempt, result=settlement.result, at=at)
+            found = self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at)
+            if found is not None:
+                self._uncommitted.append(found)
+                return
+            apply_change((_RowWrite(self, conn, checkpoint.run_id),), checkpoint,
+                         saving(checkpoint, expected_attempt=expected_attempt,
+                                lease_expires_at=lease_expires_at),
+                         lease_expires_at=lease_expires_at)
+
     def _save_in_one_statement(self, checkpoint: Checkpoint, expected_attempt: int,
-                               lease_expires_at: datetime | None) -> bool:
+                               lease_expires_at: datetime | None
+                               ) -> tuple[str, SavedLists] | None:
         """The owner's common case as one atomic INSERT (the trigger moves the run).
 
         It applies only when the run is the one this store knows (incarnation),
         running at `expected_attempt` with `seq - 1` its latest checkpoint, and
         this store holds that checkpoint's lists to encode the delta against.
-        Anything else returns False for the reading path, which raises the
-        authoritative error or handles an identical re-save.
+        Anything else returns None for the reading path, which raises the
+        authoritative error or handles an identical re-save. Saved, it returns
+        the lists the next delta is encoded against, for the caller to cache
+        once the statement's transaction commits.
         """
         known = self._rows.decoded.get(checkpoint.run_id)
         # A checkpoint after a takeover resets `takeovers`, which lives in the
@@ -345,10 +368,10 @@ class SqliteRunStore(StateChanges):
         # attempt knows them.)
         if known is None or known.run.attempt != expected_attempt or known.run.takeovers \
                 or transitions.budget_changes(known.run, checkpoint):
-            return False
+            return None
         previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
         if previous is None and checkpoint.seq != 1:
-            return False
+            return None
         body, saved = encode_body(checkpoint, previous)
         try:
             # The run row must also pass its seal: a damaged one goes to the
@@ -361,11 +384,10 @@ class SqliteRunStore(StateChanges):
                 (*checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
                  known.incarnation, expected_attempt, checkpoint.seq - 1))
         except sqlite3.IntegrityError:
-            return False
+            return None
         if cursor.rowcount != 1:
-            return False
-        self._saved.put(known.incarnation, saved)
-        return True
+            return None
+        return known.incarnation, saved
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
@@ -413,17 +435,22 @@ class SqliteRunStore(StateChanges):
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
         with self._write() as conn:
-            updated = transitions.settle_effect(
-                self._run(conn, run_id), run_id, key, expected_attempt=expected_attempt,
-                result=result, at=at, existing=self._owned(conn, EffectRecord, run_id, key))
-            if updated is None:
-                return
-            record = seal_text(encode_record(updated))
-            cursor = conn.execute(
-                "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
-                " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",
-                (record, digest(record), run_id, key, run_id, expected_attempt))
-            require_fenced(cursor, run_id, expected_attempt)
+            self._settle(conn, key, run_id=run_id, expected_attempt=expected_attempt,
+                         result=result, at=at)
+
+    def _settle(self, conn: sqlite3.Connection, key: str, *, run_id: str, expected_attempt: int,
+                result: Any, at: datetime) -> None:
+        updated = transitions.settle_effect(
+            self._run(conn, run_id), run_id, key, expected_attempt=expected_attempt,
+            result=result, at=at, existing=self._owned(conn, EffectRecord, run_id, key))
+        if updated is None:
+            return
+        record = seal_text(encode_record(updated))
+        cursor = conn.execute(
+            "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
+            " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",
+            (record, digest(record), run_id, key, run_id, expected_attempt))
+        require_fenced(cursor, run_id, expected_attempt)
 
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:

@@ -424,7 +424,7 @@ class PromptStepExecutor:
             error_type = "tool_error"
             result = {"error": {"type": error_type,
                                 "message": f"{type(error).__name__}: {excerpt(str(error))}"}}
-        ctx.complete_effect(key, result)
+        ctx.settle_effect(key, result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         duration_ms=round((time.monotonic() - started) * 1000),
                         error_type=error_type, **_tool_fields(call["index"], name))
@@ -440,7 +440,7 @@ class PromptStepExecutor:
         else:
             result = {"error": {"type": "skipped",
                                 "message": "an operator skipped this tool call"}}
-        ctx.complete_effect(call["key"], result)
+        ctx.settle_effect(call["key"], result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         resolved=resolution["action"], **_tool_fields(call["index"], call["name"]))
         return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from agent_runtime.events import EventEmitter
+from agent_runtime.events import EventEmitter, ListEventSink
 from agent_runtime.serde import json_copy
 
 
@@ -34,10 +34,24 @@ def test_json_copy_deep_copies_what_is_not_plain_json() -> None:
 
 
 def test_event_ids_are_distinct_version_4_uuids() -> None:
-    emitter = EventEmitter([], run_id="r", attempt=1, now=lambda: datetime.now(UTC))
-    ids = [emitter.emit("step.started").id for _ in range(500)]
+    sink = ListEventSink()
+    emitter = EventEmitter([sink], run_id="r", attempt=1, now=lambda: datetime.now(UTC))
+    for _ in range(500):
+        emitter.emit("step.started")
+    ids = [event.id for event in sink.events]
     assert len(set(ids)) == len(ids)
     for value in ids:
         parsed = uuid.UUID(hex=value)
         assert len(value) == 32 and parsed.hex == value
         assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_no_event_is_built_when_no_sink_listens() -> None:
+    quiet = EventEmitter([], run_id="r", attempt=1, now=lambda: datetime.now(UTC))
+    assert not quiet.listening
+    assert [quiet.emit("step.started") for _ in range(3)] == [None, None, None]
+    sink = ListEventSink()
+    heard = EventEmitter([sink], run_id="r", attempt=1, now=lambda: datetime.now(UTC))
+    assert heard.listening
+    assert all(heard.emit("step.started") is not None for _ in range(3))
+    assert [event.sequence for event in sink.events] == [1, 2, 3]

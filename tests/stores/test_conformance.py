@@ -9,6 +9,7 @@ import pytest
 
 from stores.base import RunStore
 from stores.conformance import RunStoreConformance
+from stores.conformance.settlements import SettlementConformance
 from stores.file import FileRunStore
 from stores.memory import MemoryRunStore
 from stores.sqlite import SqliteRunStore
@@ -21,7 +22,7 @@ class TestMemoryRunStore(RunStoreConformance):
             yield store
 
 
-class TestSqliteRunStore(RunStoreConformance):
+class TestSqliteRunStore(SettlementConformance, RunStoreConformance):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[RunStore]:
         with SqliteRunStore(tmp_path / "runs.sqlite") as store:
