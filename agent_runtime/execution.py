@@ -104,6 +104,8 @@ class Execution(StepContext):
         self._lost: StoreError | None = None
         self.resolutions = {}
         self.settlements = []
+        # A protocol check costs more than a tool call's bookkeeping: once per execution.
+        self.settles_in_checkpoint = isinstance(runtime.store, SettlesInCheckpoint)
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
         self.waves = wave_runner(self)
 
@@ -180,13 +182,20 @@ class Execution(StepContext):
 
     async def guarded(self, call: Awaitable[T]) -> T:
         """Await a long model or tool call while a heartbeat keeps the lease alive."""
-        heartbeat = asyncio.create_task(self._heartbeat())
+        interval = max(self.runtime.lease_seconds / 3, 0.05)
+        heartbeats: list[asyncio.Task[None]] = []
+        # A timer starts the heartbeat, not a task of its own: most calls end long
+        # before the first beat, and a timer costs a fraction of a task to cancel.
+        timer = asyncio.get_running_loop().call_later(
+            interval, lambda: heartbeats.append(asyncio.create_task(self._heartbeat(interval))))
         try:
             return await call
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            timer.cancel()
+            for heartbeat in heartbeats:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
 
     async def bounded(self, call: Coroutine[object, None, T], what: str, *, step_path: str,
                       timeout: float | None = None) -> T:
@@ -195,20 +204,21 @@ class Execution(StepContext):
         return await self.slice.bounded(call, what, step_path=step_path, timeout=timeout,
                                         guard=self.guarded)
 
-    async def _heartbeat(self) -> None:
-        interval = max(self.runtime.lease_seconds / 3, 0.05)
+    async def _heartbeat(self, interval: float) -> None:
+        """Renew the lease every `interval` the attempt has not renewed it otherwise
+        (started `interval` into a call, by `guarded`)."""
         while True:
+            if time.monotonic() - self._last_renewal >= interval:
+                try:
+                    self.store.renew_lease(self.run_id, expected_attempt=self.attempt,
+                                           now=self.now(),
+                                           lease_seconds=self.runtime.lease_seconds)
+                except (StaleAttempt, RunTerminal) as error:
+                    self._lost = error  # the next commit point stops the attempt
+                    return
+                self._last_renewal = time.monotonic()
+                self.events.emit("run.heartbeat")
             await asyncio.sleep(interval)
-            if time.monotonic() - self._last_renewal < interval:
-                continue
-            try:
-                self.store.renew_lease(self.run_id, expected_attempt=self.attempt,
-                                       now=self.now(), lease_seconds=self.runtime.lease_seconds)
-            except (StaleAttempt, RunTerminal) as error:
-                self._lost = error  # the next commit point stops the attempt
-                return
-            self._last_renewal = time.monotonic()
-            self.events.emit("run.heartbeat")
 
     # -- the walk ------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from stores.base import (
     RunStore,
     RunTerminal,
     Settlement,
-    SettlesInCheckpoint,
     StaleAttempt,
     StoreError,
 )
@@ -78,8 +77,10 @@ class StepContext:
     events: EventEmitter
     # Operator decisions on effects whose outcome was unknown, by key.
     resolutions: dict[str, JsonObject]
-    # Effect results that ride in the next checkpoint (`settle_effect`).
+    # Effect results that ride in the next checkpoint (`settle_effect`), when
+    # the store can commit them with it.
     settlements: list[Settlement]
+    settles_in_checkpoint: bool
 
     @property
     def store(self) -> RunStore:
@@ -185,7 +186,7 @@ class StepContext:
         records the result in the transcript: a crash before it then leaves the
         effect reserved, as a crash during the call would, never completed with
         no checkpoint that shows its result."""
-        if isinstance(self.store, SettlesInCheckpoint):
+        if self.settles_in_checkpoint:
             self.settlements.append(Settlement(key, result))
         else:
             self.complete_effect(key, result)

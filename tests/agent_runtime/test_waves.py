@@ -212,10 +212,14 @@ def conversations(h: Harness, run_id: str) -> dict[str, list[tuple[str, str]]]:
 
 def test_a_failing_member_fails_the_run_after_the_others_finish_their_request() -> None:
     script = answers(delay_ms=20)
-    script["south"] = [{"error": {"code": "overloaded", "message": "try later"}}]
+    # The failure arrives while the others' requests are in flight, as a provider's
+    # error does: one that failed before a member even started would stop it first.
+    script["south"] = [{"error": {"code": "overloaded", "message": "try later"}, "delayMs": 5}]
     h = Harness(scripted(by_step=script))
     result = h.run(fan_out(), options=options())
     assert result.status is RunStatus.FAILED and result.error["type"] == "model_error"
+    started = [event.step_path for event in h.events.events if event.type == "model.started"]
+    assert sorted(started) == sorted(IDS)
     saved = h.store.load_latest_checkpoint(result.run_id)
     assert saved is not None
     assert sorted(entry["step_id"] for entry in saved.step_results) == ["east", "north", "west"]
