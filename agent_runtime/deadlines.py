@@ -80,12 +80,17 @@ class SliceDeadline:
             return None
         return (self.deadline - self._now()).total_seconds()
 
+    def has_room(self, share: float = 0.0) -> bool:
+        """Whether more than `share` of a whole slice is left (always, with no deadline)."""
+        left, window = self.left(), self.window()
+        return left is None or window is None or (left > share * window and left > 0)
+
     def require_room(self, what: str, *, step_path: str, share: float = 0.0) -> None:
         """End the slice before dispatching `what` unless more than `share` of a
         whole slice is left, so nothing of it is sent (no effect to doubt)."""
-        left, window = self.left(), self.window()
-        if left is None or window is None or (left > share * window and left > 0):
+        if self.has_room(share):
             return
+        window = self.window()
         if not self.progressed:
             raise StepFailed("call_exceeds_slice",
                              f"step {step_path}: no time to start the {what} in a whole "

@@ -104,6 +104,7 @@ class Execution(StepContext):
         self._lost: StoreError | None = None
         self.resolutions = {}
         self.settlements = []
+        self.reserved = set()
         # A protocol check costs more than a tool call's bookkeeping: once per execution.
         self.settles_in_checkpoint = isinstance(runtime.store, SettlesInCheckpoint)
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
@@ -126,8 +127,14 @@ class Execution(StepContext):
         except ConditionEvaluationError as error:
             raise StepFailed("condition_error", f"step {step_path}: {field}: {error}") from error
 
-    async def checkpoint(self) -> None:
-        """A commit point: save the state and cursor, renew the lease, honour the deadline."""
+    async def checkpoint(self, *, reserving: Sequence[str] = ()) -> None:
+        """A commit point: save the state and cursor, renew the lease, honour the deadline.
+
+        `reserving`: effect keys of calls this checkpoint records as pending, to
+        reserve in the same commit (only where the store settles in checkpoints).
+        Their calls go out next, so neither the deadline nor an interrupt may
+        come between: both are honoured at the commit point after the call.
+        """
         if self._lost is not None:
             raise LostOwnership(self._lost)
         self.state.seq += 1
@@ -138,11 +145,12 @@ class Execution(StepContext):
         lease_expires_at = now + timedelta(seconds=self.runtime.lease_seconds)
         settlements, self.settlements = self.settlements, []
         try:
-            if settlements:
-                # `settle_effect` left them for this commit: the store supports it.
+            if settlements or reserving:
+                # `settle_effect` left them for this commit, or the step asked to
+                # reserve: the store supports it.
                 cast(SettlesInCheckpoint, self.store).save_checkpoint_settling(
                     checkpoint, settlements, expected_attempt=self.attempt, at=now,
-                    lease_expires_at=lease_expires_at)
+                    lease_expires_at=lease_expires_at, reservations=reserving)
             else:
                 self.store.save_checkpoint(checkpoint, expected_attempt=self.attempt,
                                            lease_expires_at=lease_expires_at)
@@ -157,6 +165,9 @@ class Execution(StepContext):
         self._last_renewal = time.monotonic()
         self.slice.progressed = True
         self.events.emit("checkpoint.saved", seq=self.state.seq)
+        if reserving:
+            self.reserved.update(reserving)
+            return
         if self.deadline is not None and now >= self.deadline:
             raise DeadlineReached()
         self.check_interrupt(before="the next action")

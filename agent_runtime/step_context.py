@@ -81,6 +81,9 @@ class StepContext:
     # the store can commit them with it.
     settlements: list[Settlement]
     settles_in_checkpoint: bool
+    # Effects this execution reserved in a checkpoint (`checkpoint(reserving=)`)
+    # and has not dispatched yet: their calls go out with no store write first.
+    reserved: set[str]
 
     @property
     def store(self) -> RunStore:

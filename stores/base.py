@@ -27,6 +27,10 @@ Rules every store keeps:
   (`records.APPEND_ONLY_FIELDS`); a store may store only the new entries, but
   stores in full a checkpoint whose lists do not extend the previous ones.
   `CheckpointInfo.size_bytes` is what that checkpoint added to storage.
+  Those lists may be the engine's own, which go on growing once the write
+  returns (a copy per commit point would cost more with every entry): a store
+  reads them during the call, and what it keeps of them past it keeps their
+  length at the call (`deltas.SavedLists` does).
 * Reads never return silently wrong data. A record is checked against its
   checksum, its identity (the run, seq or key it is stored under) and the
   store's bookkeeping: checkpoints are exactly seqs 1..`checkpoint_seq`, and a
@@ -334,18 +338,29 @@ class Settlement(NamedTuple):
 
 @runtime_checkable
 class SettlesInCheckpoint(Protocol):
-    """A store that can settle effects and save a checkpoint in one atomic commit.
+    """A store that can settle and reserve effects and save a checkpoint in one
+    atomic commit.
 
-    Optional: an engine on a store without it settles first (`complete_effect`)
-    and checkpoints after, two commits. With it a tool call costs one commit fewer,
+    Optional: an engine on a store without it reserves (`begin_effect`), settles
+    (`complete_effect`) and checkpoints in commits of their own. With it a tool
+    call costs two commits fewer: its reservation rides in the checkpoint that
+    records the call as pending, its result in the one that records the result,
     and no attempt ever sees an effect completed whose result no checkpoint holds.
     """
 
     def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
                                  *, expected_attempt: int, at: datetime,
-                                 lease_expires_at: datetime | None = None) -> None:
-        """`complete_effect` of each settlement (completed `at`) and `save_checkpoint`,
-        all committed together or none: the errors are theirs."""
+                                 lease_expires_at: datetime | None = None,
+                                 reservations: Sequence[str] = ()) -> None:
+        """`complete_effect` of each settlement (completed `at`), `begin_effect` of each
+        key in `reservations` (reserved `at` by `expected_attempt`) and
+        `save_checkpoint`, all committed together or none: the errors are theirs.
+
+        A reservation is of a key new to the run: the engine reserves here only
+        the calls it recorded in this very checkpoint, whose keys no earlier
+        commit can hold. A key the run already has raises `InvalidTransition`
+        (an existing record is never returned here, as `begin_effect` would).
+        """
 
 
 @runtime_checkable

@@ -12,14 +12,14 @@ under one lock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
 from stores import transitions
-from stores.base import RunAlreadyExists
+from stores.base import RunAlreadyExists, Settlement
 from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
 from stores.records import (
     ApprovalDecision,
@@ -233,6 +233,35 @@ class MemoryRunStore(StateChanges):
                 return decode_record(EffectRecord, text)
             self._effects[(run_id, key)] = encode_record(effect)
             return decode_record(EffectRecord, self._effects[(run_id, key)])
+
+    def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
+                                 *, expected_attempt: int, at: datetime,
+                                 lease_expires_at: datetime | None = None,
+                                 reservations: Sequence[str] = ()) -> None:
+        """The effects settled and reserved with the checkpoint (`SettlesInCheckpoint`):
+        every change decided first, then all written under the lock, or none."""
+        transitions.check_checkpoint_owner(checkpoint.run_id, checkpoint)
+        run_id = checkpoint.run_id
+        with self._lock:
+            state = self._state(run_id)
+            written: dict[tuple[str, str], str] = {}
+            for settlement in settlements:
+                text = self._effects.get((run_id, settlement.key))
+                updated = transitions.settle_effect(
+                    state, run_id, settlement.key, expected_attempt=expected_attempt,
+                    result=settlement.result, at=at,
+                    existing=None if text is None else decode_record(EffectRecord, text))
+                if updated is not None:
+                    written[(run_id, settlement.key)] = encode_record(updated)
+            for key in reservations:
+                text = self._effects.get((run_id, key))
+                effect = transitions.reserve_new_effect(
+                    state, run_id, key, expected_attempt=expected_attempt, at=at,
+                    existing=None if text is None else decode_record(EffectRecord, text))
+                written[(run_id, key)] = encode_record(effect)
+            self.save_checkpoint(checkpoint, expected_attempt=expected_attempt,
+                                 lease_expires_at=lease_expires_at)
+            self._effects.update(written)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:

@@ -47,12 +47,11 @@ from stores.records import (
     RunPage,
     RunRecord,
     RunStatus,
-    decode_record,
     encode_record,
 )
+from stores.sqlite_effects import EffectRows
 from stores.sqlite_integrity import (
     OWNED,
-    check_effect_count,
     checked_checkpoints,
     count_runs,
     owned_record,
@@ -75,7 +74,7 @@ from stores.sqlite_rows import (
     run_seal,
     run_values,
 )
-from stores.sqlite_runs import RunRows, require_fenced
+from stores.sqlite_runs import RunRows
 from stores.sqlite_schema import connect, transaction, translated
 from stores.state_changes import StateChanges, apply_change, saving
 
@@ -124,6 +123,8 @@ class SqliteRunStore(StateChanges):
         self._lock = threading.Lock()
         self._saved = SavedListsCache()  # keyed by run incarnation
         self._rows = RunRows(self.path)
+        self._effects = EffectRows(self.path, self._run,
+                                   lambda run_id: self._rows.decoded[run_id].effect_count)
         # Lists appended in the open write transaction, cached only once it commits.
         self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
@@ -165,10 +166,6 @@ class SqliteRunStore(StateChanges):
         row = conn.execute(f"SELECT record, checksum FROM {table} WHERE run_id = ? AND "
                            f"{column} = ?", (run_id, key)).fetchone()
         return None if row is None else owned_record(self.path, model, run_id, key, row)
-
-    def _count_effects(self, conn: sqlite3.Connection, run_id: str) -> None:
-        """The run's effects must all be there (the caller read the run in this transaction)."""
-        check_effect_count(conn, self.path, run_id, self._rows.decoded[run_id].effect_count)
 
     def _incarnation(self, conn: sqlite3.Connection, run_id: str) -> str | None:
         return self._row(conn, run_id)[1]
@@ -286,12 +283,7 @@ class SqliteRunStore(StateChanges):
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._read() as conn:
             transitions.require_run(self._run(conn, run_id), run_id)
-            rows = conn.execute("SELECT key, record, checksum FROM effects WHERE run_id = ?",
-                                (run_id,)).fetchall()
-            effects = [owned_record(self.path, EffectRecord, run_id, row[0], row[1:])
-                       for row in rows]
-            self._count_effects(conn, run_id)
-        return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
+            return self._effects.list(conn, run_id)
 
     # -- writes --------------------------------------------------------------
 
@@ -332,13 +324,20 @@ class SqliteRunStore(StateChanges):
 
     def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
                                  *, expected_attempt: int, at: datetime,
-                                 lease_expires_at: datetime | None = None) -> None:
-        """The effects settled and the checkpoint saved in one transaction (one fsync)."""
+                                 lease_expires_at: datetime | None = None,
+                                 reservations: Sequence[str] = ()) -> None:
+        """The effects settled and reserved and the checkpoint saved in one transaction
+        (one fsync)."""
         transitions.check_checkpoint_owner(checkpoint.run_id, checkpoint)
+        run_id = checkpoint.run_id
         with self._write() as conn:
             for settlement in settlements:
-                self._settle(conn, settlement.key, run_id=checkpoint.run_id,
-                             expected_attempt=expected_attempt, result=settlement.result, at=at)
+                self._effects.settle(conn, settlement.key, run_id=run_id,
+                                     expected_attempt=expected_attempt,
+                                     result=settlement.result, at=at)
+            for key in reservations:
+                self._effects.reserve_new(conn, key, run_id=run_id,
+                                          expected_attempt=expected_attempt, at=at)
             found = self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at)
             if found is not None:
                 self._uncommitted.append(found)
@@ -413,44 +412,14 @@ class SqliteRunStore(StateChanges):
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
                      at: datetime) -> EffectRecord:
         with self._write() as conn:
-            effect = transitions.reserve_effect(self._run(conn, run_id), run_id, key,
-                                                expected_attempt=expected_attempt, at=at)
-            existing = self._owned(conn, EffectRecord, run_id, key)
-            if existing is not None:
-                return existing
-            # A key that is absent must be new, not lost: reserving a lost one
-            # again would run its effect twice.
-            self._count_effects(conn, run_id)
-            text = encode_record(effect)
-            record = seal_text(text)
-            # Effect writes change no run row, so they carry the fence in their
-            # own statement, for the same belt-and-braces reason as _put_run.
-            cursor = conn.execute(
-                "INSERT INTO effects (run_id, key, record, checksum) SELECT ?, ?, ?, ?"
-                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND attempt = ?)",
-                (run_id, key, record, digest(record), run_id, expected_attempt))
-            require_fenced(cursor, run_id, expected_attempt)
-            return decode_record(EffectRecord, text)
+            return self._effects.begin(conn, key, run_id=run_id,
+                                       expected_attempt=expected_attempt, at=at)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
         with self._write() as conn:
-            self._settle(conn, key, run_id=run_id, expected_attempt=expected_attempt,
-                         result=result, at=at)
-
-    def _settle(self, conn: sqlite3.Connection, key: str, *, run_id: str, expected_attempt: int,
-                result: Any, at: datetime) -> None:
-        updated = transitions.settle_effect(
-            self._run(conn, run_id), run_id, key, expected_attempt=expected_attempt,
-            result=result, at=at, existing=self._owned(conn, EffectRecord, run_id, key))
-        if updated is None:
-            return
-        record = seal_text(encode_record(updated))
-        cursor = conn.execute(
-            "UPDATE effects SET record = ?, checksum = ? WHERE run_id = ? AND key = ?"
-            " AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? AND attempt = ?)",
-            (record, digest(record), run_id, key, run_id, expected_attempt))
-        require_fenced(cursor, run_id, expected_attempt)
+            self._effects.settle(conn, key, run_id=run_id, expected_attempt=expected_attempt,
+                                 result=result, at=at)
 
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:

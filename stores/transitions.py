@@ -341,6 +341,17 @@ def reserve_effect(run: RunRecord | None, run_id: str, key: str, *, expected_att
     return EffectRecord(key=key, run_id=run_id, attempt=expected_attempt, created_at=at)
 
 
+def reserve_new_effect(run: RunRecord | None, run_id: str, key: str, *, expected_attempt: int,
+                       at: datetime, existing: EffectRecord | None) -> EffectRecord:
+    """A reservation that rides in a checkpoint (`SettlesInCheckpoint`): of a key new
+    to the run, so an existing one is refused rather than returned."""
+    effect = reserve_effect(run, run_id, key, expected_attempt=expected_attempt, at=at)
+    if existing is not None:
+        raise InvalidTransition(f"run {run_id!r} already has effect {key!r}: a checkpoint "
+                                "reserves only keys new to the run")
+    return effect
+
+
 def settle_effect(run: RunRecord | None, run_id: str, key: str, *, expected_attempt: int,
                   result: Any, at: datetime, existing: EffectRecord | None) -> EffectRecord | None:
     """The completed effect to write, or None for an identical repeat."""

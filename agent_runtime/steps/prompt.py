@@ -12,6 +12,9 @@ it and saved before the call is dispatched; every later attempt reuses it.
 Before dispatch the key is reserved in the store's effect ledger, so a call
 whose result was never saved is detected on recovery: an idempotent tool is
 called again with the same key, any other suspends the run (`effect-unknown`).
+Where the store settles in checkpoints, the reservation rides in the
+checkpoint that makes the call the next one to run (and its result in the
+one after it), so a tool call costs no commit of its own.
 """
 
 from __future__ import annotations
@@ -180,6 +183,31 @@ def _parse_output(step: PromptStep, response: ModelResponse, step_path: str) -> 
     return data
 
 
+def _reservation(pending: list[PendingCall], index: int, ctx: Execution,
+                 tools: dict[str, StepTool]) -> list[str]:
+    """The key of call `index` of `pending`, to reserve in the checkpoint that makes
+    it the next call, when it may go out right after that commit: the store
+    reserves in checkpoints, the tool is known and idempotent, and neither the
+    budget, an interrupt nor the slice's end would stop it (each stops it after
+    the commit instead, on the path that reserves with `begin_effect`). A call
+    the checkpoint records as next for the first time has a key no earlier
+    commit reserved.
+
+    A crash between that commit and the call leaves the effect reserved with
+    no result: an idempotent tool is then simply called again with the key.
+    A tool that is not idempotent is reserved by a commit of its own just
+    before it goes out, so that a crash right after any checkpoint never
+    leaves its outcome for an operator to decide."""
+    if index >= len(pending) or not ctx.settles_in_checkpoint:
+        return []
+    call = pending[index]
+    tool = tools.get(call["name"])
+    if tool is None or not tool.idempotent or ctx.state.budget.exhausted \
+            or ctx.runtime.interrupt.is_set() or not ctx.slice.has_room():
+        return []
+    return [call["key"]]
+
+
 def _streams(model: ResolvedModel, ctx: Execution) -> bool:
     """Whether to ask the provider to stream: as the model profile's
     `capabilities.streaming` says, else when someone watches the text live."""
@@ -259,7 +287,7 @@ class PromptStepExecutor:
                                  f"step {frame.step_path}: the model asked for "
                                  f"{len(response.tool_calls)} tool calls in one response; "
                                  f"limits.maxToolCallsPerIteration is {allowed}")
-            await ctx.checkpoint()
+            await ctx.checkpoint(reserving=_reservation(state["pending"], 0, ctx, tools))
 
     async def _call_model(self, adapter: ModelAdapter, request: ModelRequest, frame: Frame,
                           ctx: Execution) -> ModelResponse:
@@ -347,15 +375,21 @@ class PromptStepExecutor:
         pending = state["pending"]
         while state["next"] < len(pending):
             call = ToolCall(**pending[state["next"]], index=state["next"])
-            ctx.state.budget.check(before="tool call")
-            ctx.check_interrupt(before="tool call")
-            result = await self._dispatch(call, frame, ctx, tools)
+            if call["key"] in ctx.reserved:
+                # Reserved by the checkpoint just saved, which checked all that
+                # the other path checks here: the call goes out at once.
+                ctx.reserved.discard(call["key"])
+                result = await self._invoke(call, frame, ctx, tools[call["name"]])
+            else:
+                ctx.state.budget.check(before="tool call")
+                ctx.check_interrupt(before="tool call")
+                result = await self._dispatch(call, frame, ctx, tools)
             part = {"type": "tool-result", "result": {"callId": call["call_id"],
                                                       "name": call["name"],
                                                       "idempotencyKey": call["key"], **result}}
             ctx.state.add_transcript(_item(ctx, frame, "tool-result", "tool", [part]))
             state["next"] += 1
-            await ctx.checkpoint()
+            await ctx.checkpoint(reserving=_reservation(pending, state["next"], ctx, tools))
 
     async def _dispatch(self, call: ToolCall, frame: Frame, ctx: Execution,
                         tools: dict[str, StepTool]) -> JsonObject:

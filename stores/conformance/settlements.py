@@ -1,5 +1,5 @@
-"""The optional `SettlesInCheckpoint` contract: effects settled with a checkpoint,
-in one commit or not at all.
+"""The optional `SettlesInCheckpoint` contract: effects settled and reserved with a
+checkpoint, in one commit or not at all.
 
 Only a backend that offers `save_checkpoint_settling` includes this suite
 (beside `RunStoreConformance`); the engine checks for the method, and on a
@@ -16,6 +16,7 @@ from stores.base import (
     CheckpointConflict,
     InvalidTransition,
     RunStore,
+    RunTerminal,
     Settlement,
     SettlesInCheckpoint,
     StaleAttempt,
@@ -41,6 +42,9 @@ def _effect(store: RunStore, key: str) -> Any:
     effects = list_effects(store, RUN)
     assert effects is not None
     return next(effect for effect in effects if effect.key == key)
+
+
+NEW_KEY = "effect-new"
 
 
 class SettlementConformance:
@@ -107,4 +111,61 @@ class SettlementConformance:
             _settling(store).save_checkpoint_settling(
                 make_checkpoint(RUN, 2, 1), [Settlement(EFFECT_KEY, "late")],
                 expected_attempt=1, at=at(1001))
+        assert observe(store) == before
+
+    def test_reserves_new_keys_with_the_checkpoint(self, store: RunStore) -> None:
+        start_busy_run(store)
+        _settling(store).save_checkpoint_settling(
+            make_checkpoint(RUN, 2, 1), [Settlement(EFFECT_KEY, "done")], reservations=[NEW_KEY],
+            expected_attempt=1, at=at(60))
+        reserved = _effect(store, NEW_KEY)
+        assert (reserved.status, reserved.attempt, reserved.created_at) == (
+            EffectStatus.RESERVED, 1, at(60))
+        assert reserved.result is None and reserved.completed_at is None
+        # Reserved like `begin_effect`: a later begin returns it unchanged.
+        assert store.begin_effect(NEW_KEY, run_id=RUN, expected_attempt=1, at=at(61)) == reserved
+        # And it settles with the next checkpoint.
+        _settling(store).save_checkpoint_settling(
+            make_checkpoint(RUN, 3, 1), [Settlement(NEW_KEY, {"output": 3})],
+            expected_attempt=1, at=at(70))
+        settled = _effect(store, NEW_KEY)
+        assert (settled.status, settled.result, settled.completed_at) == (
+            EffectStatus.COMPLETED, {"output": 3}, at(70))
+        assert [info.seq for info in store.list_checkpoints(RUN)] == [1, 2, 3]
+
+    def test_a_reservation_of_a_key_the_run_has_is_refused_with_nothing_saved(
+            self, store: RunStore) -> None:
+        start_busy_run(store)
+        before = observe(store)
+        with pytest.raises(InvalidTransition):
+            _settling(store).save_checkpoint_settling(
+                make_checkpoint(RUN, 2, 1), [], reservations=[EFFECT_KEY],
+                expected_attempt=1, at=at(60))
+        assert observe(store) == before
+
+    def test_a_refused_checkpoint_reserves_nothing(self, store: RunStore) -> None:
+        start_busy_run(store)
+        before = observe(store)
+        with pytest.raises(CheckpointConflict):
+            _settling(store).save_checkpoint_settling(
+                make_checkpoint(RUN, 4, 1), [], reservations=[NEW_KEY],
+                expected_attempt=1, at=at(60))
+        assert observe(store) == before
+
+    def test_a_superseded_or_finished_attempt_reserves_nothing(self, store: RunStore) -> None:
+        start_busy_run(store)
+        store.resume_run(RUN, owner="owner-2", now=at(1000), lease_seconds=60,
+                         allow_running_takeover=True)
+        before = observe(store)
+        with pytest.raises(StaleAttempt):
+            _settling(store).save_checkpoint_settling(
+                make_checkpoint(RUN, 2, 1), [], reservations=[NEW_KEY],
+                expected_attempt=1, at=at(1001))
+        assert observe(store) == before
+        store.cancel_run(RUN, at=at(1002))
+        before = observe(store)
+        with pytest.raises(RunTerminal):
+            _settling(store).save_checkpoint_settling(
+                make_checkpoint(RUN, 2, 2), [], reservations=[NEW_KEY],
+                expected_attempt=2, at=at(1003))
         assert observe(store) == before

@@ -1,9 +1,13 @@
-"""A tool call's result is settled in the checkpoint that records it, on a store that can.
+"""A tool call's effect rides in the checkpoints that record it, on a store that can.
 
-On SQLite (`SettlesInCheckpoint`) the effect's completion and the checkpoint
-holding its tool-result are one transaction, so a tool call costs two commits
-(the reservation, then result and checkpoint), not three. On a store without
-it the engine settles first and checkpoints after, as before.
+On a store that settles in checkpoints (`SettlesInCheckpoint`: SQLite, memory)
+the effect's completion and the checkpoint holding its tool-result are one
+transaction, and an idempotent tool's reservation is one with the checkpoint
+that makes the call the next to run, so the call costs no commit of its own.
+A tool that is not idempotent is still reserved by a commit of its own right
+before it goes out (a crash after a checkpoint never leaves its outcome in
+doubt). On a store without it the engine reserves, settles and checkpoints
+in commits of their own, as before.
 """
 
 from __future__ import annotations
@@ -54,6 +58,65 @@ def _adder(calls: list[str]) -> object:
         return a + b
 
     return add
+
+
+def _unsafe_adder(calls: list[str]) -> object:
+    @tool(idempotent=False)
+    def add(a: int, b: int, ctx: ToolContext) -> int:
+        """Add two numbers, once."""
+        calls.append(ctx.idempotency_key)
+        return a + b
+
+    return add
+
+
+def _traced_run(path: Path, adder: object) -> tuple[Transactions, list[str], str]:
+    """Run the two-call prompt on SQLite: its commits, the calls' keys, its run id."""
+    calls: list[str] = []
+    with SqliteRunStore(path) as store:
+        log = Transactions()
+        store._conn.set_trace_callback(log.trace)
+        h = Harness(_two_calls(), tools=[adder(calls)], store=store)  # type: ignore[operator]
+        result = h.run(manifest({"id": "ask", "type": "prompt", "prompt": "Add.",
+                                 "tools": ["add"], "includeInFinalOutput": True}))
+        store._conn.set_trace_callback(None)
+        assert result.status is RunStatus.COMPLETED and result.output == "3 and 7"
+        effects = store.list_effects(result.run_id)
+        assert sorted(effect.key for effect in effects) == sorted(calls)
+        assert all(effect.status is EffectStatus.COMPLETED for effect in effects)
+    return log, calls, result.run_id
+
+
+def _starts(commit: list[str], head: str) -> list[str]:
+    return [statement for statement in commit if statement.lstrip().startswith(head)]
+
+
+def test_an_idempotent_call_is_reserved_in_the_checkpoint_that_makes_it_next(
+        tmp_path: Path) -> None:
+    log, calls, _ = _traced_run(tmp_path / "runs.sqlite", _adder)
+    reserving = [commit for commit in log.commits if _starts(commit, "INSERT INTO effects")]
+    assert len(reserving) == 2
+    first, second = reserving
+    # The first call is reserved with the checkpoint that records the model's
+    # request for both calls; the second with the one holding the first result.
+    for commit, key in ((first, calls[0]), (second, calls[1])):
+        (checkpoint,) = _starts(commit, "INSERT INTO checkpoints")
+        (effect,) = _starts(commit, "INSERT INTO effects")
+        assert key in effect and key in checkpoint
+    assert '"tool-call"' in _starts(first, "INSERT INTO checkpoints")[0]
+    assert not _starts(first, "UPDATE effects")
+    assert calls[0] in _starts(second, "UPDATE effects")[0]
+    assert '"tool-result"' in _starts(second, "INSERT INTO checkpoints")[0]
+
+
+def test_a_call_that_is_not_idempotent_is_reserved_by_a_commit_of_its_own(
+        tmp_path: Path) -> None:
+    log, calls, _ = _traced_run(tmp_path / "runs.sqlite", _unsafe_adder)
+    reserving = [commit for commit in log.commits if _starts(commit, "INSERT INTO effects")]
+    assert len(reserving) == 2
+    for commit, key in zip(reserving, calls, strict=True):
+        assert key in _starts(commit, "INSERT INTO effects")[0]
+        assert not _starts(commit, "INSERT INTO checkpoints"), commit
 
 
 def _two_calls() -> object:

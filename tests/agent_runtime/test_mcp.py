@@ -11,7 +11,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ from agent_runtime.manifest import AgentManifest, parse_agent_manifest
 from agent_runtime.run_manifest import load_agent_manifest
 from agent_runtime.testing import scripted
 from agent_runtime.tools.mcp import McpConnections, McpToolError, connection_grants, tool_output
+from stores.base import Settlement
 from stores.memory import MemoryRunStore
-from stores.records import EffectStatus
+from stores.records import Checkpoint, EffectStatus
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "mcp_documents_server.py"
@@ -266,10 +267,20 @@ class CrashBeforeRecording(MemoryRunStore):
         self.crashed = False
 
     def complete_effect(self, key: str, **kwargs: Any) -> None:
+        self._crash_once()
+        super().complete_effect(key, **kwargs)
+
+    def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
+                                 **kwargs: Any) -> None:
+        # The result rides in the checkpoint that records it: that write is lost.
+        if settlements:
+            self._crash_once()
+        super().save_checkpoint_settling(checkpoint, settlements, **kwargs)
+
+    def _crash_once(self) -> None:
         if not self.crashed:
             self.crashed = True
             raise Crash()
-        super().complete_effect(key, **kwargs)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from stores.memory import MemoryRunStore
 from stores.sqlite import SqliteRunStore
 
 
-class TestMemoryRunStore(RunStoreConformance):
+class TestMemoryRunStore(SettlementConformance, RunStoreConformance):
     @pytest.fixture
     def store(self) -> Iterator[RunStore]:
         with MemoryRunStore() as store:
