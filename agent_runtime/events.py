@@ -161,9 +161,10 @@ def read_events(path: str | Path) -> Iterator[Event]:
             yield Event.from_json(json.loads(line))
 
 
-def _event_id() -> str:
+def random_id() -> str:
     """A random (version 4) UUID as 32 hex digits, like `uuid.uuid4().hex` without
-    building a UUID object: every event has one, several per commit point."""
+    building a UUID object: every event has one, several per commit point, and so
+    do transcript entries and tool calls."""
     bits = int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET
     return f"{bits:032x}"
 
@@ -195,6 +196,10 @@ class EventEmitter:
 
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
              **data: JsonValue) -> Event | None:
+        if not self._sinks:  # as emit_for, without passing the data on to be dropped
+            with self._lock:
+                self._sequence += 1
+            return None
         return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
                              step_path=step_path, **data)
 
@@ -211,7 +216,7 @@ class EventEmitter:
             return None
         with self._lock:
             self._sequence += 1
-            event = Event(id=_event_id(), run_id=run_id, attempt=attempt,
+            event = Event(id=random_id(), run_id=run_id, attempt=attempt,
                           sequence=self._sequence, timestamp=self._now(), type=type_,
                           step_id=step_id, step_path=step_path,
                           data={**self._common,

@@ -79,6 +79,7 @@ from agent_runtime.schema_keywords import (
     regex_problem,
     step_budget,
 )
+from agent_runtime.schema_precheck import precheck
 from agent_runtime.serde import canonical_json
 
 __all__ = ["DEFAULT_LIMITS", "CompiledSchema", "SchemaInvalid", "SchemaLimits", "SchemaRefused",
@@ -367,6 +368,9 @@ class CompiledSchema:
     def __init__(self, validator: Validator, limits: SchemaLimits) -> None:
         self._validator = validator
         self._limits = limits
+        # Values it calls surely valid skip jsonschema: a tool call's arguments
+        # are checked on every call (agent_runtime/schema_precheck.py).
+        self._surely_valid = precheck(validator.schema)
 
     @property
     def schema(self) -> Any:
@@ -380,6 +384,8 @@ class CompiledSchema:
         than `max_steps` keyword evaluations, or the value nests deeper than
         the schema's recursion can be followed.
         """
+        if self._surely_valid is not None and self._surely_valid(instance):
+            return None
         try:
             with step_budget(self._limits.max_steps):
                 problem: ValidationError | None = jsonschema.exceptions.best_match(

@@ -199,10 +199,10 @@ def _scripted_response(entry: dict[str, Any], request: ModelRequest) -> ModelRes
     text = entry.get("text")
     if text is None and data is not None:
         text = json.dumps(data)
-    input_text = "\n".join(_message_text(m) for m in request.messages)
     if "usage" in entry:
         usage = Usage.from_json(entry["usage"])
-    else:
+    else:  # estimated from the request's text, read only then
+        input_text = "\n".join(_message_text(m) for m in request.messages)
         usage = _usage(input_text, text or json.dumps([c.arguments for c in calls]))
     return ModelResponse(text=text, data=data, tool_calls=calls, usage=usage,
                          finish_reason=str(entry.get("finishReason")

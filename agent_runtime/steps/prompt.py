@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from typing import TYPE_CHECKING, TypedDict, cast
 
 from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 
 from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
+from agent_runtime.events import random_id
 from agent_runtime.excerpts import excerpt, fingerprint
 from agent_runtime.manifest import PromptStep
 from agent_runtime.models.base import ModelAdapter, ModelError, ModelRequest, ModelResponse
@@ -83,7 +83,7 @@ def _continuation(frame: Frame) -> PromptContinuation:
 
 def _item(ctx: Execution, frame: Frame, type_: str, role: str,
           content: list[JsonObject], **extra: JsonValue) -> JsonObject:
-    item: JsonObject = {"id": uuid.uuid4().hex, "type": type_, "role": role,
+    item: JsonObject = {"id": random_id(), "type": type_, "role": role,
                         "step_id": frame.step_id, "step_path": frame.step_path,
                         "content": content, "created_at": ctx.now().isoformat()}
     item.update({key: value for key, value in extra.items() if value is not None})
@@ -333,7 +333,7 @@ class PromptStepExecutor:
                              f"({round((request.timeout_seconds or 0) * 1000)} ms)",
                              {"code": "timeout"}) from None
         tokens = ctx.state.budget.consume(response.usage, step_path=frame.step_path)
-        keys = [uuid.uuid4().hex for _ in response.tool_calls]
+        keys = [random_id() for _ in response.tool_calls]
         content: list[JsonObject] = []
         if response.text and not response.tool_calls:
             content.append({"type": "text", "text": response.text})
