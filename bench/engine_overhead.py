@@ -38,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from operator import add
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, ClassVar, TypedDict, overload
 
 SUBJECTS = ("engine", "sqlite", "floor", "langgraph", "dbos")
 ENTRY_TEXT = "x" * 110  # a transcript entry of ~200 bytes, as bench/step_overhead.py
@@ -77,21 +78,48 @@ def _runtime(store: Any, size: int, variant: str) -> Any:
         """
         return {"item": item, "text": ENTRY_TEXT}
 
-    usage = {"inputTokens": 40, "outputTokens": 20}
-    entries: list[dict[str, Any]] = []
-    for index in range(size):
-        if variant == "tool":
-            entries.append({"toolCalls": [{"name": "lookup", "arguments": {"item": index}}],
-                            "usage": usage})
-        entries.append({"text": ENTRY_TEXT, "usage": usage})
     runtime = AgentRuntime(store=store, tools=[lookup])
-    runtime.scripted.add_script("bench", Script(by_step={"ask": entries}))
+    entries = _Entries(size, variant)
+    runtime.scripted.add_script("bench", Script(by_step={"ask": entries}))  # type: ignore[dict-item]
     # The scripted model keeps every request it is sent, for tests to inspect;
     # a real provider keeps none. Kept here, they would be most of what grows
     # with N besides the run's own state (each holds its resolved messages),
     # measuring the test double rather than the runtime.
     runtime.scripted.requests = _Unlogged()
     return runtime
+
+
+class _Entries(Sequence[dict[str, Any]]):
+    """The script's entries, each made when the model is asked for it.
+
+    A real provider holds no script: a list of every answer would grow with N
+    and count the test double in the runtime's peak RSS."""
+
+    USAGE: ClassVar[dict[str, int]] = {"inputTokens": 40, "outputTokens": 20}
+
+    def __init__(self, size: int, variant: str) -> None:
+        self._per_iteration = 2 if variant == "tool" else 1
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size * self._per_iteration
+
+    @overload
+    def __getitem__(self, position: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> Sequence[dict[str, Any]]: ...
+
+    def __getitem__(self, position: int | slice) -> Any:
+        if isinstance(position, slice):
+            return [self[index] for index in range(*position.indices(len(self)))]
+        if not 0 <= position < len(self):
+            raise IndexError(position)
+        index, part = divmod(position, self._per_iteration)
+        if part == 0 and self._per_iteration == 2:
+            return {"toolCalls": [{"name": "lookup", "arguments": {"item": index}}],
+                    "usage": self.USAGE}
+        return {"text": ENTRY_TEXT, "usage": self.USAGE}
 
 
 class _Unlogged(list[Any]):

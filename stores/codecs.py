@@ -130,6 +130,8 @@ def open_bytes(codec: str | None, stored: bytes, what: str) -> bytes:
 
 def seal_text(text: str) -> str:
     """A JSON text as a column stores it: itself, or `aesgcm1:<base64>` with a key."""
+    if _configured() is None:
+        return text  # not even encoded: a checkpoint body can be megabytes
     codec, stored = seal_bytes(text.encode())
     if codec is None:
         return text

@@ -34,7 +34,16 @@ BODY_FORMAT = "checkpoint-delta/1"
 # were set (their new values) and which were removed. Written only when that
 # is what changed, so a body of the first format stays readable by older code.
 VARIABLES_DELTA_FORMAT = "checkpoint-delta/2"
-_FORMATS = (BODY_FORMAT, VARIABLES_DELTA_FORMAT)
+# A variables delta some of whose values are the output of a step result the
+# same body adds (`outputs`: [path, index] pairs, the path a variable or a key
+# of a variable's object, the index among the body's new step results): the
+# value is stored once, in the step result. A step's `outputVariable` holds its
+# output, a loop's `loop.outputs` its output list, and a long loop's output is
+# the longest value of a run: written out each time, its final checkpoint
+# would hold it three times.
+SHARED_OUTPUTS_FORMAT = "checkpoint-delta/3"
+_FORMATS = (BODY_FORMAT, VARIABLES_DELTA_FORMAT, SHARED_OUTPUTS_FORMAT)
+_DELTA_FORMATS = (VARIABLES_DELTA_FORMAT, SHARED_OUTPUTS_FORMAT)
 _LIST_FIELDS: set[str] = set(APPEND_ONLY_FIELDS)
 
 
@@ -113,6 +122,7 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
             # Most commit points change a variable or two (a step's output, a
             # loop's item) among many (a loop's whole source list): only those.
             variables_delta = _variables_delta(before, stable["variables"])
+            _share_outputs(variables_delta, lists.get("step_results"))
             exclude.add("variables")
     # The head through pydantic's own encoder: the hot path of every save.
     head = checkpoint.model_dump_json(exclude=exclude, exclude_none=True)
@@ -122,7 +132,8 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
     if variables_delta is None:
         body = f'{{"format":"{BODY_FORMAT}","head":{head},"lists":{encoded_lists}}}'
     else:
-        body = (f'{{"format":"{VARIABLES_DELTA_FORMAT}","head":{head},'
+        kind = SHARED_OUTPUTS_FORMAT if "outputs" in variables_delta else VARIABLES_DELTA_FORMAT
+        body = (f'{{"format":"{kind}","head":{head},'
                 f'"variables":{pydantic_core.to_json(variables_delta).decode()},'
                 f'"lists":{encoded_lists}}}')
     return body, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable, counts=counts)
@@ -135,6 +146,65 @@ def _variables_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     changed = {key: value for key, value in after.items()
                if key not in before or (before[key] is not value and before[key] != value)}
     return {"set": changed, "unset": [key for key in before if key not in after]}
+
+
+def _share_outputs(delta: dict[str, Any], step_results: dict[str, Any] | None) -> None:
+    """Write a set variable, or a key of a set variable's object, whose value is the
+    very object a new step result holds as its output as a reference to that result
+    (`SHARED_OUTPUTS_FORMAT`). Only containers and strings: a number costs less
+    than its reference. The engine never changes a value in place, so the same
+    object is the same value."""
+    if not step_results or not delta["set"]:
+        return
+    produced = {id(entry["output"]): index for index, entry in enumerate(step_results["items"])
+                if isinstance(entry, dict) and isinstance(entry.get("output"), list | dict | str)}
+    if not produced:
+        return
+    shared: list[list[Any]] = []
+    for name, value in list(delta["set"].items()):
+        if id(value) in produced:
+            shared.append([[name], produced[id(value)]])
+            del delta["set"][name]
+        elif isinstance(value, dict) and any(id(inner) in produced for inner in value.values()):
+            kept = {}
+            for key, inner in value.items():
+                if id(inner) in produced:
+                    shared.append([[name, key], produced[id(inner)]])
+                else:
+                    kept[key] = inner
+            delta["set"][name] = kept
+    if shared:
+        delta["outputs"] = shared
+
+
+def _apply_shared_outputs(head: dict[str, Any], delta: Any, part: Any,
+                          entries: list[Any]) -> None:
+    """Set the variables (or keys of them) a body stores as references to its new step
+    results' outputs (`entries`: the step results after the body's were appended)."""
+    outputs = delta.get("outputs") if isinstance(delta, dict) else None
+    items = part.get("items") if isinstance(part, dict) else None
+    if not isinstance(outputs, list) or not isinstance(items, list):
+        raise DeltaFormatError(f"checkpoint {head.get('seq')} has malformed shared outputs")
+    new = entries[len(entries) - len(items):]
+    variables = head["variables"]
+    for reference in outputs:
+        path, index = reference if isinstance(reference, list) and len(reference) == 2 \
+            else (None, None)
+        if not isinstance(path, list) or not 1 <= len(path) <= 2 \
+                or not all(isinstance(step, str) for step in path):
+            raise DeltaFormatError(f"checkpoint {head.get('seq')} has a malformed shared "
+                                   f"output {reference!r}")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(new) \
+                or not isinstance(new[index], dict) or "output" not in new[index]:
+            raise DeltaFormatError(f"checkpoint {head.get('seq')} shares variable "
+                                   f"{'.'.join(path)!r} with no step result output {index!r}")
+        if len(path) == 1:
+            variables[path[0]] = new[index]["output"]
+        elif isinstance(variables.get(path[0]), dict):
+            variables[path[0]][path[1]] = new[index]["output"]
+        else:
+            raise DeltaFormatError(f"checkpoint {head.get('seq')} shares a key of variable "
+                                   f"{path[0]!r}, which is not an object")
 
 
 def _apply_variables_delta(head: dict[str, Any], delta: Any) -> None:
@@ -172,7 +242,7 @@ def _folded(bodies: Iterable[str | bytes]) -> Iterator[tuple[dict[str, Any], dic
             raise DeltaFormatError("checkpoint body lacks its head or lists")
         # A head holds only what changed since the previous checkpoint.
         head = part_head if head is None else {**head, **part_head}
-        if decoded["format"] == VARIABLES_DELTA_FORMAT:
+        if decoded["format"] in _DELTA_FORMATS:
             _apply_variables_delta(head, decoded.get("variables"))
         for name in APPEND_ONLY_FIELDS:
             part = parts.get(name)
@@ -191,6 +261,9 @@ def _folded(bodies: Iterable[str | bytes]) -> Iterator[tuple[dict[str, Any], dic
                 )
             del lists[name][base:]
             lists[name].extend(items)
+        if decoded["format"] == SHARED_OUTPUTS_FORMAT:
+            _apply_shared_outputs(head, decoded.get("variables"), parts.get("step_results"),
+                                  lists["step_results"])
         yield head, lists
 
 

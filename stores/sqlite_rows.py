@@ -66,6 +66,25 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# Characters of a text encoded at a time for its digest (see text_digest).
+_DIGEST_CHUNK = 1 << 16
+
+
+def text_digest(text: str) -> tuple[int, str]:
+    """(UTF-8 size, sha256 hex) of `text`, encoded a piece at a time: a checkpoint body
+    (a long loop's output) can be megabytes, and a whole copy of it as bytes would
+    add that much to the run's peak memory for nothing."""
+    if len(text) <= _DIGEST_CHUNK:
+        data = text.encode()
+        return len(data), hashlib.sha256(data).hexdigest()
+    hashed, size = hashlib.sha256(), 0
+    for start in range(0, len(text), _DIGEST_CHUNK):
+        piece = text[start:start + _DIGEST_CHUNK].encode()
+        hashed.update(piece)
+        size += len(piece)
+    return size, hashed.hexdigest()
+
+
 def row_digest(*values: object) -> str:
     """The seal of a row's columns: sha256 of their JSON list. Registered as the SQL
     function `row_digest` (the first value names the kind of row)."""
@@ -223,11 +242,11 @@ def checkpoint_row(checkpoint: Checkpoint, body: str,
     """The values of CHECKPOINT_COLUMNS for a checkpoint stored as `body` (through the
     configured codec: size and sha256 are of the stored text)."""
     body = seal_text(body)
-    data = body.encode()
+    size, checksum = text_digest(body)
     covered = (checkpoint.run_id, checkpoint.seq, checkpoint.attempt,
                micros(checkpoint.created_at),
                None if lease_expires_at is None else micros(lease_expires_at),
-               checkpoint.budget.consumed_tokens, len(data), hashlib.sha256(data).hexdigest())
+               checkpoint.budget.consumed_tokens, size, checksum)
     return (*covered[:6], body, *covered[6:], row_digest("checkpoint", *covered))
 
 

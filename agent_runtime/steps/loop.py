@@ -193,10 +193,14 @@ class LoopStepExecutor:
             state["olderSeq"] = state.get("previousSeq")
             state["previousSeq"] = ctx.state.seq + 1
             await ctx.checkpoint()
-        outputs = self._results(ctx, frame.step_path, state["count"])
+        # One copy of the results, both `loop.outputs` and the loop's output: values
+        # are replaced, never changed in place, and a checkpoint then stores the
+        # list once (stores/deltas.py, shared outputs), however long the loop.
+        outputs = cast(list[JsonValue],
+                       json_copy(self._results(ctx, frame.step_path, state["count"])))
         base = finished if finished is not None else variables.get("loop")
         variables["loop"] = {**(json_copy(base) if isinstance(base, dict) else {}),
-                             "outputs": json_copy(outputs),
+                             "outputs": outputs,
                              "goalMet": bool(state.get("goalMet")),
                              "goalMetAtIteration": state.get("goalMetAtIteration")}
         if (spec.output_mode or "array") == "final":
