@@ -163,10 +163,39 @@ def read_events(path: str | Path) -> Iterator[Event]:
 
 def random_id() -> str:
     """A random (version 4) UUID as 32 hex digits, like `uuid.uuid4().hex` without
-    building a UUID object: every event has one, several per commit point, and so
-    do transcript entries and tool calls."""
-    bits = int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET
+    building a UUID object or asking the OS for 16 bytes each time: every event has
+    one, several per commit point, and so do transcript entries and tool calls."""
+    bits = _ENTROPY.take() & _UUID4_CLEAR | _UUID4_SET
     return f"{bits:032x}"
+
+
+class _Entropy:
+    """The OS's random bytes (`os.urandom`), read a page at a time, 16 bytes per id.
+
+    A forked child starts with none of its parent's: it would hand out its
+    parent's next ids again."""
+
+    PAGE = 4096
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self._page = b""
+        self._used = 0
+
+    def take(self) -> int:
+        with self._lock:
+            if self._used + 16 > len(self._page):
+                self._page, self._used = os.urandom(self.PAGE), 0
+            start = self._used
+            self._used += 16
+            return int.from_bytes(self._page[start:start + 16])
+
+
+_ENTROPY = _Entropy()
+os.register_at_fork(after_in_child=_ENTROPY.reset)
 
 
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
@@ -197,8 +226,6 @@ class EventEmitter:
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
              **data: JsonValue) -> Event | None:
         if not self._sinks:  # as emit_for, without passing the data on to be dropped
-            with self._lock:
-                self._sequence += 1
             return None
         return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
                              step_path=step_path, **data)
@@ -209,10 +236,10 @@ class EventEmitter:
         """An event about `run_id`'s `attempt`; data that is None is left out (positional
         parameters, so data may have an `attempt` of its own, as a webhook's retry does).
         None when no sink listens: nothing is built (a commit point's several events
-        would otherwise cost a run that nobody watches a large share of its time)."""
+        would otherwise cost a run that nobody watches a large share of its time).
+        Nor numbered: the sinks are fixed when the emitter is made, so no one ever
+        sees a number this emitter gives."""
         if not self._sinks:
-            with self._lock:
-                self._sequence += 1
             return None
         with self._lock:
             self._sequence += 1

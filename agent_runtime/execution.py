@@ -184,12 +184,13 @@ class Execution(StepContext):
             raise SuspendRun("interrupted", {"before": before, "step_path": path})
 
     def cursor(self) -> list[Frame]:
-        # Frames are built by the engine, so their fields are valid: copy them
-        # without pydantic's validation or deepcopy (a hot path: every commit point).
-        return [Frame.model_construct(
-            step_path=frame.step_path, step_id=frame.step_id, step_index=frame.step_index,
-            loop_iteration=frame.loop_iteration, child_index=frame.child_index,
-            continuation=json_copy(frame.continuation)) for frame in self.stack]
+        # Copies of the frames, their continuations copied without deepcopy (a
+        # hot path: every commit point). Validating a frame costs less than
+        # pydantic's model_construct.
+        return [Frame(step_path=frame.step_path, step_id=frame.step_id,
+                      step_index=frame.step_index, loop_iteration=frame.loop_iteration,
+                      child_index=frame.child_index,
+                      continuation=json_copy(frame.continuation)) for frame in self.stack]
 
     async def guarded(self, call: Awaitable[T]) -> T:
         """Await a long model or tool call while a heartbeat keeps the lease alive."""

@@ -21,6 +21,7 @@ from stores.records import (
     CheckpointBudget,
     Frame,
     JsonObject,
+    trusted_record,
 )
 
 from agent_runtime.budget import TokenBudget
@@ -90,22 +91,22 @@ class RunState:
 
     def to_checkpoint(self, *, run_id: str, attempt: int, manifest_hash: str,
                       cursor: list[Frame], created_at: datetime) -> Checkpoint:
-        # model_construct: the lists are already valid and validating them
-        # again would copy every entry on every checkpoint. The append-only
-        # lists are shared, not copied: a copy per commit point costs more with
-        # every entry, and a store reads them only during its write (the
-        # contract, stores/base.py). Variables are replaced in place, so they
-        # are copied (a dict of a few keys).
-        return Checkpoint.model_construct(
-            run_id=run_id, seq=self.seq, attempt=attempt, manifest_hash=manifest_hash,
-            contract_version=CONTRACT_VERSION, runtime_version=RUNTIME_VERSION,
-            cursor=cursor, variables=dict(self.variables),
-            step_results=self.step_results, transcript=self.transcript,
-            artifacts=self.artifacts,
-            budget=CheckpointBudget(max_total_tokens=self.budget.max_total_tokens,
-                                    consumed_tokens=self.budget.consumed_tokens),
-            created_at=created_at,
-        )
+        # Trusted: the lists are already valid and validating them again would
+        # copy every entry on every checkpoint. The append-only lists are
+        # shared, not copied: a copy per commit point costs more with every
+        # entry, and a store reads them only during its write (the contract,
+        # stores/base.py). Variables are replaced in place, so they are copied
+        # (a dict of a few keys).
+        return trusted_record(Checkpoint, {
+            "run_id": run_id, "seq": self.seq, "attempt": attempt,
+            "manifest_hash": manifest_hash, "contract_version": CONTRACT_VERSION,
+            "runtime_version": RUNTIME_VERSION, "cursor": cursor,
+            "variables": dict(self.variables), "step_results": self.step_results,
+            "transcript": self.transcript, "artifacts": self.artifacts,
+            "budget": CheckpointBudget(max_total_tokens=self.budget.max_total_tokens,
+                                       consumed_tokens=self.budget.consumed_tokens),
+            "created_at": created_at,
+        })
 
     def usage(self) -> dict[str, int]:
         input_tokens = output_tokens = 0

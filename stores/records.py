@@ -255,3 +255,19 @@ def decode_record(model: type[R], text: str | bytes) -> R:
     except ValidationError as error:
         reason = error.errors()[0]["msg"]
         raise RecordDecodeError(f"not a valid {model.__name__}: {reason}") from error
+
+
+def trusted_record(model: type[R], fields: dict[str, Any]) -> R:
+    """A record of `fields` (every field of `model`, each already valid) with no
+    validation and no copies: what pydantic's `model_construct` makes, without its
+    per-field work, which costs more than a validation. For the engine's own
+    checkpoints and frames at a commit point, never for outside input; `fields`
+    becomes the record's own."""
+    if fields.keys() != model.model_fields.keys():
+        raise ValueError(f"a trusted {model.__name__} needs every field, exactly")
+    record = model.__new__(model)
+    object.__setattr__(record, "__dict__", fields)
+    object.__setattr__(record, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record

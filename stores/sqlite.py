@@ -64,7 +64,6 @@ from stores.sqlite_rows import (
     DEFINITION,
     MAX_SEQ,
     RUN_COLUMNS,
-    RUN_SEAL_SQL,
     RUN_VALUES,
     assemble_rows,
     assemble_rows_each,
@@ -124,7 +123,8 @@ class SqliteRunStore(StateChanges):
         self._saved = SavedListsCache()  # keyed by run incarnation
         self._rows = RunRows(self.path)
         self._effects = EffectRows(self.path, self._run,
-                                   lambda run_id: self._rows.decoded[run_id].effect_count)
+                                   lambda run_id: self._rows.decoded[run_id].effect_count,
+                                   self._rows.counted_effect)
         # Lists appended in the open write transaction, cached only once it commits.
         self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
@@ -362,30 +362,29 @@ class SqliteRunStore(StateChanges):
         """
         known = self._rows.decoded.get(checkpoint.run_id)
         # A checkpoint after a takeover resets `takeovers`, which lives in the
-        # record text the trigger does not touch: the reading path rewrites it.
+        # record text the fast path does not touch: the reading path rewrites it.
         # (Takeovers change only with the attempt, so a record known at this
         # attempt knows them.)
-        if known is None or known.run.attempt != expected_attempt or known.run.takeovers \
-                or transitions.budget_changes(known.run, checkpoint):
+        if known is None or not known.seal or known.run.attempt != expected_attempt \
+                or known.run.takeovers or transitions.budget_changes(known.run, checkpoint):
             return None
         previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
         if previous is None and checkpoint.seq != 1:
             return None
         body, saved = encode_body(checkpoint, previous)
+        row = checkpoint_row(checkpoint, body, lease_expires_at)
+        after = self._rows.after_checkpoint(known, row)
         try:
-            # The run row must also pass its seal: a damaged one goes to the
-            # reading path, which reports it.
-            cursor = self._conn.execute(
-                f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) SELECT {CHECKPOINT_VALUES}"
-                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND incarnation = ? AND"
-                " attempt = ? AND status = 'running' AND checkpoint_seq = ? AND"
-                f" columns_checksum = {RUN_SEAL_SQL})",
-                (*checkpoint_row(checkpoint, body, lease_expires_at), checkpoint.run_id,
-                 known.incarnation, expected_attempt, checkpoint.seq - 1))
+            # Saved only over the very row this store knows (sqlite_schema's
+            # checkpoint_saves): a row changed by anyone else, or damaged, goes
+            # to the reading path, which decides or reports it.
+            self._conn.execute(
+                f"INSERT INTO temp.checkpoint_saves ({CHECKPOINT_COLUMNS}, incarnation,"
+                f" seal_before, seal_after) VALUES ({CHECKPOINT_VALUES}, ?, ?, ?)",
+                (*row, known.incarnation, known.seal, after.seal))
         except sqlite3.IntegrityError:
             return None
-        if cursor.rowcount != 1:
-            return None
+        self._rows.decoded[checkpoint.run_id] = after
         return known.incarnation, saved
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,

@@ -57,10 +57,13 @@ class EffectRows:
 
     def __init__(self, path: Path, read_run: Callable[[sqlite3.Connection, str],
                                                           RunRecord | None],
-                 effect_count: Callable[[str], int]) -> None:
+                 effect_count: Callable[[str], int],
+                 counted: Callable[[str], None]) -> None:
         self.path = path
         self._read_run = read_run
         self._effect_count = effect_count
+        # Told of every effect inserted: the run row's count (and seal) moved.
+        self._counted = counted
         # (run id, key) -> (checksum of the reserved text, the record)
         self._reserved: OrderedDict[tuple[str, str], tuple[str, EffectRecord]] = OrderedDict()
 
@@ -106,7 +109,9 @@ class EffectRows:
         checksum = digest(record)
         cursor = conn.execute(_RESERVE_NEW, (run_id, key, record, checksum, run_id,
                                              expected_attempt, run_id, key))
-        if cursor.rowcount != 1:
+        if cursor.rowcount == 1:
+            self._counted(run_id)
+        else:
             # Not running at the attempt, or the key exists: the rules say which.
             effect = transitions.reserve_new_effect(
                 self._read_run(conn, run_id), run_id, key, expected_attempt=expected_attempt,
@@ -151,6 +156,7 @@ class EffectRows:
             " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND attempt = ?)",
             (effect.run_id, effect.key, record, checksum, effect.run_id, effect.attempt))
         require_fenced(cursor, effect.run_id, effect.attempt)
+        self._counted(effect.run_id)
         return checksum
 
     def _remember(self, run_id: str, key: str, checksum: str, effect: EffectRecord) -> None:

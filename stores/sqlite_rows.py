@@ -145,6 +145,7 @@ class StoredRun:
     incarnation: str
     effect_count: int = 0
     definition_checksum: str = ""
+    seal: str = ""  # the row's columns_checksum
 
 
 @dataclass(frozen=True)

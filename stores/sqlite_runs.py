@@ -11,7 +11,9 @@ sets only the columns that changed.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from stores.base import CorruptRecord, StaleAttempt
 from stores.records import RunRecord
@@ -28,6 +30,11 @@ from stores.sqlite_rows import (
     verified,
     with_columns,
 )
+
+# Where RUN_FIELDS holds the columns a checkpoint moves.
+_LEASE, _CHECKPOINT_SEQ, _CONSUMED, _UPDATED = (
+    RUN_FIELDS.index(name) for name in ("lease_expires_at", "checkpoint_seq", "consumed_tokens",
+                                        "updated_at"))
 
 
 class RunRows:
@@ -66,7 +73,7 @@ class RunRows:
         run = with_columns(self.path, base, row.values)
         self.decoded[run_id] = StoredRun(str(row.checksum), run, row.values,
                                          str(row.incarnation), row.effect_count,
-                                         str(row.definition_checksum))
+                                         str(row.definition_checksum), str(found[-1]))
         return run, str(row.incarnation), run.checkpoint_seq or 0
 
     def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
@@ -89,7 +96,30 @@ class RunRows:
                               (*(values[i] for i in changed), seal, run.run_id, fence))
         require_fenced(cursor, run.run_id, fence)
         self.decoded[run.run_id] = StoredRun(values[-1], run, values, before.incarnation,
-                                             before.effect_count, before.definition_checksum)
+                                             before.effect_count, before.definition_checksum,
+                                             seal)
+
+    def after_checkpoint(self, known: StoredRun, row: tuple[Any, ...]) -> StoredRun:
+        """`known` as a checkpoint with CHECKPOINT_COLUMNS values `row` leaves it: the
+        columns a checkpoint moves moved, the row resealed (for `sqlite_schema`'s
+        checkpoint_saves view, which writes that seal)."""
+        values = list(known.values)
+        values[_CHECKPOINT_SEQ], values[_CONSUMED], values[_UPDATED] = row[1], row[5], row[3]
+        if row[4] is not None:  # a save that renews no lease keeps the one there
+            values[_LEASE] = row[4]
+        moved = tuple(values)
+        return replace(known, values=moved, seal=run_seal(
+            known.run.run_id, known.incarnation, moved, known.effect_count,
+            known.definition_checksum))
+
+    def counted_effect(self, run_id: str) -> None:
+        """Follow the `effect_counts_on_run` trigger, which counted an effect inserted
+        in this transaction and resealed the row, in the remembered row."""
+        known = self.decoded.get(run_id)
+        if known is not None:
+            count = known.effect_count + 1
+            self.decoded[run_id] = replace(known, effect_count=count, seal=run_seal(
+                run_id, known.incarnation, known.values, count, known.definition_checksum))
 
 
 def require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:

@@ -175,6 +175,47 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
+# An owner's checkpoint, saved by SqliteRunStore's fast path as one INSERT into
+# this view of the connection's own (TEMP: no part of the file's schema). The
+# store hands in the run row's seal as it knows it (`seal_before`) and the seal
+# of the row the save leaves (`seal_after`), both computed in Python from the
+# column values it knows: the statement calls no Python function, where the
+# `checkpoint_moves_run` trigger computes and checks seals with `row_digest`
+# (three calls, a large share of a checkpoint's cost). It saves only when the
+# row is the store's own: its incarnation, attempt, status, latest seq and seal
+# as the store knows them; else it raises, and the store takes the reading
+# path, which reports damage or decides by the rules. A damaged column cannot
+# be sealed this way: `seal_after` covers the values the store knows, not the
+# stored ones, so the next read of the row reports the damage. The run row is
+# moved before the checkpoint is inserted, so `checkpoint_moves_run` then finds
+# nothing to move (its `NEW.seq > checkpoint_seq` fails before its seal check).
+_SAVE_VIEW_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
+                      " body, size_bytes, checksum, columns_checksum, incarnation, seal_before,"
+                      " seal_after")
+_SAVE_VIEW: tuple[str, ...] = (
+    "CREATE TEMP VIEW IF NOT EXISTS checkpoint_saves AS SELECT "
+    + ", ".join(f"NULL AS {name.strip()}" for name in _SAVE_VIEW_COLUMNS.split(","))
+    + " WHERE 0",
+    """CREATE TEMP TRIGGER IF NOT EXISTS checkpoint_saved INSTEAD OF INSERT ON checkpoint_saves
+    BEGIN
+        SELECT RAISE(ABORT, 'agent-runtime: the run row is not the one this store knows')
+            WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id
+                AND incarnation = NEW.incarnation AND attempt = NEW.attempt
+                AND status = 'running' AND checkpoint_seq = NEW.seq - 1
+                AND columns_checksum = NEW.seal_before);
+        UPDATE runs SET checkpoint_seq = NEW.seq, consumed_tokens = NEW.consumed_tokens,
+            updated_at = NEW.created_at,
+            lease_expires_at = coalesce(NEW.lease_expires_at, lease_expires_at),
+            columns_checksum = NEW.seal_after
+            WHERE run_id = NEW.run_id;
+        INSERT INTO checkpoints (run_id, seq, attempt, created_at, lease_expires_at,
+            consumed_tokens, body, size_bytes, checksum, columns_checksum)
+            VALUES (NEW.run_id, NEW.seq, NEW.attempt, NEW.created_at, NEW.lease_expires_at,
+                NEW.consumed_tokens, NEW.body, NEW.size_bytes, NEW.checksum,
+                NEW.columns_checksum);
+    END""",
+)
+
 
 def store_error(path: Path, error: sqlite3.Error) -> StoreError:
     """The store error for an sqlite3 error at `path`: the one place they are translated."""
@@ -332,6 +373,8 @@ def _configured(path: Path, synchronous: str, busy_timeout_seconds: float) -> sq
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, path=path)
+        for statement in _SAVE_VIEW:
+            conn.execute(statement)
     except BaseException:
         conn.close()
         raise

@@ -3,10 +3,11 @@ source, and event ids that are still random version-4 UUIDs."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import UTC, datetime
 
-from agent_runtime.events import EventEmitter, ListEventSink
+from agent_runtime.events import EventEmitter, ListEventSink, random_id
 from agent_runtime.serde import json_copy
 
 
@@ -55,3 +56,20 @@ def test_no_event_is_built_when_no_sink_listens() -> None:
     assert heard.listening
     assert all(heard.emit("step.started") is not None for _ in range(3))
     assert [event.sequence for event in sink.events] == [1, 2, 3]
+
+
+def test_a_forked_child_never_repeats_its_parents_ids() -> None:
+    random_id()  # the parent has a page of random bytes in hand
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        os.close(reading)
+        os.write(writing, ",".join(random_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading) as pipe:
+        theirs = set(pipe.read().split(","))
+    os.waitpid(child, 0)
+    ours = {random_id() for _ in range(50)}
+    assert len(theirs) == 50 and not ours & theirs
+    assert all(uuid.UUID(hex=value).version == 4 for value in ours | theirs)

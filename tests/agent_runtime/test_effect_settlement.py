@@ -23,6 +23,10 @@ from stores.file import FileRunStore
 from stores.records import EffectStatus
 from stores.sqlite import SqliteRunStore
 
+# How a checkpoint is written: an owner's save goes through the connection's own
+# view (stores/sqlite_schema.py); the reading path inserts into the table.
+CHECKPOINT_INSERTS = ("INSERT INTO checkpoints", "INSERT INTO temp.checkpoint_saves")
+
 
 class Transactions:
     """The write statements of one connection, grouped by the commit they belong to."""
@@ -87,8 +91,8 @@ def _traced_run(path: Path, adder: object) -> tuple[Transactions, list[str], str
     return log, calls, result.run_id
 
 
-def _starts(commit: list[str], head: str) -> list[str]:
-    return [statement for statement in commit if statement.lstrip().startswith(head)]
+def _starts(commit: list[str], *heads: str) -> list[str]:
+    return [statement for statement in commit if statement.lstrip().startswith(heads)]
 
 
 def test_an_idempotent_call_is_reserved_in_the_checkpoint_that_makes_it_next(
@@ -100,13 +104,13 @@ def test_an_idempotent_call_is_reserved_in_the_checkpoint_that_makes_it_next(
     # The first call is reserved with the checkpoint that records the model's
     # request for both calls; the second with the one holding the first result.
     for commit, key in ((first, calls[0]), (second, calls[1])):
-        (checkpoint,) = _starts(commit, "INSERT INTO checkpoints")
+        (checkpoint,) = _starts(commit, *CHECKPOINT_INSERTS)
         (effect,) = _starts(commit, "INSERT INTO effects")
         assert key in effect and key in checkpoint
-    assert '"tool-call"' in _starts(first, "INSERT INTO checkpoints")[0]
+    assert '"tool-call"' in _starts(first, *CHECKPOINT_INSERTS)[0]
     assert not _starts(first, "UPDATE effects")
     assert calls[0] in _starts(second, "UPDATE effects")[0]
-    assert '"tool-result"' in _starts(second, "INSERT INTO checkpoints")[0]
+    assert '"tool-result"' in _starts(second, *CHECKPOINT_INSERTS)[0]
 
 
 def test_a_call_that_is_not_idempotent_is_reserved_by_a_commit_of_its_own(
@@ -116,7 +120,7 @@ def test_a_call_that_is_not_idempotent_is_reserved_by_a_commit_of_its_own(
     assert len(reserving) == 2
     for commit, key in zip(reserving, calls, strict=True):
         assert key in _starts(commit, "INSERT INTO effects")[0]
-        assert not _starts(commit, "INSERT INTO checkpoints"), commit
+        assert not _starts(commit, *CHECKPOINT_INSERTS), commit
 
 
 def _two_calls() -> object:
@@ -142,7 +146,7 @@ def test_each_settlement_commits_with_the_checkpoint_of_its_result(tmp_path: Pat
                     if any(s.lstrip().startswith("UPDATE effects") for s in commit)]
         assert len(settling) == 2
         for commit in settling:
-            assert any(s.lstrip().startswith("INSERT INTO checkpoints") for s in commit), commit
+            assert any(s.lstrip().startswith(CHECKPOINT_INSERTS) for s in commit), commit
         effects = store.list_effects(result.run_id)
         assert sorted(effect.key for effect in effects) == sorted(calls)
         assert all(effect.status is EffectStatus.COMPLETED for effect in effects)
@@ -152,7 +156,7 @@ def test_each_settlement_commits_with_the_checkpoint_of_its_result(tmp_path: Pat
         for commit in settling:
             key = next(key for key in calls if any(key in s and s.lstrip().startswith(
                 "UPDATE effects") for s in commit))
-            insert = next(s for s in commit if s.lstrip().startswith("INSERT INTO checkpoints"))
+            insert = next(s for s in commit if s.lstrip().startswith(CHECKPOINT_INSERTS))
             assert key in insert and '"tool-result"' in insert
 
 

@@ -1,0 +1,104 @@
+"""An owner's checkpoint on SQLite: one statement, no Python in it, only over its own row."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from stores import sqlite_schema
+from stores.base import CorruptRecord, StaleAttempt
+from stores.records import Checkpoint, RunRecord
+from stores.sqlite import SqliteRunStore
+from stores.sqlite_rows import row_digest
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _checkpoint(seq: int, attempt: int = 1) -> Checkpoint:
+    return Checkpoint(run_id="r1", seq=seq, attempt=attempt, manifest_hash="sha256:m",
+                      transcript=[{"n": index} for index in range(seq)],
+                      created_at=NOW + timedelta(seconds=seq))
+
+
+@contextlib.contextmanager
+def _raw(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection of someone else's (no store of ours), with the seal function."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+        sqlite_schema.register_functions(raw)
+        yield raw
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """How often SQL called `row_digest`, by the kind of row it sealed."""
+    calls: collections.Counter[str] = collections.Counter()
+
+    def counting(*values: object) -> str:
+        calls[str(values[0])] += 1
+        return row_digest(*values)
+
+    monkeypatch.setattr(sqlite_schema, "row_digest", counting)
+    return calls
+
+
+def _owner(path: Path) -> SqliteRunStore:
+    store = SqliteRunStore(path)
+    store.create_run(RunRecord(run_id="r1", manifest_hash="sha256:m", tenant="acme"))
+    store.resume_run("r1", owner="me", now=NOW, lease_seconds=60)
+    store.save_checkpoint(_checkpoint(1), expected_attempt=1)
+    return store
+
+
+def test_an_owners_checkpoint_is_one_statement_that_calls_no_python(
+        tmp_path: Path, counted: collections.Counter[str]) -> None:
+    with _owner(tmp_path / "runs.sqlite") as store:
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        counted.clear()
+        for seq in range(2, 6):
+            store.save_checkpoint(_checkpoint(seq), expected_attempt=1,
+                                  lease_expires_at=NOW + timedelta(seconds=100 + seq))
+        store._conn.set_trace_callback(None)
+        # SQLite traces a statement again for each trigger program it runs: one
+        # distinct statement per save, and no transaction around it.
+        sent = [s for index, s in enumerate(statements)
+                if index == 0 or s != statements[index - 1]]
+        assert len(sent) == 4, sent
+        assert all(s.startswith("INSERT INTO temp.checkpoint_saves") for s in sent)
+        assert counted["run"] == 0
+        run = store.load_run("r1")
+        assert run is not None and run.checkpoint_seq == 5
+        assert run.lease_expires_at == NOW + timedelta(seconds=105)
+    with SqliteRunStore(tmp_path / "runs.sqlite") as reopened:  # read from the file alone
+        assert reopened.load_run("r1") == run
+        assert reopened.load_latest_checkpoint("r1") == _checkpoint(5)
+
+
+def test_a_row_another_writer_changed_is_decided_on_a_read(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    with _owner(path) as store:
+        with SqliteRunStore(path) as other:  # another process takes the run over
+            other.resume_run("r1", owner="them", now=NOW + timedelta(seconds=600),
+                             lease_seconds=60, allow_running_takeover=True)
+        with pytest.raises(StaleAttempt):
+            store.save_checkpoint(_checkpoint(2), expected_attempt=1)
+        assert [info.seq for info in store.list_checkpoints("r1")] == [1]
+
+
+def test_a_damaged_column_is_never_sealed_by_a_save(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    with _owner(path) as store:
+        with _raw(path) as raw:  # damage: a changed byte, not resealed
+            raw.execute("UPDATE runs SET tenant = 'acmf'")
+        with contextlib.suppress(CorruptRecord):  # caught now, or at the next read
+            store.save_checkpoint(_checkpoint(2), expected_attempt=1)
+        with pytest.raises(CorruptRecord, match="checksum"):
+            store.load_run("r1")
+    with SqliteRunStore(path) as reopened, pytest.raises(CorruptRecord, match="checksum"):
+        reopened.load_run("r1")
