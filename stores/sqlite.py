@@ -15,7 +15,8 @@ exactly seqs 1..`checkpoint_seq`, or a counted effect or run that is missing
 raise `CorruptRecord` naming the record. Any `sqlite3` error becomes a store
 error naming the file (`sqlite_schema.translated`, around every transaction).
 Checkpoints are stored as deltas (`stores.deltas`). An owner's checkpoint is
-one fenced INSERT whose trigger moves the run's checkpoint columns (see
+one INSERT into the connection's `checkpoint_saves` view, whose trigger moves
+the run's checkpoint columns and writes the seal this store computed (see
 `sqlite_schema`), so checkpointing every step costs little more than the raw
 write itself. `list_runs` is indexed SQL (`sqlite_listing`).
 """
@@ -350,7 +351,7 @@ class SqliteRunStore(StateChanges):
     def _save_in_one_statement(self, checkpoint: Checkpoint, expected_attempt: int,
                                lease_expires_at: datetime | None
                                ) -> tuple[str, SavedLists] | None:
-        """The owner's common case as one atomic INSERT (the trigger moves the run).
+        """The owner's common case as one atomic INSERT (the view's trigger moves the run).
 
         It applies only when the run is the one this store knows (incarnation),
         running at `expected_attempt` with `seq - 1` its latest checkpoint, and
