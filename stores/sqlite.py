@@ -75,7 +75,7 @@ from stores.sqlite_rows import (
     run_values,
 )
 from stores.sqlite_runs import RunRows
-from stores.sqlite_schema import connect, transaction, translated
+from stores.sqlite_schema import SAVE_VIEW_COLUMNS, connect, transaction, translated
 from stores.state_changes import StateChanges, apply_change, saving
 
 R = TypeVar("R", bound=BaseModel)
@@ -380,8 +380,8 @@ class SqliteRunStore(StateChanges):
             # checkpoint_saves): a row changed by anyone else, or damaged, goes
             # to the reading path, which decides or reports it.
             self._conn.execute(
-                f"INSERT INTO temp.checkpoint_saves ({CHECKPOINT_COLUMNS}, incarnation,"
-                f" seal_before, seal_after) VALUES ({CHECKPOINT_VALUES}, ?, ?, ?)",
+                f"INSERT INTO temp.checkpoint_saves ({SAVE_VIEW_COLUMNS})"
+                f" VALUES ({CHECKPOINT_VALUES}, ?, ?, ?)",
                 (*row, known.incarnation, known.seal, after.seal))
         except sqlite3.IntegrityError:
             return None

@@ -95,8 +95,9 @@ class EffectRows:
         # again would run its effect twice.
         self.check_count(conn, run_id)
         text = encode_record(effect)
-        self._insert(conn, effect, text)
-        return decode_record(EffectRecord, text)
+        reserved = decode_record(EffectRecord, text)  # the caller's own copy
+        self._remember(run_id, key, self._insert(conn, effect, text), effect)
+        return reserved
 
     def reserve_new(self, conn: sqlite3.Connection, key: str, *, run_id: str,
                     expected_attempt: int, at: datetime) -> None:
@@ -116,9 +117,9 @@ class EffectRows:
             effect = transitions.reserve_new_effect(
                 self._read_run(conn, run_id), run_id, key, expected_attempt=expected_attempt,
                 at=at, existing=self.stored(conn, run_id, key))
-            text = encode_record(effect)
-            checksum = self._insert(conn, effect, text)
-        self._remember(run_id, key, checksum, decode_record(EffectRecord, text))
+            checksum = self._insert(conn, effect, encode_record(effect))
+        # The record as built: it survived encoding, and it is never changed in place.
+        self._remember(run_id, key, checksum, effect)
 
     def settle(self, conn: sqlite3.Connection, key: str, *, run_id: str, expected_attempt: int,
                result: Any, at: datetime) -> None:

@@ -11,7 +11,6 @@ sets only the columns that changed.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +107,11 @@ class RunRows:
         if row[4] is not None:  # a save that renews no lease keeps the one there
             values[_LEASE] = row[4]
         moved = tuple(values)
-        return replace(known, values=moved, seal=run_seal(
-            known.run.run_id, known.incarnation, moved, known.effect_count,
-            known.definition_checksum))
+        # Built whole, not by dataclasses.replace: every checkpoint makes one.
+        return StoredRun(known.checksum, known.run, moved, known.incarnation,
+                         known.effect_count, known.definition_checksum,
+                         run_seal(known.run.run_id, known.incarnation, moved,
+                                  known.effect_count, known.definition_checksum))
 
     def counted_effect(self, run_id: str) -> None:
         """Follow the `effect_counts_on_run` trigger, which counted an effect inserted
@@ -118,8 +119,11 @@ class RunRows:
         known = self.decoded.get(run_id)
         if known is not None:
             count = known.effect_count + 1
-            self.decoded[run_id] = replace(known, effect_count=count, seal=run_seal(
-                run_id, known.incarnation, known.values, count, known.definition_checksum))
+            self.decoded[run_id] = StoredRun(
+                known.checksum, known.run, known.values, known.incarnation, count,
+                known.definition_checksum,
+                run_seal(run_id, known.incarnation, known.values, count,
+                         known.definition_checksum))
 
 
 def require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:

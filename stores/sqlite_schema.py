@@ -32,7 +32,7 @@ from pathlib import Path
 
 from stores.base import CorruptRecord, StoreError, StoreUnavailable
 from stores.records import utc_now
-from stores.sqlite_rows import row_digest
+from stores.sqlite_rows import CHECKPOINT_COLUMNS, row_digest
 
 SQLITE_HEADER = b"SQLite format 3\0"
 # sqlite3 errors that mean the file's content is damaged (or is not this
@@ -189,14 +189,12 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 # stored ones, so the next read of the row reports the damage. The run row is
 # moved before the checkpoint is inserted, so `checkpoint_moves_run` then finds
 # nothing to move (its `NEW.seq > checkpoint_seq` fails before its seal check).
-_SAVE_VIEW_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
-                      " body, size_bytes, checksum, columns_checksum, incarnation, seal_before,"
-                      " seal_after")
+SAVE_VIEW_COLUMNS = f"{CHECKPOINT_COLUMNS}, incarnation, seal_before, seal_after"
 _SAVE_VIEW: tuple[str, ...] = (
     "CREATE TEMP VIEW IF NOT EXISTS checkpoint_saves AS SELECT "
-    + ", ".join(f"NULL AS {name.strip()}" for name in _SAVE_VIEW_COLUMNS.split(","))
+    + ", ".join(f"NULL AS {name.strip()}" for name in SAVE_VIEW_COLUMNS.split(","))
     + " WHERE 0",
-    """CREATE TEMP TRIGGER IF NOT EXISTS checkpoint_saved INSTEAD OF INSERT ON checkpoint_saves
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS checkpoint_saved INSTEAD OF INSERT ON checkpoint_saves
     BEGIN
         SELECT RAISE(ABORT, 'agent-runtime: the run row is not the one this store knows')
             WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id
@@ -208,11 +206,8 @@ _SAVE_VIEW: tuple[str, ...] = (
             lease_expires_at = coalesce(NEW.lease_expires_at, lease_expires_at),
             columns_checksum = NEW.seal_after
             WHERE run_id = NEW.run_id;
-        INSERT INTO checkpoints (run_id, seq, attempt, created_at, lease_expires_at,
-            consumed_tokens, body, size_bytes, checksum, columns_checksum)
-            VALUES (NEW.run_id, NEW.seq, NEW.attempt, NEW.created_at, NEW.lease_expires_at,
-                NEW.consumed_tokens, NEW.body, NEW.size_bytes, NEW.checksum,
-                NEW.columns_checksum);
+        INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({", ".join(
+            "NEW." + name.strip() for name in CHECKPOINT_COLUMNS.split(","))});
     END""",
 )
 

@@ -8,6 +8,7 @@ store without it settles and checkpoints in two commits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from stores.conformance.builders import (
     observe,
     start_busy_run,
 )
-from stores.records import EffectStatus
+from stores.records import Checkpoint, EffectStatus
 
 
 def _settling(store: RunStore) -> SettlesInCheckpoint:
@@ -45,6 +46,18 @@ def _effect(store: RunStore, key: str) -> Any:
 
 
 NEW_KEY = "effect-new"
+
+
+def _refused(store: RunStore, error: type[Exception], checkpoint: Checkpoint, *,
+             settlements: Sequence[Settlement] = (), reservations: Sequence[str] = (),
+             expected_attempt: int = 1, seconds: float = 60) -> None:
+    """`save_checkpoint_settling` raises `error` and changes nothing a caller can see."""
+    before = observe(store)
+    with pytest.raises(error):
+        _settling(store).save_checkpoint_settling(
+            checkpoint, settlements, reservations=reservations,
+            expected_attempt=expected_attempt, at=at(seconds))
+    assert observe(store) == before
 
 
 class SettlementConformance:
@@ -83,35 +96,23 @@ class SettlementConformance:
 
     def test_a_refused_checkpoint_settles_nothing(self, store: RunStore) -> None:
         start_busy_run(store)
-        before = observe(store)
-        with pytest.raises(CheckpointConflict):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 4, 1), [Settlement(EFFECT_KEY, "written")],
-                expected_attempt=1, at=at(60))
-        assert observe(store) == before
+        _refused(store, CheckpointConflict, make_checkpoint(RUN, 4, 1),
+                 settlements=[Settlement(EFFECT_KEY, "written")])
         assert _effect(store, EFFECT_KEY).status is EffectStatus.RESERVED
 
     def test_a_refused_settlement_saves_no_checkpoint(self, store: RunStore) -> None:
         start_busy_run(store)
         store.complete_effect(EFFECT_KEY, run_id=RUN, expected_attempt=1, result="first",
                               at=at(55))
-        before = observe(store)
-        with pytest.raises(InvalidTransition):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 2, 1), [Settlement(EFFECT_KEY, "second")],
-                expected_attempt=1, at=at(60))
-        assert observe(store) == before
+        _refused(store, InvalidTransition, make_checkpoint(RUN, 2, 1),
+                 settlements=[Settlement(EFFECT_KEY, "second")])
 
     def test_a_superseded_attempt_changes_nothing(self, store: RunStore) -> None:
         start_busy_run(store)
         store.resume_run(RUN, owner="owner-2", now=at(1000), lease_seconds=60,
                          allow_running_takeover=True)
-        before = observe(store)
-        with pytest.raises(StaleAttempt):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 2, 1), [Settlement(EFFECT_KEY, "late")],
-                expected_attempt=1, at=at(1001))
-        assert observe(store) == before
+        _refused(store, StaleAttempt, make_checkpoint(RUN, 2, 1),
+                 settlements=[Settlement(EFFECT_KEY, "late")], seconds=1001)
 
     def test_reserves_new_keys_with_the_checkpoint(self, store: RunStore) -> None:
         start_busy_run(store)
@@ -136,36 +137,18 @@ class SettlementConformance:
     def test_a_reservation_of_a_key_the_run_has_is_refused_with_nothing_saved(
             self, store: RunStore) -> None:
         start_busy_run(store)
-        before = observe(store)
-        with pytest.raises(InvalidTransition):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 2, 1), [], reservations=[EFFECT_KEY],
-                expected_attempt=1, at=at(60))
-        assert observe(store) == before
+        _refused(store, InvalidTransition, make_checkpoint(RUN, 2, 1), reservations=[EFFECT_KEY])
 
     def test_a_refused_checkpoint_reserves_nothing(self, store: RunStore) -> None:
         start_busy_run(store)
-        before = observe(store)
-        with pytest.raises(CheckpointConflict):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 4, 1), [], reservations=[NEW_KEY],
-                expected_attempt=1, at=at(60))
-        assert observe(store) == before
+        _refused(store, CheckpointConflict, make_checkpoint(RUN, 4, 1), reservations=[NEW_KEY])
 
     def test_a_superseded_or_finished_attempt_reserves_nothing(self, store: RunStore) -> None:
         start_busy_run(store)
         store.resume_run(RUN, owner="owner-2", now=at(1000), lease_seconds=60,
                          allow_running_takeover=True)
-        before = observe(store)
-        with pytest.raises(StaleAttempt):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 2, 1), [], reservations=[NEW_KEY],
-                expected_attempt=1, at=at(1001))
-        assert observe(store) == before
+        _refused(store, StaleAttempt, make_checkpoint(RUN, 2, 1),
+                 reservations=[NEW_KEY], seconds=1001)
         store.cancel_run(RUN, at=at(1002))
-        before = observe(store)
-        with pytest.raises(RunTerminal):
-            _settling(store).save_checkpoint_settling(
-                make_checkpoint(RUN, 2, 2), [], reservations=[NEW_KEY],
-                expected_attempt=2, at=at(1003))
-        assert observe(store) == before
+        _refused(store, RunTerminal, make_checkpoint(RUN, 2, 2),
+                 reservations=[NEW_KEY], expected_attempt=2, seconds=1003)
