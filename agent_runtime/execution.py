@@ -240,10 +240,10 @@ class Execution(StepContext):
         """Run `steps` in order from the resume frame; checkpoint after each one.
 
         With `checkpoint_last=False` the caller commits right after the last
-        step itself (a loop iteration's end) with nothing outside the process
-        in between, so that one commit point serves both: a crash before it
-        repeats the last step, exactly as a crash just before the step's own
-        commit would.
+        step itself (a loop iteration's end, the run's completion) with nothing
+        outside the process in between, so that one commit point serves both: a
+        crash before it repeats the last step, exactly as a crash just before
+        the step's own commit would.
         """
         level = len(self.stack)
         start = resume[0].step_index if resume else 0
@@ -354,8 +354,12 @@ class Execution(StepContext):
     async def _attempt(self, started: float) -> RunResult:
         steps = self.manifest.steps
         try:
+            # The run's completion below is the last step's commit point, as an
+            # iteration's end is its last step's (run_sequence).
             await self.run_sequence(steps, prefix="", loop_iteration=None,
-                                    resume=self.resume_cursor)
+                                    resume=self.resume_cursor, checkpoint_last=False)
+            if self.settlements:
+                await self.checkpoint()  # effect results ride in a checkpoint, not a completion
         except SuspendRun as signal:
             self._store_write(self.store.suspend_run, self.run_id,
                               expected_attempt=self.attempt, reason=signal.reason,

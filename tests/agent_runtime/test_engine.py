@@ -225,12 +225,13 @@ def test_model_error_fails_the_step_with_its_code() -> None:
     assert result.error["details"] == {"code": "rate_limited"}
 
 
-def test_every_step_and_response_is_checkpointed() -> None:
+def test_every_step_is_checkpointed_the_last_by_the_completion() -> None:
     h = Harness()
     result = h.run(manifest(prompt("a"), prompt("b")), options=ECHO)
     infos = h.store.list_checkpoints(result.run_id)
-    # one after each step, plus the final one committed with completion
-    assert [info.seq for info in infos] == [1, 2, 3]
+    # one after the first step; the last step's commit point is the final
+    # checkpoint, committed with the completion (nothing runs between them)
+    assert [info.seq for info in infos] == [1, 2]
     final = h.store.load_latest_checkpoint(result.run_id)
     assert [item["type"] for item in final.transcript] == [
         "message", "model-response", "message", "model-response"]

@@ -17,10 +17,10 @@ from tests.api.serve_process import Serve, run_of, start, wait_until
 pytestmark = pytest.mark.slow
 
 # Every iteration checkpoints once (its prompt's completion is the iteration's
-# commit point); the loop's end and the run's end add two more: 498 items make
-# 500 checkpoints.
-ITEMS = 498
-CHECKPOINTS = ITEMS + 2
+# commit point); the loop's end, the run's last step, is committed with the run's
+# completion: 499 items make 500 checkpoints.
+ITEMS = 499
+CHECKPOINTS = ITEMS + 1
 
 
 def long_loop() -> dict[str, Any]:

@@ -117,7 +117,9 @@ def test_a_second_invocation_at_any_commit_point_stops_without_acting(
         deployment: Deployment, options: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> None:
     points = count_commit_points(deployment, options, monkeypatch)
-    assert points >= 6  # checkpoints of both steps and the tool's effect writes
+    # the first step's checkpoint, the tool's effect writes and checkpoints, and the
+    # completion, which is the last step's commit point
+    assert points >= 5
 
     for at in range(1, points + 1):
         run_id = reserved(deployment, options)
