@@ -2,7 +2,9 @@
 
 One SQLite file in WAL mode. Every write is a read-modify-write inside
 `BEGIN IMMEDIATE`, which takes the database's single write lock up front, so
-two processes can never interleave between reading a run and writing it. The
+two processes can never interleave between reading a run and writing it.
+Writers take turns for that lock (`sqlite_turns`), so two processes on one
+file alternate rather than one sleeping in SQLite's busy handler. The
 lifecycle rules come from `stores.transitions` and the state changes
 around them from `stores.state_changes`, exactly as in `MemoryRunStore`; this
 module only stores. Readers use plain `BEGIN` and never
@@ -76,6 +78,7 @@ from stores.sqlite_rows import (
 )
 from stores.sqlite_runs import RunRows
 from stores.sqlite_schema import SAVE_VIEW_COLUMNS, connect, transaction, translated
+from stores.sqlite_turns import WriterTurns
 from stores.state_changes import StateChanges, apply_change, saving
 
 R = TypeVar("R", bound=BaseModel)
@@ -129,6 +132,7 @@ class SqliteRunStore(StateChanges):
         # Lists appended in the open write transaction, cached only once it commits.
         self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
+        self._turns = WriterTurns(self.path)
 
     # -- transactions and rows -----------------------------------------------
 
@@ -139,7 +143,7 @@ class SqliteRunStore(StateChanges):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._turns.turn():
             self._uncommitted.clear()
             with translated(self.path), transaction(self._conn, write=True) as conn:
                 yield conn
@@ -315,7 +319,7 @@ class SqliteRunStore(StateChanges):
 
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
-        with self._lock, translated(self.path):
+        with self._lock, self._turns.turn(), translated(self.path):
             found = self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at)
             if found is not None:
                 self._saved.put(*found)
@@ -434,6 +438,7 @@ class SqliteRunStore(StateChanges):
     def close(self) -> None:
         with self._lock, translated(self.path):
             self._conn.close()
+            self._turns.close()
 
     def __enter__(self) -> SqliteRunStore:
         return self

@@ -83,8 +83,11 @@ def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[
     path = tmp_path_factory.mktemp("pristine") / "runs.sqlite"
     with contextlib.closing(_sqlite(path)) as store:
         build(store)
-    # Closed: the WAL is folded into the file, which is then the whole store.
-    assert sorted(entry.name for entry in path.parent.iterdir()) == ["runs.sqlite"]
+    # Closed: the WAL is folded into the file, which is then the whole store (the
+    # writers' lock file beside it holds nothing).
+    assert sorted(entry.name for entry in path.parent.iterdir()) == ["runs.sqlite",
+                                                                     "runs.sqlite-lock"]
+    assert Path(f"{path}-lock").stat().st_size == 0
     with contextlib.closing(_sqlite(path)) as store:
         return path.read_bytes(), reads(store)
 

@@ -122,8 +122,9 @@ def test_a_new_store_is_whole_and_private_whatever_the_path(tmp_path: Path) -> N
         store.create_run(RunRecord(run_id="r1", manifest_hash="m"))
     created = real / "state" / "runs.sqlite"
     assert stat.S_IMODE(created.stat().st_mode) == 0o600
-    # Built beside it and linked into place: no half-made file is left behind.
-    assert sorted(os.listdir(created.parent)) == ["runs.sqlite"]
+    # Built beside it and linked into place: no half-made file is left behind (the
+    # writers' lock file is named after the real file, as SQLite's -wal is).
+    assert sorted(os.listdir(created.parent)) == ["runs.sqlite", "runs.sqlite-lock"]
     # A symlink to a store opens the store.
     (tmp_path / "alias.sqlite").symlink_to(created)
     with SqliteRunStore(tmp_path / "alias.sqlite") as again:
