@@ -16,11 +16,14 @@ from pathlib import Path
 
 from engine_harness import Harness, manifest
 
-from agent_runtime import RunStatus, ToolContext, tool
+from agent_runtime import AgentRuntime, RunStatus, ToolContext, tool
+from agent_runtime.execution import Execution
+from agent_runtime.manifest import PromptStep
+from agent_runtime.steps import default_steps
 from agent_runtime.testing import scripted
 from stores.base import SettlesInCheckpoint
 from stores.file import FileRunStore
-from stores.records import EffectStatus
+from stores.records import EffectStatus, Frame, JsonValue
 from stores.sqlite import SqliteRunStore
 
 # How a checkpoint is written: an owner's save goes through the connection's own
@@ -171,3 +174,29 @@ def test_a_store_without_it_settles_before_the_checkpoint(tmp_path: Path) -> Non
         effects = store.list_effects(result.run_id)
         assert len(effects) == 2
         assert all(effect.status is EffectStatus.COMPLETED for effect in effects)
+
+
+class _SettlesLast:
+    """A prompt step that settles an effect and ends (no checkpoint of its own after it)."""
+
+    async def execute(self, step: PromptStep, frame: Frame, ctx: Execution,
+                      resume: list[Frame]) -> JsonValue:
+        ctx.begin_effect("last-effect")
+        ctx.settle_effect("last-effect", {"output": "sent"})
+        return "done"
+
+
+def test_an_effect_the_last_step_settles_is_saved_before_the_run_completes() -> None:
+    # The run's completion stands for its last step's checkpoint, but a completion
+    # carries no settlement: the engine checkpoints it first.
+    steps = default_steps()
+    steps.register("prompt", PromptStep, _SettlesLast())
+    h = Harness()
+    runtime = AgentRuntime(store=h.store, clock=h.clock, steps=steps)
+    result = runtime.run_sync(manifest=manifest({"id": "only", "type": "prompt",
+                                                 "prompt": "hi"}),
+                              options={"model": "scripted/echo"})
+    assert result.status is RunStatus.COMPLETED
+    [effect] = h.store.list_effects(result.run_id)
+    assert effect.status is EffectStatus.COMPLETED and effect.result == {"output": "sent"}
+    assert [info.seq for info in h.store.list_checkpoints(result.run_id)] == [1, 2]
