@@ -202,10 +202,16 @@ def measure_sqlite(size: int, variant: str, directory: Path) -> dict[str, Any]:
     return {"seconds": elapsed, **written}
 
 
-def _replay_commits(directory: Path, name: str, work_seconds: float = 0.0) -> dict[str, Any]:
+def _written(directory: Path) -> dict[str, int]:
+    """The bytes and commits `sqlite` made (it runs first and writes commits.json)."""
+    found: dict[str, int] = json.loads((directory / "commits.json").read_text())
+    return found
+
+
+def _replay_commits(directory: Path, name: str, written: dict[str, int],
+                    work_seconds: float = 0.0) -> dict[str, Any]:
     """`sqlite`'s commits with its bytes as bare INSERTs, each after `work_seconds` of
-    busy CPU (needs `sqlite` first, which wrote commits.json)."""
-    written: dict[str, int] = json.loads((directory / "commits.json").read_text())
+    busy CPU."""
     share, extra = divmod(written["bytes"], max(1, written["commits"]))
     conn = sqlite3.connect(directory / name, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -229,7 +235,7 @@ def _replay_commits(directory: Path, name: str, work_seconds: float = 0.0) -> di
 
 def measure_floor(_size: int, _variant: str, directory: Path) -> dict[str, Any]:
     """The same commits with the same bytes, back to back."""
-    return _replay_commits(directory, "floor.sqlite")
+    return _replay_commits(directory, "floor.sqlite", _written(directory))
 
 
 def measure_busy_floor(size: int, variant: str, directory: Path) -> dict[str, Any]:
@@ -242,9 +248,9 @@ def measure_busy_floor(size: int, variant: str, directory: Path) -> dict[str, An
     `sqlite` over it is what the store and the commits' placement cost."""
     from stores.memory import MemoryRunStore
 
-    written: dict[str, int] = json.loads((directory / "commits.json").read_text())
+    written = _written(directory)
     engine = _run_engine(MemoryRunStore(), size, variant)
-    return _replay_commits(directory, "busy-floor.sqlite",
+    return _replay_commits(directory, "busy-floor.sqlite", written,
                            work_seconds=engine / max(1, written["commits"]))
 
 

@@ -58,7 +58,7 @@ def test_a_writer_waits_for_the_turn_another_store_holds(tmp_path: Path) -> None
             deadline = time.monotonic() + HANG_SECONDS
             while _blocked_flocks(_lock_file(path)) == 0:
                 assert time.monotonic() < deadline, "the second writer never waited"
-                time.sleep(0.001)
+                time.sleep(0.001)  # a poll: only the hang deadline above is a limit
             # It waits in the kernel for this turn, having written nothing.
             assert not written.is_set()
             assert holder.load_run("second") is None
