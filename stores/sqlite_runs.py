@@ -19,6 +19,7 @@ from stores.records import RunRecord
 from stores.sqlite_integrity import check_orphans
 from stores.sqlite_rows import (
     ALWAYS_SET,
+    CHECKPOINT_COLUMNS,
     RUN_FIELDS,
     RUN_SELECT,
     StoredRun,
@@ -34,6 +35,10 @@ from stores.sqlite_rows import (
 _LEASE, _CHECKPOINT_SEQ, _CONSUMED, _UPDATED = (
     RUN_FIELDS.index(name) for name in ("lease_expires_at", "checkpoint_seq", "consumed_tokens",
                                         "updated_at"))
+# Where a checkpoint row (CHECKPOINT_COLUMNS order) holds what it moves them to.
+_ROW_SEQ, _ROW_CREATED, _ROW_LEASE, _ROW_CONSUMED = (
+    [name.strip() for name in CHECKPOINT_COLUMNS.split(",")].index(name)
+    for name in ("seq", "created_at", "lease_expires_at", "consumed_tokens"))
 
 
 class RunRows:
@@ -103,9 +108,10 @@ class RunRows:
         columns a checkpoint moves moved, the row resealed (for `sqlite_schema`'s
         checkpoint_saves view, which writes that seal)."""
         values = list(known.values)
-        values[_CHECKPOINT_SEQ], values[_CONSUMED], values[_UPDATED] = row[1], row[5], row[3]
-        if row[4] is not None:  # a save that renews no lease keeps the one there
-            values[_LEASE] = row[4]
+        values[_CHECKPOINT_SEQ], values[_CONSUMED], values[_UPDATED] = (
+            row[_ROW_SEQ], row[_ROW_CONSUMED], row[_ROW_CREATED])
+        if row[_ROW_LEASE] is not None:  # a save that renews no lease keeps the one there
+            values[_LEASE] = row[_ROW_LEASE]
         moved = tuple(values)
         # Built whole, not by dataclasses.replace: every checkpoint makes one.
         return StoredRun(known.checksum, known.run, moved, known.incarnation,
