@@ -41,9 +41,10 @@ RUN_COLUMNS = ", ".join(RUN_FIELDS)
 RUN_VALUES = ", ".join("?" * len(RUN_FIELDS))
 CREATED = RUN_FIELDS.index("created_at")
 ALWAYS_SET = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at", "checksum"}
-CHECKPOINT_COLUMNS = ("run_id, seq, attempt, created_at, lease_expires_at, consumed_tokens,"
-                      " body, size_bytes, checksum, columns_checksum")
-CHECKPOINT_VALUES = ", ".join("?" * 10)
+CHECKPOINT_FIELDS = ("run_id", "seq", "attempt", "created_at", "lease_expires_at",
+                     "consumed_tokens", "body", "size_bytes", "checksum", "columns_checksum")
+CHECKPOINT_COLUMNS = ", ".join(CHECKPOINT_FIELDS)
+CHECKPOINT_VALUES = ", ".join("?" * len(CHECKPOINT_FIELDS))
 
 # What a read selects of a run row: its identity and store bookkeeping, the
 # definition, the columns of RUN_FIELDS, and the seal over all of them.

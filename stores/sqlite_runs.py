@@ -19,7 +19,7 @@ from stores.records import RunRecord
 from stores.sqlite_integrity import check_orphans
 from stores.sqlite_rows import (
     ALWAYS_SET,
-    CHECKPOINT_COLUMNS,
+    CHECKPOINT_FIELDS,
     RUN_FIELDS,
     RUN_SELECT,
     StoredRun,
@@ -35,9 +35,9 @@ from stores.sqlite_rows import (
 _LEASE, _CHECKPOINT_SEQ, _CONSUMED, _UPDATED = (
     RUN_FIELDS.index(name) for name in ("lease_expires_at", "checkpoint_seq", "consumed_tokens",
                                         "updated_at"))
-# Where a checkpoint row (CHECKPOINT_COLUMNS order) holds what it moves them to.
+# Where a checkpoint row (CHECKPOINT_FIELDS order) holds what it moves them to.
 _ROW_SEQ, _ROW_CREATED, _ROW_LEASE, _ROW_CONSUMED = (
-    [name.strip() for name in CHECKPOINT_COLUMNS.split(",")].index(name)
+    CHECKPOINT_FIELDS.index(name)
     for name in ("seq", "created_at", "lease_expires_at", "consumed_tokens"))
 
 
@@ -104,7 +104,7 @@ class RunRows:
                                              seal)
 
     def after_checkpoint(self, known: StoredRun, row: tuple[Any, ...]) -> StoredRun:
-        """`known` as a checkpoint with CHECKPOINT_COLUMNS values `row` leaves it: the
+        """`known` as a checkpoint with CHECKPOINT_FIELDS values `row` leaves it: the
         columns a checkpoint moves moved, the row resealed (for `sqlite_schema`'s
         checkpoint_saves view, which writes that seal)."""
         values = list(known.values)

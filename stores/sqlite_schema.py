@@ -32,7 +32,7 @@ from pathlib import Path
 
 from stores.base import CorruptRecord, StoreError, StoreUnavailable
 from stores.records import utc_now
-from stores.sqlite_rows import CHECKPOINT_COLUMNS, row_digest
+from stores.sqlite_rows import CHECKPOINT_COLUMNS, CHECKPOINT_FIELDS, row_digest
 
 SQLITE_HEADER = b"SQLite format 3\0"
 # sqlite3 errors that mean the file's content is damaged (or is not this
@@ -207,7 +207,7 @@ _SAVE_VIEW: tuple[str, ...] = (
             columns_checksum = NEW.seal_after
             WHERE run_id = NEW.run_id;
         INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({", ".join(
-            "NEW." + name.strip() for name in CHECKPOINT_COLUMNS.split(","))});
+            "NEW." + name for name in CHECKPOINT_FIELDS)});
     END""",
 )
 
