@@ -25,11 +25,13 @@ are taken within a round, then the median over rounds is printed, so load
 drift on a shared machine cancels out of the ratios.
 
 Two printed ratios have no target. `sqlite / busy_floor` is what the store
-adds. `(engine + floor) / floor` is about the least `sqlite / floor` can be:
-each commit must be durable before the next model or tool call, so the
-engine's work and the floor's commits run in series, and the store's own work
-only adds to that sum. (It is "about" because `engine` includes the in-memory
-store's own work, which is small next to SQLite's.)
+adds. `(engine + floor) / floor` is about the least `sqlite / floor` can be
+on any disk: each commit must be durable before the next model or tool call,
+so the engine's work and the floor's commits run in series, and the store's
+own work only adds to that sum. (It is "about" because `engine` includes the
+in-memory store's own work, which is small next to SQLite's.) `busy_floor`
+also pays this disk's extra for an fsync after CPU work, so here it is the
+tighter bound of the two.
 
     python bench/engine_overhead.py [--sizes 100,1000,5000] [--rounds 3]
         [--variants plain,tool] [--subjects engine,sqlite,floor,langgraph,dbos]
