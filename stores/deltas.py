@@ -7,10 +7,11 @@ the previous checkpoint (`base`) plus only the new entries (a list that did
 not change is left out). A checkpoint whose lists do not extend the previous
 ones is stored with `base` 0, in full. The "head" (every other field) holds
 only the fields that differ from the previous checkpoint's: run id, attempt,
-manifest hash, versions and variables are written when they change, the
-cursor, budget and time every time. What a store relies on is only the
-contract's promise that saved entries are never mutated in place (the engine
-appends new entries; it never edits old ones).
+manifest hash, versions and variables are written when they change (the
+variables as a delta where that is shorter), the cursor, budget and time every
+time (a cursor frame with an empty continuation leaves it out). What a store
+relies on is only the contract's promise that saved entries are never mutated
+in place (the engine appends new entries; it never edits old ones).
 
 Loading folds the bodies of a run in seq order. Every store uses this module;
 what differs between stores is only where the bodies live.
@@ -31,8 +32,10 @@ from stores.records import APPEND_ONLY_FIELDS, ArtifactRef, Checkpoint, JsonObje
 
 BODY_FORMAT = "checkpoint-delta/1"
 # A body whose variables are a change to the previous body's: which variables
-# were set (their new values) and which were removed. Written only when that
-# is what changed, so a body of the first format stays readable by older code.
+# were set (their new values) and which were removed. Written only when the
+# variables changed and the change is shorter than they are (not when every
+# variable was set anew), so a body of the first format stays readable by
+# older code.
 VARIABLES_DELTA_FORMAT = "checkpoint-delta/2"
 # A variables delta some of whose values are the output of a step result the
 # same body adds (`outputs`: [path, index] pairs, the path a variable or a key
@@ -123,9 +126,13 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
             # loop's item) among many (a loop's whole source list): only those.
             variables_delta = _variables_delta(before, stable["variables"])
             _share_outputs(variables_delta, lists.get("step_results"))
-            exclude.add("variables")
+            if _replaces_all(variables_delta, stable["variables"]):
+                variables_delta = None  # the variables themselves are shorter
+            else:
+                exclude.add("variables")
     # The head through pydantic's own encoder: the hot path of every save.
-    head = checkpoint.model_dump_json(exclude=exclude, exclude_none=True)
+    head = checkpoint.model_dump_json(exclude=_head_exclusions(checkpoint, exclude),
+                                      exclude_none=True)
     # pydantic's Rust encoder for the new entries too: the same JSON as the
     # json module, several times faster on the hot path.
     encoded_lists = pydantic_core.to_json(lists).decode()
@@ -137,6 +144,24 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
                 f'"variables":{pydantic_core.to_json(variables_delta).decode()},'
                 f'"lists":{encoded_lists}}}')
     return body, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable, counts=counts)
+
+
+def _head_exclusions(checkpoint: Checkpoint, fields: set[str]) -> dict[Any, Any]:
+    """`fields`, and the `continuation` of each cursor frame that has none: most
+    frames have none, and a frame read back without one gets an empty one."""
+    exclude: dict[Any, Any] = dict.fromkeys(fields, True)
+    empty = {index: {"continuation"} for index, frame in enumerate(checkpoint.cursor)
+             if not frame.continuation}
+    if empty:
+        exclude["cursor"] = empty
+    return exclude
+
+
+def _replaces_all(delta: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether a variables delta sets every variable and shares no output: then it
+    is the variables themselves with more around them (a loop's scalar counter,
+    the only variable, changes at every commit point)."""
+    return "outputs" not in delta and not delta["unset"] and len(delta["set"]) == len(after)
 
 
 def _variables_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Checkpoint bodies: a step's output that a variable also holds is stored once."""
+"""Checkpoint bodies: a step's output that a variable also holds is stored once, and a
+body holds nothing it need not (a delta only where it is shorter, no empty continuation)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from stores.deltas import (
+    BODY_FORMAT,
     SHARED_OUTPUTS_FORMAT,
     VARIABLES_DELTA_FORMAT,
     DeltaFormatError,
@@ -17,7 +19,7 @@ from stores.deltas import (
     assemble_each,
     encode_body,
 )
-from stores.records import Checkpoint, RunRecord
+from stores.records import Checkpoint, Frame, RunRecord
 from stores.sqlite import SqliteRunStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -102,3 +104,45 @@ def test_the_sqlite_store_reads_back_what_it_stored_once(tmp_path: Path) -> None
     with SqliteRunStore(tmp_path / "runs.sqlite") as reopened:  # no cache: read from the file
         assert reopened.load_latest_checkpoint("r") == two
         assert reopened.load_checkpoints("r", 1, 2) == [one, two]
+
+
+def test_variables_that_all_change_are_stored_as_themselves_not_as_a_delta() -> None:
+    # A loop's counter, the only variable, changes at every commit point: a
+    # delta of it would be the same value with `set` and `unset` around it.
+    one = _checkpoint(1, {"step": 1}, [])
+    two = _checkpoint(2, {"step": 2}, [])
+    first, saved = encode_body(one, None)
+    second, _ = encode_body(two, saved)
+    stored = json.loads(second)
+    assert stored["format"] == BODY_FORMAT
+    assert stored["head"]["variables"] == {"step": 2}
+    assert "variables" not in stored
+    assert assemble([first, second])[0] == two
+    assert [checkpoint.variables for checkpoint in assemble_each([first, second], first=1)] \
+        == [{"step": 1}, {"step": 2}]
+
+
+def test_a_change_to_some_variables_is_still_stored_as_a_delta() -> None:
+    one = _checkpoint(1, {"items": OUTPUTS, "step": 1}, [])
+    two = _checkpoint(2, {"items": OUTPUTS, "step": 2}, [])
+    first, saved = encode_body(one, None)
+    second, _ = encode_body(two, saved)
+    stored = json.loads(second)
+    assert stored["format"] == VARIABLES_DELTA_FORMAT
+    assert stored["variables"] == {"set": {"step": 2}, "unset": []}
+    assert OUTPUTS[0] not in second
+    assert assemble([first, second])[0] == two
+
+
+def test_a_frame_without_continuation_is_stored_without_one_and_read_back_empty() -> None:
+    frames = [Frame(step_path="each", step_id="each", step_index=0, continuation={"index": 3}),
+              Frame(step_path="each/ask", step_id="ask", step_index=0, loop_iteration=3)]
+    checkpoint = Checkpoint(run_id="r", seq=1, attempt=1, manifest_hash="sha256:m",
+                            cursor=frames, created_at=NOW)
+    body, _ = encode_body(checkpoint, None)
+    cursor = json.loads(body)["head"]["cursor"]
+    assert cursor[0]["continuation"] == {"index": 3}
+    assert "continuation" not in cursor[1]
+    loaded = assemble([body])[0]
+    assert loaded == checkpoint
+    assert loaded.cursor[1].continuation == {}
