@@ -147,8 +147,9 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
 
 
 def _head_exclusions(checkpoint: Checkpoint, fields: set[str]) -> dict[Any, Any]:
-    """`fields`, and the `continuation` of each cursor frame that has none: most
-    frames have none, and a frame read back without one gets an empty one."""
+    """`fields`, and the `continuation` of each cursor frame that has none (the
+    frame of a step not yet started, or past a sequence's end): a frame read back
+    without one gets an empty one, the field's default."""
     exclude: dict[Any, Any] = dict.fromkeys(fields, True)
     empty = {index: {"continuation"} for index, frame in enumerate(checkpoint.cursor)
              if not frame.continuation}
