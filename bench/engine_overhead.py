@@ -8,6 +8,9 @@ iteration). Subjects:
 
 - `engine`: our engine on the in-memory store (no I/O): the engine's own cost;
 - `sqlite`: our engine on `SqliteRunStore` (WAL, synchronous=FULL);
+- `sqlite_normal`: the same at synchronous=NORMAL, which makes no fsync per
+  commit: over `engine` it is the store's own CPU, and `sqlite` over it is
+  what our commits' fsyncs cost, to set beside the floor's whole commit;
 - `floor`: raw SQLite doing the same commits with the same bytes as `sqlite`
   did (captured from its connection), one INSERT per commit, nothing else;
 - `busy_floor`: the floor's commits, each after busy-waiting the engine's own
@@ -33,8 +36,13 @@ in-memory store's own work, which is small next to SQLite's.) `busy_floor`
 also pays this disk's extra for an fsync after CPU work, so here it is the
 tighter bound of the two.
 
+The `per commit` lines split what `sqlite` adds past the engine: the store's
+own CPU (`sqlite_normal - engine`) and our fsync (`sqlite - sqlite_normal`),
+which here costs more than the floor's whole commit: it follows the
+interpreter's work rather than another commit.
+
     python bench/engine_overhead.py [--sizes 100,1000,5000] [--rounds 3]
-        [--variants plain,tool] [--subjects engine,sqlite,floor,langgraph,dbos]
+        [--variants plain,tool] [--subjects engine,sqlite,sqlite_normal,floor,...]
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ from operator import add
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypedDict, overload
 
-SUBJECTS = ("engine", "sqlite", "floor", "busy_floor", "langgraph", "dbos")
+SUBJECTS = ("engine", "sqlite", "sqlite_normal", "floor", "busy_floor", "langgraph", "dbos")
 ENTRY_TEXT = "x" * 110  # a transcript entry of ~200 bytes, as bench/step_overhead.py
 
 
@@ -198,17 +206,25 @@ def measure_engine(size: int, variant: str, _directory: Path) -> dict[str, Any]:
 
 
 def measure_sqlite(size: int, variant: str, directory: Path) -> dict[str, Any]:
+    written = _run_on_sqlite(size, variant, directory / "ours.sqlite", "FULL")
+    (directory / "commits.json").write_text(json.dumps(
+        {"bytes": written["bytes"], "commits": written["commits"]}))
+    return written
+
+
+def measure_sqlite_normal(size: int, variant: str, directory: Path) -> dict[str, Any]:
+    return _run_on_sqlite(size, variant, directory / "ours-normal.sqlite", "NORMAL")
+
+
+def _run_on_sqlite(size: int, variant: str, path: Path, synchronous: str) -> dict[str, Any]:
     from stores.sqlite import SqliteRunStore
 
     log = _CommitLog()
-    path = directory / "ours.sqlite"
-    with SqliteRunStore(path, synchronous="FULL") as store:
+    with SqliteRunStore(path, synchronous=synchronous) as store:
         # The bench reads the store's own connection to learn what the floor must write.
         store._conn.set_trace_callback(log.trace)
         elapsed = _run_engine(store, size, variant)
-    written = {"bytes": _stored_bytes(path), "commits": log.commits}
-    (directory / "commits.json").write_text(json.dumps(written))
-    return {"seconds": elapsed, **written}
+    return {"seconds": elapsed, "bytes": _stored_bytes(path), "commits": log.commits}
 
 
 def _written(directory: Path) -> dict[str, int]:
@@ -349,7 +365,8 @@ def measure_dbos(size: int, variant: str, directory: Path) -> dict[str, Any] | N
     return {"seconds": elapsed}
 
 
-MEASURES = {"engine": measure_engine, "sqlite": measure_sqlite, "floor": measure_floor,
+MEASURES = {"engine": measure_engine, "sqlite": measure_sqlite,
+            "sqlite_normal": measure_sqlite_normal, "floor": measure_floor,
             "busy_floor": measure_busy_floor, "langgraph": measure_langgraph,
             "dbos": measure_dbos}
 
@@ -412,6 +429,14 @@ def _serial_bound(rounds: list[dict[str, dict[str, Any]]]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _per_commit(rounds: list[dict[str, dict[str, Any]]], top: str, bottom: str
+                ) -> float | None:
+    """Median over rounds of (`top` - `bottom`) seconds per `sqlite` commit, in us."""
+    values = [(r[top]["seconds"] - r[bottom]["seconds"]) / r["sqlite"]["commits"] * 1e6
+              for r in rounds if top in r and bottom in r and r.get("sqlite", {}).get("commits")]
+    return statistics.median(values) if values else None
+
+
 def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
            subjects: list[str], baseline: dict[str, float],
            peaks: dict[str, dict[int, float]]) -> None:
@@ -421,10 +446,10 @@ def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
     for subject in subjects:
         seconds = _median(rounds, subject, "seconds")
         if seconds is None:
-            print(f"  {subject:10s} not installed (pip install -e '.[bench]')")
+            print(f"  {subject:13s} not installed (pip install -e '.[bench]')")
             continue
         rss = _median(rounds, subject, "peak_rss_kib") or 0
-        line = (f"  {subject:10s} {seconds / size * 1e6:10.1f} us/iteration"
+        line = (f"  {subject:13s} {seconds / size * 1e6:10.1f} us/iteration"
                 f"  peak RSS {rss / 1024:7.1f} MiB")
         written = _median(rounds, subject, "bytes")
         if written is not None:
@@ -445,6 +470,19 @@ def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
         # engine's own time cannot overlap the fsync: sqlite / floor cannot go much
         # below this, whatever the store does (its own CPU and I/O come on top).
         print(f"  ratio (engine + floor) / floor {serial:6.2f}  (no target: the two in series)")
+    store_cpu = _per_commit(rounds, "sqlite_normal", "engine")
+    fsync = _per_commit(rounds, "sqlite", "sqlite_normal")
+    sqlite_commits = _median(rounds, "sqlite", "commits")
+    floor_seconds = _median(rounds, "floor", "seconds")
+    if store_cpu is not None and fsync is not None and sqlite_commits \
+            and floor_seconds is not None:
+        # Where an iteration's time goes past the engine's own: the store's CPU,
+        # then each fsync, against the floor's whole commit (its INSERT included).
+        print(f"  per commit: store CPU {store_cpu:6.1f} us (sqlite_normal - engine),"
+              f" our fsync {fsync:6.1f} us (sqlite - sqlite_normal)")
+        floor_commit = floor_seconds / sqlite_commits * 1e6
+        print(f"              the floor's whole commit {floor_commit:6.1f} us"
+              " (no target: an fsync after our work against one back to back)")
     engine = _median(rounds, "engine", "seconds")
     if engine is not None:
         per_iteration = engine / size
