@@ -239,6 +239,13 @@ class PromptStep(StepBase):
         return self
 
 
+# The most iterations a loop may declare: an index up to it is exact in JSON
+# (a double holds every integer up to 2**53 - 1), in every store and in the
+# reference's `.safe()` integers. Beyond it a count is not a count any reader
+# keeps. (A host may bound loops far lower with its policy.)
+MAX_LOOP_ITERATIONS = 2**53 - 1
+
+
 class LoopSpec(SchemaModel):
     source: str | None = None
     delimiter: str | None = None
@@ -248,7 +255,7 @@ class LoopSpec(SchemaModel):
     goal: str | None = None
     output_mode: Literal["array", "final"] | None = None
     result_variable: VariablePath | None = None
-    max_iterations: PositiveInt | None = None
+    max_iterations: Annotated[int, Field(gt=0, le=MAX_LOOP_ITERATIONS)] | None = None
 
     _check_conditions = field_validator("condition", "goal")(check_condition)
 

@@ -19,8 +19,11 @@ each `{index, iteration, output, variables}`; after the loop, `loop.outputs`,
 were not structured (plain text, or no source), the results joined by blank
 lines.
 
-Durability: the items are saved once, as a step result, when the loop starts;
-each iteration's result is saved as a step result when it ends. The loop's
+Durability: a loop with a source saves its items once, as a step result,
+when it starts; a loop with no source saves only its count, so neither memory
+nor a checkpoint grows with `maxIterations` (its items are the indices, read
+from a `range`). Each iteration's result is saved as a step result when it
+ends, and only the iterations that ran are ever scanned. The loop's
 frame keeps counters, the last output and where the previous iteration ended;
 `loop` itself is a scope while the loop runs (saved in the variables only
 when it ends), so a checkpoint inside a long loop stays small, and a resumed
@@ -31,6 +34,7 @@ the checkpoint that ended it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 from stores.records import Frame, JsonObject, JsonValue
@@ -113,6 +117,11 @@ def _continuation(frame: Frame) -> LoopContinuation:
     return cast(LoopContinuation, frame.continuation)
 
 
+def _counts(spec: LoopSpec) -> bool:
+    """A loop with no source (or a blank one) runs over its indices."""
+    return spec.source is None or not spec.source.strip()
+
+
 def _base(path: str | None) -> str:
     return (path or "").split(".")[0].strip().lower()
 
@@ -124,8 +133,7 @@ class LoopStepExecutor:
         state = _continuation(frame)
         if "count" not in state:
             self._start(step, frame, ctx)
-        items_entry = ctx.state.result(LOOP_ITEMS, frame.step_path)
-        items: list[JsonValue] = [] if items_entry is None else items_entry["items"]
+        items = self._items(step.loop, frame, ctx)
         variables = ctx.state.variables
         # `loop` (index, outputs, previous, current) lives in a scope while the
         # loop runs, not in the saved variables: its outputs and the variable
@@ -212,7 +220,7 @@ class LoopStepExecutor:
         return outputs
 
     @staticmethod
-    def _bindings(spec: LoopSpec, variables: JsonObject, items: list[JsonValue],
+    def _bindings(spec: LoopSpec, variables: JsonObject, items: Sequence[JsonValue],
                   index: int) -> JsonObject:
         """The top-level variables an iteration sets, item and index, each copied
         before a dotted path changes it, so a skipped iteration changes nothing."""
@@ -272,19 +280,35 @@ class LoopStepExecutor:
         return {"index": index, "iteration": index + 1, "output": result,
                 "variables": snapshot}
 
+    @staticmethod
+    def _items(spec: LoopSpec, frame: Frame, ctx: Execution) -> Sequence[JsonValue]:
+        """The items the loop iterates, as saved when it started.
+
+        A loop with no source counts: its items are its indices, a `range` as
+        small at 10**15 iterations as at 1. Checkpoints from before it counted
+        also hold those indices as a `loop-items` result, `[0, 1, ..., count-1]`;
+        that entry says nothing the count does not, so it is never read, and
+        such a loop resumes exactly as one started today.
+        """
+        if _counts(spec):
+            return range(_continuation(frame)["count"])
+        saved = ctx.state.result(LOOP_ITEMS, frame.step_path)
+        items: list[JsonValue] = [] if saved is None else saved["items"]
+        return items
+
     def _start(self, step: LoopStep, frame: Frame, ctx: Execution) -> None:
         spec = step.loop
-        if spec.source is None or not spec.source.strip():
-            items: list[JsonValue] = list(range(spec.max_iterations or 1))
+        if _counts(spec):
+            count = spec.max_iterations or 1
             text = True
         else:
-            value = resolve_path(ctx.scope(), source_path(spec.source))
+            value = resolve_path(ctx.scope(), source_path(spec.source or ""))
             items, structured = loop_items(None if value is MISSING else value, spec.delimiter)
             text = not structured
-        count = len(items) if spec.max_iterations is None else min(len(items),
-                                                                   spec.max_iterations)
-        ctx.state.add_result({"kind": LOOP_ITEMS, "step_path": frame.step_path,
-                              "items": items[:count]})
+            count = len(items) if spec.max_iterations is None else min(len(items),
+                                                                       spec.max_iterations)
+            ctx.state.add_result({"kind": LOOP_ITEMS, "step_path": frame.step_path,
+                                  "items": items[:count]})
         _continuation(frame).update({"count": count, "next": 0, "text": text})
         ctx.events.emit("loop.started", step_id=step.id, step_path=frame.step_path,
                         iterations=count)
@@ -298,10 +322,19 @@ class LoopStepExecutor:
 
     @staticmethod
     def _results(ctx: Execution, loop_path: str, upto: int) -> list[JsonValue]:
+        """The completed iterations' results, of the iterations before `upto` that ran.
+
+        Every iteration that ran saved a result (completed or skipped), in order,
+        and the first one without is where the loop stopped: the scan ends there,
+        so a goal met at iteration 3 of 10**12 (which moves `next` to the end)
+        reads 3 results, not 10**12 lookups.
+        """
         outputs = []
         for index in range(upto):
             entry = ctx.state.result(ITERATION, join_path(loop_path, index))
-            if entry is not None and entry["status"] == COMPLETED:
+            if entry is None:
+                break
+            if entry["status"] == COMPLETED:
                 outputs.append(entry["output"])
         return outputs
 
