@@ -52,12 +52,14 @@ from agent_runtime.api.wire import (
     ResumeRequest,
     RunEnvelope,
     RunList,
+    RunOutput,
     SettleEffectRequest,
     checkpoint_state,
     checkpoint_summary,
     effect_list,
     run_envelope,
-    run_list,
+    run_output,
+    run_page,
     to_json,
 )
 from agent_runtime.console import CONSOLE_HEADERS, console_page
@@ -147,6 +149,13 @@ class RunRoutes:
             raise ApiProblem(404, "no such run")
         return record
 
+    def run_response(self, status: int, record: RunRecord,
+                     headers: dict[str, str] | None = None) -> Response[str]:
+        """`{run}`, its output shown only when small (`ApiLimits.max_inline_output_bytes`)."""
+        envelope = run_envelope(record,
+                                max_output_bytes=self.services.limits.max_inline_output_bytes)
+        return json_response(status, envelope, headers)
+
     def reload(self, run_id: str) -> RunRecord:
         record = self.services.store.load_run(run_id)
         if record is None:  # deleted meanwhile (retention)
@@ -198,17 +207,22 @@ class RunRoutes:
                           pattern=RUN_ID_PATTERN, description="Only this run's sub-runs")]
                       = None,
                       limit: Limit = 50, cursor: Cursor = None) -> Response[str]:
-            services = self.services
-            page = services.store.list_runs(
-                statuses=None if status is None else [status], parent_run_id=parent,
-                tenant=self.tenant(), newest_first=True,
-                limit=min(limit, services.limits.max_page_size), cursor=decode_cursor(cursor))
-            return json_response(200, run_list(page, encode_cursor(page.cursor)))
+            return self.list_runs(status, parent, limit, cursor)
 
         @self._route("GET", "/runs/<runId>", operation_id="getRun", summary="A run",
-                     responses=_responses(200, RunEnvelope, "The run"))
+                     responses=_responses(200, RunEnvelope, "The run"),
+                     description="An output whose JSON text is large is not shown here: "
+                                 "`outputRef` names it (GET /runs/{runId}/output).")
         def get_run(runId: RunId) -> Response[str]:
-            return json_response(200, run_envelope(self.visible_run(runId)))
+            return self.run_response(200, self.visible_run(runId))
+
+        @self._route("GET", "/runs/<runId>/output", operation_id="getRunOutput",
+                     summary="A run's output, whatever its size",
+                     responses=_responses(200, RunOutput, "The run's output"),
+                     description="Where a run's `outputRef` points: the output a run view "
+                                 "leaves out when it is large. Null until the run completes.")
+        def get_run_output(runId: RunId) -> Response[str]:
+            return json_response(200, run_output(self.visible_run(runId)))
 
     def _register_history(self) -> None:
         @self._route("GET", "/runs/<runId>/checkpoints", operation_id="listCheckpoints",
@@ -262,7 +276,7 @@ class RunRoutes:
         def cancel_run(runId: RunId) -> Response[str]:
             record = self.visible_run(runId)
             self.services.runtime.cancel(record.run_id)
-            return json_response(200, run_envelope(self.reload(record.run_id)))
+            return self.run_response(200, self.reload(record.run_id))
 
         @self._route("POST", "/runs/<runId>/fork", operation_id="forkRun",
                      summary="Start a new run from a checkpoint of this one",
@@ -274,8 +288,8 @@ class RunRoutes:
             fork = services.runtime.create_fork(record.run_id, seq=(body or ForkRequest()).seq,
                                                 tenant=record.tenant)
             services.launcher.start(fork)
-            return json_response(201, run_envelope(self.reload(fork.run_id)),
-                                 headers={"Location": f"/runs/{fork.run_id}"})
+            return self.run_response(201, self.reload(fork.run_id),
+                                     headers={"Location": f"/runs/{fork.run_id}"})
 
         @self._route("POST", "/runs/<runId>/effects/<key>", operation_id="settleEffect",
                      summary="Settle a tool call whose outcome is unknown, and resume the run",
@@ -340,15 +354,33 @@ class RunRoutes:
             # A concurrent repeat won the race: answer as a repeat.
             return self._repeat(self.reload(run_id), tenant, fingerprint)
         services.launcher.start(record)
-        return json_response(201, run_envelope(self.reload(record.run_id)),
-                             headers={"Location": f"/runs/{record.run_id}"})
+        return self.run_response(201, self.reload(record.run_id),
+                                 headers={"Location": f"/runs/{record.run_id}"})
 
     def _repeat(self, earlier: RunRecord, tenant: str, fingerprint: str) -> Response[str]:
         if earlier.tenant != tenant or earlier.options.get(REQUEST_SHA256) != fingerprint:
             raise ApiProblem(409, "this Idempotency-Key was used for a different request",
                              field="Idempotency-Key")
-        return json_response(200, run_envelope(earlier),
-                             headers={"Location": f"/runs/{earlier.run_id}"})
+        return self.run_response(200, earlier, headers={"Location": f"/runs/{earlier.run_id}"})
+
+    def list_runs(self, status: RunStatus | None, parent: str | None, limit: int,
+                  cursor: str | None) -> Response[str]:
+        """A page of the caller's runs, newest first: at most `limit` (and
+        `max_page_size`) runs, ending early before the run that would take the
+        page's JSON past `max_page_bytes`."""
+        services = self.services
+        limits = services.limits
+        page = services.store.list_runs(
+            statuses=None if status is None else [status], parent_run_id=parent,
+            tenant=self.tenant(), newest_first=True,
+            limit=min(limit, limits.max_page_size), cursor=decode_cursor(cursor))
+        views = run_page(page.runs, max_output_bytes=limits.max_inline_output_bytes,
+                         max_page_bytes=limits.max_page_bytes)
+        # A store's cursor is the last run id it returned, and a run id continues a
+        # listing after that run (the store contract's conformance suite holds
+        # every backend to it), so a page cut short continues after its last run.
+        more = page.cursor if len(views) == len(page.runs) else views[-1].run_id
+        return json_response(200, RunList(runs=views, cursor=encode_cursor(more)))
 
     def list_checkpoints(self, run_id: str, limit: int, cursor: str | None) -> Response[str]:
         record = self.visible_run(run_id)
@@ -389,7 +421,7 @@ class RunRoutes:
                                       response=body.response, responded_by=self.tenant(),
                                       approval_id=approval_id)
         self.services.launcher.resume(self.reload(record.run_id), reason="approval-recorded")
-        return json_response(200, run_envelope(self.reload(record.run_id)))
+        return self.run_response(200, self.reload(record.run_id))
 
     def resume_run(self, run_id: str, body: ResumeRequest) -> Response[str]:
         record = self.visible_run(run_id)
@@ -413,7 +445,7 @@ class RunRoutes:
             raise ApiProblem(409, f"run {record.run_id} was cancelled; fork it to continue "
                                   "from a checkpoint")
         # completed: nothing to do, the run is its own answer.
-        return json_response(200, run_envelope(self.reload(record.run_id)))
+        return self.run_response(200, self.reload(record.run_id))
 
     def settle_effect(self, run_id: str, key: str, body: SettleEffectRequest) -> Response[str]:
         record = self.visible_run(run_id)
@@ -436,7 +468,7 @@ class RunRoutes:
                                         responded_by=self.tenant(),
                                         at=services.runtime.clock.now())
         services.launcher.resume(self.reload(record.run_id), reason="effect-settled")
-        return json_response(200, run_envelope(self.reload(record.run_id)))
+        return self.run_response(200, self.reload(record.run_id))
 
 
 def _state_of(record: RunRecord) -> str:

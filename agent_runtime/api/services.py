@@ -66,6 +66,13 @@ class ApiLimits:
     max_body_bytes: int = 1_000_000
     # `GET /runs?limit=` and the checkpoint timeline page at most this many rows.
     max_page_size: int = 100
+    # A run's view (alone, or in a page of runs) shows its output when the output's
+    # JSON text is at most this long; a larger one is named by reference instead
+    # (`outputRef`, `outputBytes`) and `GET /runs/{runId}/output` returns it.
+    max_inline_output_bytes: int = 16 * 1024
+    # A page of `GET /runs` ends before the run whose view would take its JSON past
+    # this; its cursor continues there. A page holds one run whatever its size.
+    max_page_bytes: int = 1024 * 1024
 
 
 @dataclass

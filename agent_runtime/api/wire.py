@@ -8,6 +8,12 @@ records here and nowhere else, so every route shows a run the same way.
 Keys the engine writes (suspension details, step results, errors) are
 camelCased; values that are the user's data (outputs, variables, approval
 responses, tool results) are passed through untouched.
+
+A run's view is bounded: its `output` is shown only when its JSON text is
+small (`ApiLimits.max_inline_output_bytes`); a larger one is left out and
+named by reference (`outputRef`, `outputBytes`), and `GET /runs/{runId}/output`
+returns it. So a page of runs is a page of small views, and `run_page` stops
+a page once the next view would take it past its byte budget.
 """
 
 from __future__ import annotations
@@ -17,12 +23,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
+from pydantic_core import to_json as json_bytes
 from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
     EffectStatus,
-    RunPage,
     RunRecord,
     RunStatus,
 )
@@ -38,7 +44,8 @@ KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}$"
 # An `Idempotency-Key`: printable ASCII, bounded.
 IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"
 # A page cursor: opaque, base64url.
-CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,400}$"
+CURSOR_MAX_LENGTH = 400
+CURSOR_PATTERN = rf"^[A-Za-z0-9_-]{{1,{CURSOR_MAX_LENGTH}}}$"
 MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[^\s]+$"
 # Token limits: positive, and small enough to be a JSON number every client reads exactly.
 MAX_TOKENS = 2**53 - 1
@@ -145,7 +152,15 @@ class RunView(WireModel):
     agent: Agent | None = None
     parent: Parent | None = None
     suspension: SuspensionView | None = None
-    output: Any = None
+    output: Any = Field(default=None, description="The run's output, when its JSON text is "
+                                                  "small; else null, and `outputRef` names it")
+    output_ref: str | None = Field(
+        default=None, description="Set when the output is too large to show here (`output` "
+                                  "is then null): the path that returns it, "
+                                  "`/runs/{runId}/output`")
+    output_bytes: int | None = Field(
+        default=None, description="With `outputRef`: the length of the output's JSON text, "
+                                  "in bytes")
     error: ErrorView | None = None
     usage: Usage
     checkpoint_seq: int | None = None
@@ -159,9 +174,18 @@ class RunEnvelope(WireModel):
 
 
 class RunList(WireModel):
-    runs: list[RunView]
+    runs: list[RunView] = Field(description="At most `limit` runs, and fewer when their JSON "
+                                            "would pass the server's page size in bytes "
+                                            "(never none while runs remain)")
     cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page; "
                                                           "null on the last page")
+
+
+class RunOutput(WireModel):
+    run_id: str
+    status: RunStatus
+    output: Any = Field(default=None, description="The run's output, whatever its size "
+                                                  "(null until the run completes)")
 
 
 class CheckpointSummary(WireModel):
@@ -238,8 +262,20 @@ def _top_level_camel(value: dict[str, Any]) -> dict[str, Any]:
     return {to_camel(key): item for key, item in value.items()}
 
 
-def run_view(record: RunRecord) -> RunView:
+def output_ref(run_id: str) -> str:
+    return f"/runs/{run_id}/output"
+
+
+def run_view(record: RunRecord, *, max_output_bytes: int) -> RunView:
+    """The run as every route shows it; an output whose JSON text is longer than
+    `max_output_bytes` is left out and named by reference."""
     manifest = record.manifest
+    output, ref, size = record.output, None, None
+    if output is not None:
+        # The record holds the output already; its text costs one copy, once.
+        encoded = len(json_bytes(output))
+        if encoded > max_output_bytes:
+            output, ref, size = None, output_ref(record.run_id), encoded
     agent_id, agent_name = manifest.get("id"), manifest.get("name")
     origin = record.options.get(FORKED_FROM)
     suspension = record.suspension
@@ -259,7 +295,7 @@ def run_view(record: RunRecord) -> RunView:
             # The decision's `response` is the user's value: only its own keys change.
             decision=None if suspension.decision is None
             else _top_level_camel(suspension.decision)),
-        output=record.output,
+        output=output, output_ref=ref, output_bytes=size,
         error=None if record.error is None else ErrorView(
             type=record.error.type, message=record.error.message,
             details=camel_keys(record.error.details)),
@@ -271,12 +307,29 @@ def run_view(record: RunRecord) -> RunView:
         if isinstance(origin, dict) and "run_id" in origin and "seq" in origin else None)
 
 
-def run_envelope(record: RunRecord) -> RunEnvelope:
-    return RunEnvelope(run=run_view(record))
+def run_envelope(record: RunRecord, *, max_output_bytes: int) -> RunEnvelope:
+    return RunEnvelope(run=run_view(record, max_output_bytes=max_output_bytes))
 
 
-def run_list(page: RunPage, cursor: str | None) -> RunList:
-    return RunList(runs=[run_view(record) for record in page.runs], cursor=cursor)
+def run_page(records: list[RunRecord], *, max_output_bytes: int,
+             max_page_bytes: int) -> list[RunView]:
+    """The views of `records`, in order, up to the first whose JSON would take the
+    page past `max_page_bytes`; always the first, so a page is never empty while
+    runs remain (one view past the budget is a page of its own)."""
+    views: list[RunView] = []
+    used = len(to_json(RunList(runs=[], cursor="-" * CURSOR_MAX_LENGTH)))
+    for record in records:
+        view = run_view(record, max_output_bytes=max_output_bytes)
+        size = len(to_json(view).encode()) + (1 if views else 0)  # and a comma
+        if views and used + size > max_page_bytes:
+            break
+        views.append(view)
+        used += size
+    return views
+
+
+def run_output(record: RunRecord) -> RunOutput:
+    return RunOutput(run_id=record.run_id, status=record.status, output=record.output)
 
 
 def step_kind(manifest: dict[str, Any], step_path: str | None) -> str | None:

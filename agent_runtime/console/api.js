@@ -83,6 +83,8 @@ export const api = {
     return call("GET", `/runs?${query}`);
   },
   getRun: (id) => call("GET", run(id)).then((data) => data.run),
+  // A large output is not in the run (it has `outputRef`): this returns it.
+  getOutput: (id) => call("GET", `${run(id)}/output`).then((data) => data.output),
   createRun: (body) => call("POST", "/runs", body).then((data) => data.run),
   listCheckpoints(id, cursor) {
     const query = new URLSearchParams({ limit: "100" });

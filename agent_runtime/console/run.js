@@ -42,6 +42,17 @@ function summary(run) {
     h("dt", {}, name), h("dd", { "data-fact": name.toLowerCase() }, value))));
 }
 
+// A large output is not in the run's view (`outputRef` names it): shown once fetched.
+function outputByReference(run) {
+  const slot = h("div", { class: "output-slot", "aria-busy": "true" },
+    h("p", { class: "muted" }, `Loading the output (${formatNumber(run.outputBytes)} bytes)…`));
+  api.getOutput(run.runId).then(
+    (output) => fill(slot, renderValue(output)),
+    (error) => fill(slot, h("p", { class: "error" }, describeError(error))),
+  ).finally(() => slot.removeAttribute("aria-busy"));
+  return slot;
+}
+
 export function runPage(main, { runId }) {
   const head = h("div", { class: "page-head" },
     h("h1", { tabindex: -1 }, "Run ", h("code", {}, runId)));
@@ -121,7 +132,8 @@ export function runPage(main, { runId }) {
         drawActions(run);
       }
       if (run.status === "completed") {
-        fill(result, h("h2", { id: "result-title" }, "Output"), renderValue(run.output));
+        fill(result, h("h2", { id: "result-title" }, "Output"),
+          run.outputRef ? outputByReference(run) : renderValue(run.output));
       } else if (run.error) {
         fill(result, h("h2", { id: "result-title" }, "Error"),
           h("p", { class: "error" }, h("strong", {}, run.error.type), ": ", run.error.message),

@@ -1,7 +1,9 @@
 """The scripted model: deterministic answers with no network.
 
 `scripted/echo` answers every prompt deterministically (and, for an
-`outputSchema`, with the smallest valid instance). `scripted/PATH` replays the
+`outputSchema`, with the smallest valid instance, whose JSON text is capped:
+see `agent_runtime.models.smallest_instance`; past the cap the call fails
+with `echo_output_too_large`). `scripted/PATH` replays the
 YAML script at PATH: the n-th model request of the run gets the n-th entry of
 `responses`; `byStep` entries for a step id take precedence, in order. "n-th"
 is counted from the run's saved state (`ModelRequest.request_index`), so a
@@ -41,6 +43,7 @@ from agent_runtime.models.base import (
     ToolCallRequest,
     Usage,
 )
+from agent_runtime.models.smallest_instance import smallest_instance
 
 ECHO = "echo"
 REQUEST_LOG_ENV = "AGENT_RUNTIME_SCRIPTED_LOG"
@@ -106,50 +109,6 @@ def load_script(path: str | Path) -> Script:
                              for i, entry in enumerate(entries or [])]
                  for step, entries in by_step.items()},
     )
-
-
-def smallest_instance(schema: Any) -> Any:
-    """The smallest value valid against a (common subset of) JSON Schema."""
-    if not isinstance(schema, dict):
-        return None
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    if "default" in schema:
-        return schema["default"]
-    for combinator in ("anyOf", "oneOf"):
-        if schema.get(combinator):
-            return smallest_instance(schema[combinator][0])
-    if schema.get("allOf"):
-        merged: dict[str, Any] = {}
-        for part in schema["allOf"]:
-            if isinstance(part, dict):
-                merged.update(part)
-        return smallest_instance(merged)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = "null" if "null" in kind else (kind[0] if kind else None)
-    if kind is None:
-        kind = "object" if "properties" in schema else "string"
-    if kind == "object":
-        properties = schema.get("properties", {})
-        return {name: smallest_instance(properties.get(name, {}))
-                for name in schema.get("required", [])}
-    if kind == "array":
-        return [smallest_instance(schema.get("items", {}))
-                for _ in range(schema.get("minItems", 0))]
-    if kind in ("number", "integer"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        value: float = 0 if low is None else low
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            value = schema["exclusiveMinimum"] + 1 if kind == "integer" else value + 0.5
-        return math.ceil(value) if kind == "integer" else value
-    if kind == "boolean":
-        return False
-    if kind == "null":
-        return None
-    return "x" * int(schema.get("minLength", 0))
 
 
 def _message_text(message: dict[str, Any]) -> str:

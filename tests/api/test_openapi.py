@@ -16,6 +16,7 @@ COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 ROUTES = {
     "/runs": {"get", "post"},
     "/runs/{runId}": {"get"},
+    "/runs/{runId}/output": {"get"},
     "/runs/{runId}/checkpoints": {"get"},
     "/runs/{runId}/checkpoints/{seq}": {"get"},
     "/runs/{runId}/approvals/{approvalId}": {"post"},

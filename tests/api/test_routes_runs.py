@@ -46,8 +46,8 @@ def test_the_run_shows_what_a_client_needs(api: Api) -> None:
     assert reply.headers["location"] == f"/runs/{reply.run['runId']}"
     run = reply.run
     assert set(run) == {"runId", "status", "attempt", "tenant", "manifestHash", "agent", "parent",
-                        "suspension", "output", "error", "usage", "checkpointSeq", "createdAt",
-                        "updatedAt", "forkedFrom"}
+                        "suspension", "output", "outputRef", "outputBytes", "error", "usage",
+                        "checkpointSeq", "createdAt", "updatedAt", "forkedFrom"}
     assert run["status"] == "completed" and run["manifestHash"].startswith("sha256:")
     assert run["usage"]["maxTotalTokens"] == 100_000 and run["usage"]["consumedTokens"] > 0
     assert "leases" in json.dumps(run["output"])

@@ -11,6 +11,7 @@ from routes_harness import Api
 def every_route(run_id: str, approval_id: str) -> list[tuple[str, str, Any]]:
     return [
         ("GET", f"/runs/{run_id}", None),
+        ("GET", f"/runs/{run_id}/output", None),
         ("GET", f"/runs/{run_id}/checkpoints", None),
         ("GET", f"/runs/{run_id}/checkpoints/1", None),
         ("GET", f"/runs/{run_id}/effects", None),

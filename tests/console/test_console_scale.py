@@ -2,7 +2,8 @@
 the test browser saw them, are printed (figures to watch, not tight assertions).
 
 The timeline arrives page by page (100 checkpoints each) and is drawn as each
-page arrives, so the page is usable before the last page is read."""
+page arrives, so the page is usable before the last page is read. A run whose
+output is too large for its view (`outputRef`) still shows it, fetched apart."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
-from browser import SCREENSHOTS, TOKEN, screenshot, wait_in_page
+from browser import SCREENSHOTS, TOKEN, open_console, screenshot, wait_in_page
+from playwright.sync_api import expect
 
-from tests.api.serve_process import Serve, run_of, start, wait_until
+from tests.api.serve_process import Serve, run_of, start, wait_for_status, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -71,3 +73,26 @@ def test_a_run_with_500_checkpoints_renders_its_page(
     screenshot(page, "run-500-checkpoints", full_page=False)
     # Generous: a loaded CI machine is slower; this only catches a page that never settles.
     assert whole_ms < 120_000
+
+
+def test_an_output_too_large_for_the_runs_view_is_fetched_and_shown(
+        page: Any, server: Serve, client: httpx.Client) -> None:
+    # scripted/echo answers the schema with a 20,000-character `body`: past the
+    # 16 KiB a run's view shows, so GET /runs/{id} names it by reference.
+    schema = {"type": "object", "required": ["body"],
+              "properties": {"body": {"type": "string", "minLength": 20_000}}}
+    run_id = start(client, {"schemaVersion": "1.0", "id": "large-output", "steps": [
+        {"id": "write", "type": "prompt", "prompt": "Write at length.", "outputSchema": schema,
+         "includeInFinalOutput": True}]})["runId"]
+    run = wait_for_status(client, run_id, "completed")
+    assert run["output"] is None and run["outputRef"] == f"/runs/{run_id}/output", run
+
+    open_console(page, server, f"#/runs/{run_id}")
+    result = page.locator("section.result")
+    expect(result.get_by_role("heading", name="Output")).to_be_visible()
+    body = result.locator("dl.output-fields dd")
+    expect(body.locator("summary")).to_have_text("Show all (20,000 characters)")
+    body.locator("summary").click()
+    expect(body.locator(".markdown")).to_have_text("x" * 20_000)
+    assert page.evaluate("""() => performance.getEntriesByType('resource')
+        .some(entry => entry.name.endsWith('/output'))""")

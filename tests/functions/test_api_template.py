@@ -14,6 +14,7 @@ from tests.stores.aws.aws_template import load_template
 
 # DESIGN section 12's routes, as API Gateway names them.
 ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
+          ("GET", "/runs/{runId}/output"),
           ("GET", "/runs/{runId}/checkpoints"), ("GET", "/runs/{runId}/checkpoints/{seq}"),
           ("POST", "/runs/{runId}/approvals/{approvalId}"), ("POST", "/runs/{runId}/resume"),
           ("POST", "/runs/{runId}/cancel"), ("POST", "/runs/{runId}/fork"),
