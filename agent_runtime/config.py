@@ -32,6 +32,9 @@ policy for webhook steps:
     limits:                         # bounds on input (docs/limits.md); unknown keys refused
       manifestBytes: 2097152
       maxDepth: 64
+    policy:                         # what any manifest of a run tree may do here
+      scripted: echo                # (agent_runtime.policy; docs/threat-model.md)
+      maxLoopIterations: 1000
     execution:
       maxConcurrency: 8             # the host's cap on a parallel wave's width (a run
                                     # manifest's execution.maxConcurrency asks, this caps)
@@ -65,6 +68,7 @@ from agent_runtime.errors import ConfigError, ConfigNotFound, ManifestError
 from agent_runtime.execution_plan import DEFAULT_HOST_MAX_CONCURRENCY
 from agent_runtime.limits import CONFIG_BYTES, InputLimits, decode_utf8, read_bounded
 from agent_runtime.manifest_input import check_structure, parse_document
+from agent_runtime.policy import HostPolicy
 
 DRIVERS = ("openai", "openai-compatible", "anthropic", "bedrock", "scripted",
            "google", "xai", "groq", "cohere")
@@ -235,6 +239,9 @@ class RuntimeConfig(_Strict):
     webhooks: WebhookPolicy = Field(default_factory=WebhookPolicy)
     limits: InputLimits = Field(default_factory=InputLimits)
     execution: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
+    # What tenants' manifests may make this host do (agent_runtime.policy); None:
+    # serve and the API Lambda apply HostPolicy()'s safe defaults, the CLI none.
+    policy: HostPolicy | None = None
     # Where the CLI keeps runs when no flag or AGENT_RUNTIME_STORE says:
     # `DRIVER:LOCATION`, e.g. `sqlite:./runs.sqlite` (the CLI's store selection).
     store: str | None = None

@@ -59,6 +59,7 @@ from agent_runtime.manifest import (
 )
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
+from agent_runtime.policy import HostPolicy, PolicyHooks
 from agent_runtime.results import TERMINAL, RunResult, finished_result
 from agent_runtime.run_ids import generate_run_id
 from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
@@ -124,7 +125,8 @@ class AgentRuntime(HostServices):
                  event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
                  config: RuntimeConfig | None = None, steps: StepRegistry | None = None,
                  owner: str | None = None, lease_seconds: float = 60.0,
-                 base_dir: Path | None = None, text_sink: TextSink | None = None) -> None:
+                 base_dir: Path | None = None, text_sink: TextSink | None = None,
+                 policy: HostPolicy | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
         self.models: dict[str, ModelAdapter] = dict(models or {})
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -137,7 +139,11 @@ class AgentRuntime(HostServices):
         self.owner = owner or default_owner()
         self.lease_seconds = lease_seconds
         self.base_dir = base_dir or Path.cwd()
-        self.scripted = ScriptedModel(self.base_dir)
+        # What any manifest may make this host do (agent_runtime.policy): given, else
+        # the config's `policy:`, else none (a local user running their own files).
+        self.policy = policy or self.config.policy or HostPolicy.permissive()
+        self.policy_hooks = PolicyHooks(self.policy)
+        self.scripted = ScriptedModel(self.base_dir, may_read=self._may_read_script)
         # Model text as it arrives, for a live view; events never carry it.
         self.text_sink = text_sink
         self.connections = McpConnections()
@@ -145,6 +151,16 @@ class AgentRuntime(HostServices):
         # gracefully: no new model request, tool call or step starts, and each
         # run suspends with `interrupted` at its next commit point.
         self.interrupt = threading.Event()
+
+    def _may_read_script(self, path: Path) -> bool:
+        return self.policy.script_allowed(path, self.base_dir)
+
+    def check_budget(self, budget: Budget | None, *, field: str = "budget") -> None:
+        """Refuse a token budget over the host policy's `maxTotalTokens` (`InvalidInput`)."""
+        refusal = self.policy.budget_refusal(None if budget is None
+                                             else budget.max_total_tokens)
+        if refusal is not None:
+            raise InvalidInput(refusal, field=f"{field}.maxTotalTokens")
 
     # -- runs ------------------------------------------------------------------
 
@@ -217,7 +233,11 @@ class AgentRuntime(HostServices):
         if EXECUTION_OPTION in run_options:
             run_options[EXECUTION_OPTION] = execution_json(execution_option(
                 run_options[EXECUTION_OPTION]))
-        self.check_runnable(agent, run_options, source=source)
+        self.check_runnable(agent, run_options, source=source, tenant=tenant)
+        self.check_budget(budget)
+        if parent is None and (budget is None or budget.max_total_tokens is None):
+            # A child draws on its parent's budget, already bounded here.
+            budget = Budget(max_total_tokens=self.policy.budget_for(None))
         now = self.clock.now()
         record = RunRecord(run_id=run_id or generate_run_id(),
                            manifest_hash=manifest_hash(agent),
@@ -272,6 +292,7 @@ class AgentRuntime(HostServices):
                       budget: Budget | None, allow_running_takeover: bool,
                       effect_resolutions: Mapping[str, JsonObject] | None,
                       expired_owner: str | None = None) -> RunResult:
+        self.check_budget(budget)
         record = existing_run(self.store, run_id)
         agent = self.stored_manifest(record)
         if manifest is not None:
@@ -358,7 +379,12 @@ class AgentRuntime(HostServices):
         token limit is `budget`, else the one in force at the checkpoint.
         `tenant` defaults to the source's.
         """
+        self.check_budget(budget)
         source = existing_run(self.store, run_id)
+        # The host's policy may have changed since the source started.
+        self.check_runnable(self.stored_manifest(source), source.options,
+                            source=f"run {source.run_id}",
+                            tenant=source.tenant if tenant is None else tenant)
         # Read whole first: a store failing its checks (CorruptRecord) is not forked from.
         latest, _ = self.store.load_latest_checkpoint(run_id), self.store.list_effects(run_id)
         checkpoint = latest if seq is None else self.store.load_checkpoint(run_id, seq)

@@ -52,7 +52,7 @@ from agent_runtime.errors import (
 from agent_runtime.events import EventEmitter
 from agent_runtime.manifest import AgentManifest
 from agent_runtime.results import RunResult
-from agent_runtime.serde import json_copy
+from agent_runtime.serde import json_copy, json_size
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
 from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext
 from agent_runtime.step_kinds import StepBase
@@ -68,6 +68,18 @@ logger = logging.getLogger(__name__)
 
 # Room for the events between two checkpoints of one attempt.
 SEQUENCES_PER_CHECKPOINT = 1_000_000
+
+
+def kept_output_bytes(step_results: Sequence[JsonObject]) -> int:
+    """JSON bytes of the completed steps' outputs, steps with child steps left out
+    (their outputs are made of their children's)."""
+    completed = [entry for entry in step_results if entry.get("status") == COMPLETED]
+    containers: set[str] = set()
+    for entry in completed:
+        parts = str(entry.get("step_path", "")).split("/")
+        containers.update("/".join(parts[:end]) for end in range(1, len(parts)))
+    return sum(json_size(entry.get("output")) for entry in completed
+               if entry.get("step_path") not in containers)
 
 
 def join_path(prefix: str, *parts: object) -> str:
@@ -109,6 +121,8 @@ class Execution(StepContext):
         self.settles_in_checkpoint = isinstance(runtime.store, SettlesInCheckpoint)
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
         self.waves = wave_runner(self)
+        # JSON bytes of the run's step outputs, counted when a policy limits them.
+        self._output_bytes: int | None = None
 
     # -- what steps use ------------------------------------------------------
 
@@ -307,6 +321,7 @@ class Execution(StepContext):
         self.events.emit("step.started", step_id=step.id, step_path=frame.step_path,
                          kind=step.type, resumed=not fresh or None)
         output = await executor.execute(step, frame, self, resume)
+        self._check_output_size(step, frame, output)
         if step.output_variable:
             self.state.variables[step.output_variable] = output
         self.state.add_result({"kind": STEP, "step_path": frame.step_path, "step_id": step.id,
@@ -315,6 +330,22 @@ class Execution(StepContext):
         self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
                          kind=step.type, duration_ms=round((time.monotonic() - started) * 1000),
                          tokens=self.state.budget.spent(frame.step_path) - consumed_before)
+
+    def _check_output_size(self, step: StepBase, frame: Frame, output: JsonValue) -> None:
+        """Fail a step whose output is more than the host policy keeps, per step or
+        with the run's earlier outputs (`output_too_large`)."""
+        policy = self.runtime.policy
+        if policy.max_step_output_bytes is None and policy.max_run_output_bytes is None:
+            return
+        if getattr(step, "steps", None) is not None:
+            return  # a step with child steps: its output is made of theirs, counted already
+        size = json_size(output)
+        if self._output_bytes is None:  # once per attempt: what earlier attempts kept
+            self._output_bytes = kept_output_bytes(self.state.step_results)
+        refusal = policy.output_refusal(size, self._output_bytes + size)
+        if refusal is not None:
+            raise StepFailed("output_too_large", f"step {frame.step_path}: {refusal}")
+        self._output_bytes += size
 
     # -- the attempt ---------------------------------------------------------
 

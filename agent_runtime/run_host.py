@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agent_runtime.config import RuntimeConfig
     from agent_runtime.events import EventSink, TextSink
     from agent_runtime.manifest import AgentManifest, ModelRef
+    from agent_runtime.policy import HostPolicy
     from agent_runtime.results import RunResult
     from agent_runtime.step_context import StepContext, StepTool
     from agent_runtime.steps.approval import ApprovalAdapter
@@ -49,6 +50,11 @@ class RunHost(Protocol):
 
     @property
     def config(self) -> RuntimeConfig: ...
+
+    @property
+    def policy(self) -> HostPolicy:
+        """What any manifest may make this host do (agent_runtime.policy)."""
+        ...
 
     @property
     def steps(self) -> StepRegistry:

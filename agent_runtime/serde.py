@@ -87,4 +87,5 @@ def canonical_json(value: Any) -> str:
 
 
 def json_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"))

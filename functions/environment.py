@@ -148,6 +148,7 @@ class Services:
         holds the leases of the sub-runs it starts; a run's own attempt is leased by
         Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
+        from agent_runtime.policy import HostPolicy  # noqa: PLC0415
         from agent_runtime.tools import configured_tools  # noqa: PLC0415
         from stores.dynamodb.s3 import S3ArtifactStore  # noqa: PLC0415
 
@@ -157,8 +158,10 @@ class Services:
         config = self.config
         tools = configured_tools(config, source=config_source(self.settings))
         build = kind or AgentRuntime
+        # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
         return build(store=store or self.store, config=config, tools=tools,
-                     artifacts=artifacts, event_sinks=sinks, clock=self.clock,
+                     policy=config.policy or HostPolicy(), artifacts=artifacts,
+                     event_sinks=sinks, clock=self.clock,
                      owner=owner, lease_seconds=self.settings.lease_seconds)
 
 

@@ -56,6 +56,7 @@ logger = logging.getLogger("agent_runtime.api")
 _SLUGS = {400: "bad-request", 401: "unauthenticated", 404: "not-found",
           405: "method-not-allowed", 409: "conflict", 413: "too-large",
           415: "unsupported-media-type", 421: "misdirected-request", 422: "invalid-input",
+          429: "too-many-requests",
           500: "internal-error", 503: "store-unavailable"}
 # Headers documented under their HTTP spelling; powertools reports them lowercased.
 _HEADER_NAMES = {"idempotency-key": "Idempotency-Key"}

@@ -34,9 +34,9 @@ from agent_runtime.api.problems import (
 from agent_runtime.api.services import ApiServices
 from agent_runtime.api.submission import (
     agent_from_request,
-    refuse_local_files,
     request_fingerprint,
 )
+from agent_runtime.api.tenant_quota import check_quota
 from agent_runtime.api.wire import (
     CURSOR_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -183,7 +183,7 @@ class RunRoutes:
 
     def _register_runs(self) -> None:
         @self._route("POST", "/runs", operation_id="createRun", summary="Start a run",
-                     responses={**_responses(201, RunEnvelope, "The run was created", 409,
+                     responses={**_responses(201, RunEnvelope, "The run was created", 409, 429,
                                              body=True),
                                 200: {"description": "A repeat of an earlier request with the "
                                                      "same Idempotency-Key: its run",
@@ -280,11 +280,12 @@ class RunRoutes:
 
         @self._route("POST", "/runs/<runId>/fork", operation_id="forkRun",
                      summary="Start a new run from a checkpoint of this one",
-                     responses=_responses(201, RunEnvelope, "The new run", 409, body=True))
+                     responses=_responses(201, RunEnvelope, "The new run", 409, 429, body=True))
         def fork_run(runId: RunId,
                      body: Annotated[ForkRequest | None, Body()] = None) -> Response[str]:
             record = self.visible_run(runId)
             services = self.services
+            self.check_quota()
             fork = services.runtime.create_fork(record.run_id, seq=(body or ForkRequest()).seq,
                                                 tenant=record.tenant)
             services.launcher.start(fork)
@@ -326,6 +327,11 @@ class RunRoutes:
 
     # -- what the routes do ----------------------------------------------------------
 
+    def check_quota(self) -> None:
+        """429 when the caller's tenant may not start another run now (tenant_quota)."""
+        runtime = self.services.runtime
+        check_quota(self.services.store, runtime.policy, self.tenant(), runtime.clock.now())
+
     def create_run(self, body: CreateRunRequest, key: str | None) -> Response[str]:
         services, tenant = self.services, self.tenant()
         fingerprint = request_fingerprint(self.router.current_event.json_body)
@@ -334,12 +340,12 @@ class RunRoutes:
             earlier = services.store.load_run(run_id)
             if earlier is not None:
                 return self._repeat(earlier, tenant, fingerprint)
+        self.check_quota()
         with use_limits(services.runtime.config.limits):  # the host's input limits
             agent = agent_from_request(body.manifest)
         options: dict[str, Any] = {}
         if body.options is not None and body.options.model is not None:
             options["model"] = body.options.model
-        refuse_local_files(services.runtime, agent, options)
         limit = None if body.budget is None else body.budget.max_total_tokens
         record, _ = services.runtime.new_run(
             manifest=agent, variables=body.variables,

@@ -1,10 +1,12 @@
 """A run submitted over HTTP: its manifest, what a client may not ask of the server, its id.
 
 A client sends the agent manifest itself. Nothing it sends may make the
-server read a file: a run manifest (its `agent.ref` is a path), a sub-run's
-`manifestRef`, a scripted model's script path and the CLI's `--config` and
-`--tools` are local options, refused here with the field that named them.
-Everything else is checked by the engine exactly as for the CLI.
+server read a file: a run manifest (its `agent.ref` is a path) and a
+sub-run's `manifestRef` (at any depth of inline sub-runs) are refused here
+with the field that named them; the CLI's `--config` and `--tools` are not
+request options. Everything else, a scripted model's script path included,
+is checked by the engine against the host policy (`agent_runtime.policy`)
+for every manifest of the run tree, exactly as for the CLI.
 
 Idempotency: with an `Idempotency-Key` the run id is derived from
 (tenant, key) (`agent_runtime.run_ids.idempotent_run_id`), so a repeat finds
@@ -19,17 +21,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from agent_runtime.engine import AgentRuntime
-from agent_runtime.errors import ConfigError, ManifestError, StepFailed
-from agent_runtime.manifest import (
-    AgentManifest,
-    PromptStep,
-    SubRunStep,
-    iter_steps,
-    parse_agent_manifest,
-)
+from agent_runtime.errors import ManifestError
+from agent_runtime.manifest import AgentManifest, SubRunStep, iter_steps, parse_agent_manifest
 from agent_runtime.manifest_input import describe, parse_document
-from agent_runtime.models.scripted import ECHO, ScriptedModel
 from agent_runtime.serde import canonical_json
 
 # How a manifest sent over HTTP is named in messages, as a file is by the CLI.
@@ -57,38 +51,6 @@ def agent_from_request(manifest: dict[str, Any] | str) -> AgentManifest:
                                 "sub-run's agent inline as `manifest`, not as a file path",
                                 source=SOURCE, field=f"{path}.manifestRef")
     return agent
-
-
-def refuse_local_files(runtime: AgentRuntime, agent: AgentManifest,
-                       options: dict[str, Any]) -> None:
-    """Refuse a model that would read a script file on the server (`scripted/PATH`)."""
-    override = options.get("model")
-    if override:
-        provider, _, model = str(override).partition("/")
-        if _reads_script(runtime, provider, model):
-            raise ConfigError("a scripted model's script is a file on the server; over HTTP "
-                              "only scripted/echo is available", source="options",
-                              field="model")
-        return
-    for path, step in iter_steps(agent.steps, into_sub_runs=True):
-        if not isinstance(step, PromptStep):
-            continue
-        try:
-            resolved = runtime.resolve_model(step.model, agent, options)
-        except StepFailed:
-            continue  # the engine's own check names it
-        if _reads_script(runtime, resolved.provider, resolved.model):
-            raise ConfigError("a scripted model's script is a file on the server; over HTTP "
-                              "only scripted/echo is available", source=SOURCE,
-                              field=f"{path}.model")
-
-
-def _reads_script(runtime: AgentRuntime, provider: str, model: str) -> bool:
-    if model == ECHO:
-        return False
-    if provider in runtime.models:
-        return isinstance(runtime.models[provider], ScriptedModel)
-    return runtime.config.driver_of(provider) == "scripted"
 
 
 def request_fingerprint(body: Any) -> str:

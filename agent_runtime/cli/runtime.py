@@ -23,6 +23,7 @@ from agent_runtime.config import RuntimeConfig
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import InvalidInput
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
+from agent_runtime.policy import HostPolicy
 from agent_runtime.stream import StreamView
 from agent_runtime.tools import Tool, configured_tools, load_tool_file
 
@@ -40,13 +41,15 @@ def load_tools(options: dict[str, Any], config: RuntimeConfig | None) -> list[To
 
 def build_runtime(
         args: argparse.Namespace, store: RunStore, options: dict[str, Any],
-        extra_sinks: Sequence[EventSink] = (),
+        extra_sinks: Sequence[EventSink] = (), *,
         prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
+        default_policy: HostPolicy | None = None,
 ) -> tuple[AgentRuntime, list[JsonlEventSink]]:
     """A runtime for a run's options, and the event files it writes (to close after).
 
     `prepared` is the config and tools already loaded for these options (a
-    tools file is imported once)."""
+    tools file is imported once). `default_policy` is the host policy when the
+    config has none (`serve`'s safe defaults; the CLI's is permissive)."""
     if prepared is None:
         config = runtime_config(options)
         prepared = config, load_tools(options, config)
@@ -67,7 +70,8 @@ def build_runtime(
         out = guarded(sys.stdout)
         sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out)))
     artifacts = getattr(args, "artifacts", None)
-    runtime = AgentRuntime(store=store, config=config, tools=tools,
+    policy = (config.policy if config is not None else None) or default_policy
+    runtime = AgentRuntime(store=store, config=config, tools=tools, policy=policy,
                            event_sinks=sinks,
                            lease_seconds=getattr(args, "lease_seconds", None) or 30.0,
                            text_sink=None if view is None else view.text,

@@ -222,6 +222,9 @@ def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | 
              sinks: list[EventSink]) -> AgentRuntime:
     from agent_runtime.cli.options import run_options  # noqa: PLC0415
     from agent_runtime.cli.runtime import build_runtime  # noqa: PLC0415
+    from agent_runtime.policy import HostPolicy  # noqa: PLC0415
 
     options = run_options(run_args, None if record is None else record.options)
-    return build_runtime(run_args, store, options, extra_sinks=sinks)[0]
+    # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
+    return build_runtime(run_args, store, options, extra_sinks=sinks,
+                         default_policy=HostPolicy())[0]

@@ -28,13 +28,15 @@ import json
 import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agent_runtime.errors import ConfigError
+from agent_runtime.errors import ConfigError, StepFailed
+from agent_runtime.limits import CONFIG_BYTES, describe_size
 from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
@@ -67,9 +69,8 @@ class Script:
 def _check_entry(entry: Any, where: str, source: str) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise ConfigError("a script entry must be a mapping", source=source, field=where)
-    unknown = sorted(set(entry) - _ENTRY_FIELDS)
-    if unknown:
-        raise ConfigError(f"unknown field {unknown[0]!r} (allowed: {sorted(_ENTRY_FIELDS)})",
+    if set(entry) - _ENTRY_FIELDS:
+        raise ConfigError(f"an entry has only the fields {', '.join(sorted(_ENTRY_FIELDS))}",
                           source=source, field=where)
     for index, call in enumerate(entry.get("toolCalls") or []):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
@@ -82,31 +83,51 @@ def _check_entry(entry: Any, where: str, source: str) -> dict[str, Any]:
 
 
 def load_script(path: str | Path) -> Script:
+    """The script at `path`. Errors name the file, the field and the kind of
+    problem, never what the file holds: a script may be any file a host can read."""
     source = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        with open(path, "rb") as file:
+            raw = file.read(CONFIG_BYTES + 1)
     except FileNotFoundError as error:
         raise ConfigError("scripted model script not found", source=source) from error
+    except (OSError, ValueError) as error:
+        raise ConfigError("cannot read the scripted model script", source=source) from error
+    if len(raw) > CONFIG_BYTES:
+        raise ConfigError(f"the script is larger than {describe_size(CONFIG_BYTES)}",
+                          source=source)
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"the script is not UTF-8 text (byte {error.start})",
+                          source=source) from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"malformed YAML: {error}", source=source) from error
+        mark = getattr(error, "problem_mark", None)
+        where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+        raise ConfigError(f"the script is not valid YAML{where}", source=source) from None
+    except RecursionError:
+        raise ConfigError("the script nests too deeply", source=source) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("a script is a mapping with `responses` and/or `byStep`", source=source)
-    unknown = sorted(set(data) - {"responses", "byStep"})
-    if unknown:
-        raise ConfigError(f"unknown field {unknown[0]!r}", source=source, field=unknown[0])
+    if set(data) - {"responses", "byStep"}:
+        raise ConfigError("a script has only the fields responses and byStep", source=source)
     responses = data.get("responses") or []
     by_step = data.get("byStep") or {}
     if not isinstance(responses, list):
         raise ConfigError("must be a list", source=source, field="responses")
     if not isinstance(by_step, dict):
         raise ConfigError("must be a mapping of step id to a list", source=source, field="byStep")
+    for step, entries in by_step.items():
+        if not isinstance(step, str) or not isinstance(entries, list | None):
+            raise ConfigError("must map step ids to lists of entries", source=source,
+                              field="byStep")
     return Script(
         responses=[_check_entry(entry, f"responses[{i}]", source)
                    for i, entry in enumerate(responses)],
-        by_step={str(step): [_check_entry(entry, f"byStep.{step}[{i}]", source)
-                             for i, entry in enumerate(entries or [])]
+        by_step={step: [_check_entry(entry, f"byStep[{i}]", source)
+                        for i, entry in enumerate(entries or [])]
                  for step, entries in by_step.items()},
     )
 
@@ -172,8 +193,12 @@ def _scripted_response(entry: dict[str, Any], request: ModelRequest) -> ModelRes
 class ScriptedModel:
     """The `scripted` provider. `model` is `echo` or the path of a script."""
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, *,
+                 may_read: Callable[[Path], bool] | None = None) -> None:
         self._base_dir = base_dir or Path.cwd()
+        # Asked before a script file is opened: the host policy's scriptFiles
+        # (agent_runtime.policy), so no manifest can make it read another file.
+        self._may_read = may_read
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
         self.requests: list[ModelRequest] = []
@@ -189,8 +214,13 @@ class ScriptedModel:
         with self._lock:
             if model not in self._scripts:
                 path = Path(model)
-                self._scripts[model] = load_script(path if path.is_absolute()
-                                                   else self._base_dir / path)
+                path = path if path.is_absolute() else self._base_dir / path
+                if self._may_read is not None and not self._may_read(path):
+                    raise StepFailed("model_not_allowed",
+                                     "a scripted model's script is a file on this host; only "
+                                     "scripted/echo and the host's policy.scriptFiles are "
+                                     "allowed")
+                self._scripts[model] = load_script(path)
             return self._scripts[model]
 
     async def generate(self, request: ModelRequest, *,

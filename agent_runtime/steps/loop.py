@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 from stores.records import Frame, JsonObject, JsonValue
 
+from agent_runtime.errors import StepFailed
 from agent_runtime.execution import join_path
 from agent_runtime.manifest import LoopSpec, LoopStep
 from agent_runtime.serde import json_copy
@@ -298,6 +299,7 @@ class LoopStepExecutor:
 
     def _start(self, step: LoopStep, frame: Frame, ctx: Execution) -> None:
         spec = step.loop
+        items: list[JsonValue] | None = None
         if _counts(spec):
             count = spec.max_iterations or 1
             text = True
@@ -307,6 +309,12 @@ class LoopStepExecutor:
             text = not structured
             count = len(items) if spec.max_iterations is None else min(len(items),
                                                                        spec.max_iterations)
+        # A source's items are known only now; a counting loop was checked before the
+        # run existed, maybe under an older policy: the host's limit, asked at use.
+        refusal = ctx.runtime.policy.iterations_refusal(count)
+        if refusal is not None:
+            raise StepFailed("loop_too_long", f"step {frame.step_path}: {refusal}")
+        if items is not None:
             ctx.state.add_result({"kind": LOOP_ITEMS, "step_path": frame.step_path,
                                   "items": items[:count]})
         _continuation(frame).update({"count": count, "next": 0, "text": text})

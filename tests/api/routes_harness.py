@@ -22,6 +22,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, HttpReso
 
 from agent_runtime.api import ApiLimits, ApiServices, Unauthenticated, build_api
 from agent_runtime.engine import AgentRuntime
+from agent_runtime.policy import HostPolicy
 from agent_runtime.testing import FakeClock
 from stores.base import RunStore
 from stores.records import Budget, RunRecord
@@ -118,7 +119,9 @@ class Api:
                  limits: ApiLimits | None = None, launcher: InlineLauncher | None = None) -> None:
         self.store = store
         self.clock = FakeClock()
-        self.runtime = runtime or AgentRuntime(store=store, clock=self.clock, owner="api-test")
+        # The routes' host, as serve and the API Lambda build it: the safe default policy.
+        self.runtime = runtime or AgentRuntime(store=store, clock=self.clock, owner="api-test",
+                                               policy=HostPolicy())
         self.launcher = launcher or InlineLauncher(self.runtime)
         self.kind = kind
         self.resolver: HttpResolverLocal | APIGatewayHttpResolver = (

@@ -258,7 +258,8 @@ def test_a_model_the_host_does_not_serve_is_422(api: Api) -> None:
         {"id": "s", "type": "sub-run", "manifest": {"schemaVersion": "1.0", "steps": [
             {"id": "t", "type": "sub-run", "manifestRef": "x.yaml"}]}}]}},
      "steps[0].manifest.steps[0].manifestRef", "self-contained"),
-    ({**HELLO, "options": {"model": "scripted/../../etc/script.yaml"}}, "model", "scripted"),
+    ({**HELLO, "options": {"model": "scripted/../../etc/script.yaml"}}, "steps[0].model",
+     "scripted"),
     ({"manifest": {"schemaVersion": "1.0", "model": {"provider": "scripted", "model": "s.yaml"},
                    "steps": [{"id": "a", "type": "prompt", "prompt": "hi"}]}},
      "steps[0].model", "scripted"),

@@ -55,6 +55,8 @@ TOOLS = "tests/agent_runtime/test_tools_and_approvals.py::"
 LIMITS = "tests/agent_runtime/test_limits.py::"
 OPENAI = "tests/agent_runtime/models/test_openai_driver.py::"
 HERE = "tests/reference/test_ref_field_table.py::"
+POLICY = "tests/agent_runtime/test_host_policy.py::"
+QUOTA = "tests/api/test_routes_quota.py::"
 
 DESCRIPTIVE = ("descriptive", HERE + "test_descriptive_fields_are_kept_and_hashed")
 HISTORY = ("history", HERE + "test_history_fields_reach_the_model_request")
@@ -376,6 +378,42 @@ FIELDS: dict[str, tuple[str, str]] = {
                                 "the_wave"),
     "ExecutionPolicy.max_concurrency": ("effect", WAVES + "test_max_concurrency_and_the_host_"
                                         "cap_split_the_wave"),
+    "RuntimeConfig.policy": ("effect", POLICY + "test_the_cli_is_permissive_without_a_policy_"
+                             "and_serve_is_not"),
+    "HostPolicy.providers": ("effect", POLICY + "test_model_providers_models_and_profiles_are_"
+                             "the_hosts_to_allow"),
+    "HostPolicy.models": ("effect", POLICY + "test_model_providers_models_and_profiles_are_"
+                          "the_hosts_to_allow"),
+    "HostPolicy.profiles": ("effect", POLICY + "test_model_providers_models_and_profiles_are_"
+                            "the_hosts_to_allow"),
+    "HostPolicy.require_profiles": ("effect", POLICY + "test_model_providers_models_and_"
+                                    "profiles_are_the_hosts_to_allow"),
+    "HostPolicy.scripted": ("effect", POLICY + "test_a_listed_script_file_runs_and_no_other_"
+                            "does"),
+    "HostPolicy.script_files": ("effect", POLICY + "test_a_listed_script_file_runs_and_no_"
+                                "other_does"),
+    "HostPolicy.max_loop_iterations": ("effect", POLICY + "test_loop_iterations_and_steps_are_"
+                                       "capped_before_a_run_exists"),
+    "HostPolicy.max_steps": ("effect", POLICY + "test_loop_iterations_and_steps_are_capped_"
+                             "before_a_run_exists"),
+    "HostPolicy.max_total_tokens": ("effect", POLICY + "test_a_token_budget_is_capped_and_a_"
+                                    "run_without_one_gets_the_cap"),
+    "HostPolicy.max_step_output_bytes": ("effect", POLICY + "test_step_and_run_outputs_are_"
+                                         "capped"),
+    "HostPolicy.max_run_output_bytes": ("effect", POLICY + "test_step_and_run_outputs_are_"
+                                        "capped"),
+    "HostPolicy.max_concurrent_runs": ("effect", QUOTA + "test_unfinished_runs_past_the_quota_"
+                                       "answer_429"),
+    "HostPolicy.runs_per_minute": ("effect", QUOTA + "test_runs_per_minute_past_the_quota_"
+                                   "answer_429_until_the_minute_passes"),
+    "HostPolicy.connections": ("effect", POLICY + "test_connections_are_allowed_by_list_and_by_"
+                               "the_hosts_hook"),
+    "HostPolicy.authorize_connection": ("effect", POLICY + "test_connections_are_allowed_by_"
+                                        "list_and_by_the_hosts_hook"),
+    "HostPolicy.tools": ("effect", POLICY + "test_tools_are_allowed_by_list_and_by_the_hosts_"
+                         "hook"),
+    "HostPolicy.authorize_tool": ("effect", POLICY + "test_tools_are_allowed_by_list_and_by_"
+                                  "the_hosts_hook"),
     "InputLimits.manifest_bytes": ("effect", LIMITS + "test_the_runtime_config_overrides_"
                                    "limits"),
     "InputLimits.variables_bytes": ("effect", LIMITS + "test_limits_in_effect_bound_every_"
