@@ -75,6 +75,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/many_runs.py
 	$(BIN)/python bench/cli_startup.py
+	$(BIN)/python bench/policy_limits.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -155,12 +155,13 @@ class AgentRuntime(HostServices):
     def _may_read_script(self, path: Path) -> bool:
         return self.policy.script_allowed(path, self.base_dir)
 
-    def check_budget(self, budget: Budget | None, *, field: str = "budget") -> None:
+    def check_budget(self, budget: Budget | None, *,
+                     field: str = "budget.maxTotalTokens") -> None:
         """Refuse a token budget over the host policy's `maxTotalTokens` (`InvalidInput`)."""
         refusal = self.policy.budget_refusal(None if budget is None
                                              else budget.max_total_tokens)
         if refusal is not None:
-            raise InvalidInput(refusal, field=f"{field}.maxTotalTokens")
+            raise InvalidInput(refusal, field=field)
 
     # -- runs ------------------------------------------------------------------
 

@@ -433,6 +433,10 @@ class RunRoutes:
         record = self.visible_run(run_id)
         services = self.services
         limit = body.max_total_tokens
+        if limit is not None:
+            # Refused here, not by the attempt the launcher starts later elsewhere.
+            services.runtime.check_budget(Budget(max_total_tokens=limit),
+                                          field="maxTotalTokens")
         if record.status is RunStatus.SUSPENDED:
             services.launcher.resume(record, reason="resume-requested",
                                      budget=None if limit is None

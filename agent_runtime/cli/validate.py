@@ -91,9 +91,15 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
     from agent_runtime.config import load_config  # noqa: PLC0415
 
     config = load_config(args.file)
+    if config.policy is not None:
+        from agent_runtime.policy import PolicyHooks  # noqa: PLC0415
+
+        PolicyHooks(config.policy, source=args.file)  # its hooks import, or name the field
     summary = {"file": args.file, "valid": True, "providers": sorted(config.providers),
                "models": sorted(config.models), "tools": sorted(config.tools),
-               "store": config.store}
+               "store": config.store,
+               "policy": None if config.policy is None
+               else config.policy.model_dump(mode="json", by_alias=True)}
     out = guarded(sys.stdout)
     if args.format == "json":
         from agent_runtime.cli.reports import to_json_text  # noqa: PLC0415 - json output only
@@ -102,6 +108,7 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
     else:
         print(printable(f"ok: {args.file} ({len(config.providers)} providers, "
                         f"{len(config.models)} model profiles, {len(config.tools)} tools"
-                        + (f", store {config.store}" if config.store else "") + ")",
+                        + (f", store {config.store}" if config.store else "")
+                        + (", a host policy" if config.policy else "") + ")",
                         multiline=False), file=out)
     return EXIT_COMPLETED

@@ -28,7 +28,7 @@ from stores.base import LeaseHeld, RunTerminal
 from stores.file_layout import MAX_RUN_ID_BYTES, check_run_id
 from stores.records import Budget, Frame, JsonObject, JsonValue, ParentRef, RunRecord, RunStatus
 
-from agent_runtime.errors import InvalidInput, ManifestError, StepFailed, SuspendRun
+from agent_runtime.errors import InvalidInput, ManifestError, NotFound, StepFailed, SuspendRun
 from agent_runtime.excerpts import excerpt
 from agent_runtime.manifest import AgentManifest, SubRunStep
 from agent_runtime.run_manifest import load_agent_manifest
@@ -133,9 +133,15 @@ class SubRunStepExecutor:
             try:
                 manifest = load_agent_manifest(path)
             except ManifestError as error:
+                # Named, never quoted: the file is read on the manifest's behalf, and
+                # a reason may quote what it holds (`validate FILE` shows it to its owner).
+                where = f" at {error.field}" if error.field else ""
+                reason = error.reason if isinstance(error, NotFound) else (
+                    f"not a valid agent manifest{where} (agent-runtime validate {path} says "
+                    "why)")
                 raise StepFailed("sub_run_invalid",
                                  f"step {frame.step_path}: manifestRef "
-                                 f"{excerpt(step.manifest_ref)}: {error}",
+                                 f"{excerpt(step.manifest_ref)}: {path}: {reason}",
                                  {"file": str(path), "field": error.field}
                                  ) from None
             options["manifest_path"] = str(path)

@@ -299,3 +299,13 @@ def test_connections_are_allowed_by_list_and_by_the_hosts_hook(tmp_path: Path) -
         with pytest.raises(ConfigError) as caught:
             runtime(tmp_path, policy, config).check_runnable(manifest, options, source="m")
         assert caught.value.field == "connections[0].ref" and rule in caught.value.reason
+
+
+def test_a_manifest_ref_that_is_not_a_manifest_fails_without_echoing_the_file(
+        tmp_path: Path) -> None:
+    (tmp_path / "passwd").write_text(f"root:{SECRET}:0:0\n", encoding="utf-8")
+    parent = agent({"id": "delegate", "type": "sub-run", "manifestRef": "passwd"})
+    result = runtime(tmp_path).run_sync(manifest=parent)
+    assert result.status == "failed" and result.error is not None
+    assert result.error["type"] == "sub_run_invalid"
+    assert SECRET not in str(result.error) and "passwd" in result.error["message"]

@@ -164,7 +164,7 @@ def test_a_bad_child_manifest_fails_the_step_naming_the_file_and_field(
     assert result.status is RunStatus.FAILED
     assert result.error["type"] == "sub_run_invalid"
     assert str(bad.resolve()) in result.error["message"]
-    assert "steps[0].bogus: unknown field" in result.error["message"]
+    assert "not a valid agent manifest at steps[0].bogus" in result.error["message"]
     missing = h.run(manifest(sub_run(manifestRef="nope.yaml")), options=options)
     assert missing.error["type"] == "sub_run_invalid"
     assert "nope.yaml" in missing.error["message"] and "file not found" in missing.error["message"]

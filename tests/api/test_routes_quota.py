@@ -60,3 +60,14 @@ def test_runs_per_minute_past_the_quota_answer_429_until_the_minute_passes(
     assert headers["retry-after"] == "30"  # the first of the three leaves the window then
     clock.advance(30)
     assert create(api)[0] == 201
+
+
+def test_a_resume_budget_over_the_hosts_cap_is_422_and_resumes_nothing(store: RunStore) -> None:
+    runtime = AgentRuntime(store=store, clock=FakeClock(), owner="quota",
+                           policy=HostPolicy(max_total_tokens=5000))
+    api = Api(store, runtime=runtime)
+    run = api.start("approval.agent.yaml")
+    reply = api.post(f"/runs/{run['runId']}/resume", {"maxTotalTokens": 5001})
+    assert reply.status == 422 and reply.problem["field"] == "maxTotalTokens"
+    assert "policy.maxTotalTokens" in reply.problem["detail"]
+    assert api.get(f"/runs/{run['runId']}").run["status"] == "suspended"

@@ -80,6 +80,20 @@ def test_config_validate(cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "bad.yaml" in error["message"] and "DRIVER:LOCATION" in error["message"]
 
 
+def test_config_validate_checks_the_host_policy_and_its_hooks(
+        cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (cwd / "policy.yaml").write_text("version: '1.0'\npolicy: {scripted: none, maxSteps: 9}\n")
+    assert main(["config", "validate", "policy.yaml", "--format", "json"]) == 0
+    policy = json.loads(capsys.readouterr().out)["policy"]
+    assert (policy["scripted"], policy["maxSteps"], policy["maxLoopIterations"]) == (
+        "none", 9, 1000)  # what is not said takes the safe default
+    for text, field in [("{maxLoop: 3}", "policy.maxLoop"),
+                        ("{authorizeTool: 'no_such_module_here:f'}", "policy.authorizeTool")]:
+        (cwd / "bad.yaml").write_text(f"version: '1.0'\npolicy: {text}\n")
+        assert main(["config", "validate", "bad.yaml", "--format", "json"]) == 2
+        assert json.loads(capsys.readouterr().err)["error"]["field"] == field
+
+
 def test_examples_list_show_and_run(cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["examples", "list"]) == 0
     assert capsys.readouterr().out.startswith("triage ")

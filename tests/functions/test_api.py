@@ -142,3 +142,28 @@ def test_a_resume_with_a_new_token_limit_reaches_advance(deployment: Deployment)
     expected = runtime.run_sync(manifest=manifest, options=ECHO,
                                 budget=Budget(max_total_tokens=1_000_000))
     assert done["output"] == expected.output
+
+
+def test_the_api_function_applies_the_default_host_policy_at_every_depth(
+        deployment: Deployment) -> None:
+    """The Lambda, like serve, starts with the safe default policy: a child manifest's
+    own scripted script path is refused before a run exists, naming the field."""
+    child = {"schemaVersion": "1.0", "model": {"provider": "scripted", "model": "/etc/passwd"},
+             "steps": [{"id": "ask", "type": "prompt", "prompt": "hi"}]}
+    parent = {"schemaVersion": "1.0", "steps": [
+        {"id": "outer", "type": "sub-run", "manifest": {"schemaVersion": "1.0", "steps": [
+            {"id": "inner", "type": "sub-run", "manifest": child}]}}]}
+    answer = deployment.stack.call_api(http_event("api-start-run.json",
+                                                  body={"manifest": parent}))
+    assert answer.status == 422, answer.body
+    assert answer.body["field"] == "steps[0].manifest.steps[0].manifest.steps[0].model"
+    assert "root:" not in json.dumps(answer.body)
+    loop = {"schemaVersion": "1.0", "steps": [{"id": "spin", "type": "loop",
+                                               "loop": {"maxIterations": 1_000_000},
+                                               "steps": [{"id": "a", "type": "prompt",
+                                                          "prompt": "hi"}]}]}
+    answer = deployment.stack.call_api(http_event("api-start-run.json",
+                                                  body={"manifest": loop, "options": ECHO}))
+    assert answer.status == 422 and answer.body["field"] == "steps[0].loop.maxIterations"
+    listed = deployment.stack.call_api(http_event("api-list-runs.json"))
+    assert listed.status == 200 and listed.body["runs"] == []

@@ -43,7 +43,8 @@ def orders(tools: list[str], **limits: Any) -> dict[str, Any]:
 def scripted(deployment: Deployment, tmp_path: Path) -> Any:
     """Write a script and return the run options naming it; the functions get the tools."""
     config = tmp_path / "agent-runtime.yaml"
-    config.write_text(yaml.safe_dump({"version": "1.0", "tools": TOOLS}))
+    config.write_text(yaml.safe_dump({"version": "1.0", "tools": TOOLS, "policy": {
+        "scriptFiles": [str(tmp_path / "orders.script.yaml")]}}))
     deployment.configure(config)
     lambda_tools.EXECUTIONS.clear()
     lambda_tools.STARTED.clear()

@@ -54,7 +54,8 @@ COMMIT_POINTS = ("save_checkpoint", "begin_effect", "complete_effect", "renew_le
 def options(deployment: Deployment, tmp_path: Path) -> dict[str, Any]:
     config = tmp_path / "agent-runtime.yaml"
     config.write_text(yaml.safe_dump({
-        "version": "1.0", "tools": {"slow_order": "tests.functions.lambda_tools:slow_order"}}))
+        "version": "1.0", "tools": {"slow_order": "tests.functions.lambda_tools:slow_order"},
+        "policy": {"scriptFiles": [str(tmp_path / "orders.script.yaml")]}}))
     script = tmp_path / "orders.script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     deployment.configure(config)

@@ -49,7 +49,8 @@ def orders(deployment: Deployment, tmp_path: Path) -> dict[str, Any]:
     """The functions' runtime config names the tool; the run's options name the script."""
     config = tmp_path / "agent-runtime.yaml"
     config.write_text(yaml.safe_dump({
-        "version": "1.0", "tools": {"record_order": "tests.functions.lambda_tools:record_order"}}))
+        "version": "1.0", "tools": {"record_order": "tests.functions.lambda_tools:record_order"},
+        "policy": {"scriptFiles": [str(tmp_path / "orders.script.yaml")]}}))
     script = tmp_path / "orders.script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     deployment.configure(config)

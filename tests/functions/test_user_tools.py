@@ -43,7 +43,8 @@ def test_a_run_on_lambda_calls_a_tool_the_runtime_config_names(
         deployment: Deployment, tmp_path: Path) -> None:
     config = tmp_path / "runtime.config.yaml"
     config.write_text(yaml.safe_dump(
-        {"version": "1.0", "tools": {"word_count": "tools.example:word_count"}}))
+        {"version": "1.0", "tools": {"word_count": "tools.example:word_count"},
+         "policy": {"scriptFiles": [str(tmp_path / "count.script.yaml")]}}))
     script = tmp_path / "count.script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     deployment.configure(config)

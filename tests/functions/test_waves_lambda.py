@@ -62,6 +62,10 @@ def test_a_wave_spans_advance_slices_and_resumes_only_unfinished_members(
     log = tmp_path / "requests.jsonl"
     monkeypatch.setenv(REQUEST_LOG_ENV, str(log))
     stack, store, lambdas = deployment.stack, deployment.services.store, deployment.lambdas
+    config = tmp_path / "agent-runtime.yaml"  # this host's policy lists the test's script
+    config.write_text(f"version: '1.0'\npolicy: {{scriptFiles: ['{tmp_path / 'script.yaml'}']}}\n",
+                      encoding="utf-8")
+    deployment.configure(config)
     margin_ms = deployment.services.settings.advance_margin_seconds * 1000
     lambdas.remaining_ms["AdvanceFunction"] = int(margin_ms) - 1
     record = deployment.services.runtime().create_run(manifest=run_manifest, options=options)
