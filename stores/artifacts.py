@@ -8,6 +8,11 @@ calls) deletes exactly its artifacts. Reads verify the hash: damaged bytes
 raise `CorruptRecord`, never come back silently. Artifacts written before runs
 had directories (`<dir>/<aa>/<sha256>`, shared by runs) stay readable; gc
 leaves them alone.
+
+`run_of(uri)` says which run an artifact belongs to, so that the runtime can
+refuse a run reading another run's artifact (`agent_runtime.steps.prompt_media`);
+the store itself only stores. Its errors name the uri, never the store's
+directory (a tenant sees them).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,6 +29,7 @@ from urllib.parse import quote, unquote, urlparse
 from stores.base import CorruptRecord
 
 RUNS_DIRECTORY = "runs"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def run_segment(run_id: str) -> str:
@@ -60,17 +67,35 @@ class LocalArtifactStore:
                 raise
         return path.as_uri(), digest
 
-    def get(self, uri: str) -> bytes:
+    def _path_of(self, uri: str) -> Path:
+        """The file `uri` names; ValueError unless it is an artifact of this store."""
         parsed = urlparse(uri)
         if parsed.scheme != "file":
             raise ValueError(f"not a local artifact uri: {uri!r}")
         path = Path(unquote(parsed.path))
-        # A run's artifact, or one written before artifacts were kept per run.
-        if path.parent.parent not in (self.directory / RUNS_DIRECTORY, self.directory):
-            raise ValueError(f"{uri!r} is not in this artifact store ({self.directory})")
+        # A run's artifact, or one written before artifacts were kept per run
+        # (`<dir>/<sha256[:2]>/<sha256>`). Compared as written: no `..` anywhere.
+        legacy = path.parent.parent == self.directory and path.parent.name == path.name[:2]
+        in_run = path.parent.parent == self.directory / RUNS_DIRECTORY \
+            and path.parent.name not in ("", ".", "..")
+        if not _SHA256.fullmatch(path.name) or not (legacy or in_run):
+            raise ValueError(f"{uri!r} is not in this artifact store")
+        return path
+
+    def run_of(self, uri: str) -> str | None:
+        """The run `uri`'s artifact belongs to (as `put` was told), or None for one
+        written before artifacts were kept per run. ValueError for a uri of no artifact
+        of this store."""
+        path = self._path_of(uri)
+        if path.parent.parent == self.directory:
+            return None
+        return unquote(path.parent.name)
+
+    def get(self, uri: str) -> bytes:
+        path = self._path_of(uri)
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != path.name:
-            raise CorruptRecord(f"artifact {path} does not match its sha256")
+            raise CorruptRecord(f"artifact {uri} does not match its sha256")
         return data
 
     def delete_run(self, run_id: str) -> int:

@@ -375,6 +375,13 @@ class ArtifactStore(Protocol):
         """Return the bytes at `uri`, verified against their hash (`CorruptRecord`)."""
         ...
 
+    def run_of(self, uri: str) -> str | None:
+        """The run whose artifact `uri` names (the `run_id` given to `put`), or None
+        for an artifact stored before artifacts were kept per run (shared by runs).
+        Raises ValueError when `uri` names no artifact of this store. Reads nothing:
+        the runtime asks it before `get`, to refuse a run another run's artifact."""
+        ...
+
     def delete_run(self, run_id: str) -> int:
         """Delete every artifact of `run_id` (retention); return how many. Repeatable."""
         ...

@@ -5,9 +5,13 @@ parses the JSON body itself. `RequestGuard` replaces it on the resolver with
 a subclass that first authenticates the caller (401 before anything else is
 said), then refuses a body over the size limit before reading it (413), a
 body declared as anything but JSON (415), one that is not UTF-8 or not JSON
-(400: duplicate keys and NaN are refused, as in manifests) or one nested
-deeper than any request needs (400), and hands the parsed value to the
-validation it then runs unchanged.
+(400: duplicate keys and NaN are refused, as in manifests), one nested
+deeper than any request needs (400) or one holding a lone surrogate (400:
+`"\\ud800"` is valid JSON syntax but not Unicode text, and no store, log or
+answer can encode it), and hands the parsed value to the validation it then
+runs unchanged. Every string a body carries (keys, an approval's `response`,
+an effect's `result`, variables, manifest text) passes this one check, so no
+route meets a lone surrogate later as a serialization error (a 500).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +28,7 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 )
 
 from agent_runtime.api.problems import ApiProblem
-from agent_runtime.manifest_input import unique_pairs
+from agent_runtime.manifest_input import PathPart, format_path, unique_pairs
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver
@@ -118,22 +123,52 @@ def _cache_json(event: BaseProxyEvent, text: str) -> None:
                               f"column {error.colno}") from None
     except ValueError as error:
         raise ApiProblem(400, f"the body is not JSON: {error}") from None
-    if _depth_exceeds(value, MAX_BODY_DEPTH):
-        raise ApiProblem(400, f"the body is nested deeper than {MAX_BODY_DEPTH} levels")
+    _check_structure(value)
     if not isinstance(value, dict):
         # Every body of this API is an object; Powertools would read a list's first item.
         raise ApiProblem(422, "the body must be a JSON object")
     event.__dict__["json_body"] = value  # Powertools' cached property: parsed once, here
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 0)]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_in(text: str) -> str | None:
+    """The first lone surrogate of `text`, as JSON spells it (`\\ud800`), or None."""
+    if text.isascii():
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else f"\\u{ord(found[0]):04x}"
+
+
+def _check_structure(value: Any) -> None:
+    """400 for a body nested deeper than `MAX_BODY_DEPTH`, or holding a lone surrogate
+    in a key or a string (named by its JSON path, `response.note`, never quoted)."""
+    stack: list[tuple[Any, tuple[PathPart, ...]]] = [(value, ())]
     while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
+        item, path = stack.pop()
+        if len(path) > MAX_BODY_DEPTH:
+            raise ApiProblem(400, f"the body is nested deeper than {MAX_BODY_DEPTH} levels")
+        if isinstance(item, str):
+            found = _surrogate_in(item)
+            if found is not None:
+                _refuse_surrogate(found, path, key=False)
+        elif isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                found = _surrogate_in(key)
+                if found is not None:
+                    _refuse_surrogate(found, path, key=True)
+                stack.append((child, (*path, key)))
         elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-    return False
+            stack.extend((child, (*path, index)) for index, child in reversed(
+                list(enumerate(item))))
+
+
+def _refuse_surrogate(found: str, path: tuple[PathPart, ...], *, key: bool) -> None:
+    field = format_path(path) or None
+    if key:
+        place = "a top-level key" if field is None else f"a key of {field}"
+    else:
+        place = field or "the body"
+    raise ApiProblem(400, f"{place} contains a lone surrogate ({found}), which is not "
+                          "Unicode text", field=field)

@@ -7,6 +7,15 @@ tenants), or, given neither, from a random token generated at start and
 written to `.agent-runtime/serve.token` with mode 0600, so only the user
 who started the server can read it.
 
+A token is all that stands between a tenant and another's runs, and nothing
+limits how fast one may be guessed: every token given must be at least
+`MIN_TOKEN_LENGTH` (32) visible ASCII characters with at least
+`MIN_DISTINCT_CHARACTERS` (8) different ones (the generated one is 43
+URL-safe characters, 256 random bits), and the tokens file, which holds
+every tenant's token, must be a regular file readable by its owner only
+(mode 0600 or stricter, as ssh asks of a private key). Every refusal names
+the file or flag and the reason, never a token or a line of the file.
+
 A browser on the same machine can be made to send requests to 127.0.0.1 by
 any web page; the token stops those. A page can also point a DNS name of
 its own at 127.0.0.1 (DNS rebinding) and then read the answers as
@@ -20,6 +29,7 @@ import hmac
 import ipaddress
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +44,11 @@ if TYPE_CHECKING:
 
 LOCAL_TENANT = "local"
 DEFAULT_TOKEN_FILE = "./.agent-runtime/serve.token"
+MIN_TOKEN_LENGTH = 32
+MIN_DISTINCT_CHARACTERS = 8
+# A tokens file maps tokens to tenants: a few lines per tenant, never megabytes.
+MAX_TOKEN_FILE_BYTES = 1024 * 1024
+GENERATE_HINT = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"
 
 
 class BearerTokens:
@@ -62,39 +77,91 @@ class BearerTokens:
         return found
 
 
+def token_problem(token: object) -> str | None:
+    """Why `token` cannot be a bearer token of this server, or None. Never quotes it."""
+    if not isinstance(token, str) or not token:
+        return "must be a non-empty string (quote numbers in YAML)"
+    if not all("!" <= char <= "~" for char in token):
+        return ("must be visible ASCII characters only (no spaces; an HTTP header carries "
+                "nothing else)")
+    if len(token) < MIN_TOKEN_LENGTH:
+        return (f"is {len(token)} characters long; a token needs at least "
+                f"{MIN_TOKEN_LENGTH} ({GENERATE_HINT})")
+    if len(set(token)) < MIN_DISTINCT_CHARACTERS:
+        return (f"has only {len(set(token))} different characters; a token needs at least "
+                f"{MIN_DISTINCT_CHARACTERS} to be hard to guess ({GENERATE_HINT})")
+    return None
+
+
 def single_token(token: str) -> dict[str, str]:
     """`--token T`: one token, tenant `local`."""
-    if not token.strip() or token != token.strip():
-        raise ConfigError("the token must be a non-empty string without surrounding spaces",
-                          source="--token")
+    problem = token_problem(token)
+    if problem is not None:
+        raise ConfigError(f"the token {problem}", source="--token")
     return {token: LOCAL_TENANT}
 
 
 def load_token_file(path: str | Path) -> dict[str, str]:
-    """`--tokens FILE`: a YAML mapping of token -> tenant, at least one entry."""
+    """`--tokens FILE`: a YAML mapping of token -> tenant, at least one entry, in a
+    regular file that only its owner may read or write."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read the tokens file: {error.strerror}",
-                          source=source) from error
+    text = _read_private_file(Path(path), source)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"not valid YAML: {error}", source=source) from error
+        # PyYAML's message quotes the offending line, a token: only where and what.
+        raise ConfigError(f"not valid YAML{_where(error)}", source=source) from None
     if not isinstance(data, dict) or not data:
         raise ConfigError("expected a mapping of token -> tenant with at least one entry",
                           source=source)
     tokens: dict[str, str] = {}
-    for token, tenant in data.items():
-        if not isinstance(token, str) or not token.strip() or token != token.strip():
-            raise ConfigError("every token must be a non-empty string without surrounding "
-                              "spaces (quote numbers)", source=source)
+    for number, (token, tenant) in enumerate(data.items(), start=1):
+        problem = token_problem(token)
+        if problem is not None:
+            raise ConfigError(f"token #{number} {problem}", source=source)
         if not isinstance(tenant, str) or not tenant.strip():
-            raise ConfigError(f"the tenant of token #{len(tokens) + 1} must be a non-empty "
+            raise ConfigError(f"the tenant of token #{number} must be a non-empty "
                               "string", source=source)
         tokens[token] = tenant
     return tokens
+
+
+def _where(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None)
+    at = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+    return f"{at}: {problem}" if problem else at
+
+
+def _read_private_file(path: Path, source: str) -> str:
+    """The file's text, checked on the open file itself (no swap between check and read)."""
+    try:
+        # Non-blocking: a FIFO named as the file must not hang the start.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise ConfigError(f"cannot read the tokens file: {error.strerror}",
+                          source=source) from error
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("the tokens file is not a regular file", source=source)
+        mode = stat.S_IMODE(info.st_mode)
+        if os.name == "posix" and mode & 0o077:
+            raise ConfigError(
+                f"the tokens file has mode {mode:04o}: it holds every tenant's token, so group "
+                f"and others must have no access (chmod 600 {source})", source=source)
+        with open(fd, "rb", closefd=False) as opened:
+            data = opened.read(MAX_TOKEN_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise ConfigError(f"the tokens file is larger than {MAX_TOKEN_FILE_BYTES:,} bytes",
+                          source=source)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"the tokens file is not UTF-8 text (byte {error.start})",
+                          source=source) from None
 
 
 def generate_token_file(path: str | Path = DEFAULT_TOKEN_FILE) -> str:

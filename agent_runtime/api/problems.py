@@ -3,7 +3,8 @@
 A problem is `{type, title, status, detail, field?}`; `field` names the
 offending field when there is one. The mapping:
 
-* 400 a body that is not JSON (or not UTF-8, or nested absurdly deep);
+* 400 a body that is not JSON (or not UTF-8, holds a lone surrogate, or is
+  nested absurdly deep);
 * 401 no acceptable credentials;
 * 404 no such run, or a run of another tenant (its existence is not
   disclosed), or a URL naming no resource;
@@ -104,12 +105,18 @@ def bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def encodable(text: str) -> str:
+    """`text` with any lone surrogate written as its escape (`\\ud800`): a problem
+    quotes what a client sent, and JSON encoding fails on a lone surrogate."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def problem_response(status: int, detail: str, *, field: str | None = None,
                      headers: dict[str, str] | None = None) -> Response[str]:
     body = Problem(type=PROBLEM_TYPE + _SLUGS.get(status, "error"),
                    title=HTTPStatus(status).phrase, status=status,
-                   detail=bounded(detail, MAX_DETAIL),
-                   field=None if field is None else bounded(field, MAX_FIELD))
+                   detail=encodable(bounded(detail, MAX_DETAIL)),
+                   field=None if field is None else encodable(bounded(field, MAX_FIELD)))
     return Response(status_code=status, content_type=PROBLEM_JSON, headers=headers,
                     body=body.model_dump_json(exclude_none=True))
 

@@ -44,6 +44,7 @@ from agent_runtime.api.wire import (
     MAX_TOKENS,
     RUN_ID_PATTERN,
     ApprovalRequest,
+    Caller,
     CheckpointEnvelope,
     CheckpointList,
     CreateRunRequest,
@@ -169,6 +170,7 @@ class RunRoutes:
         self._register_history()
         self._register_actions()
         self._register_console()
+        self._register_caller()
 
         @self._route("GET", "/openapi.json", public=True, operation_id="getOpenApi",
                      summary="This API's OpenAPI document (needs no credentials)",
@@ -324,6 +326,15 @@ class RunRoutes:
         @self._route("GET", "/console/examples/<name>", **options)
         def console_example(name: str) -> Response[str]:
             return page(f"/console/examples/{name}")
+
+    def _register_caller(self) -> None:
+        @self._route("GET", "/whoami", operation_id="whoAmI",
+                     summary="The caller's tenant, as its credentials name it",
+                     description="What the web console shows, so a person sees whose runs "
+                                 "they act on. Needs the same credentials as every route.",
+                     responses=_responses(200, Caller, "The caller"))
+        def who_am_i() -> Response[str]:
+            return json_response(200, Caller(tenant=self.tenant()))
 
     # -- what the routes do ----------------------------------------------------------
 

@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
+from agent_runtime.api.access_log import hide_query_strings
 from agent_runtime.api.local_auth import HostCheck
 from agent_runtime.api.local_launcher import LocalLauncher
 from agent_runtime.api.local_reconcile import ReconcileLoop
@@ -254,6 +255,7 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
     import uvicorn  # noqa: PLC0415 - the serve extra
 
     host, port = sock.getsockname()[:2]
+    hide_query_strings()  # a `?token=` must not reach the access log
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=access_log,
                             server_header=False, timeout_graceful_shutdown=math.ceil(grace_seconds),
                             log_config=None)

@@ -245,6 +245,13 @@ class EffectList(WireModel):
     effects: list[EffectView]
 
 
+class Caller(WireModel):
+    """Who the credentials of a request name (`GET /whoami`)."""
+
+    tenant: str = Field(description="The caller's tenant: every run it sees and starts is "
+                                    "this tenant's")
+
+
 # -- records -> wire ---------------------------------------------------------------
 
 

@@ -64,11 +64,12 @@ def add_serve_parser(commands: Any,
                        help=f"runs executed at once (default: {DEFAULT_WORKERS})")
     auth = serve.add_mutually_exclusive_group()
     auth.add_argument("--token", metavar="TOKEN",
-                      help="accept this bearer token, tenant `local` (visible to other local "
-                           "users in the process list: prefer --tokens or the generated one)")
+                      help="accept this bearer token, tenant `local` (32 characters or more; "
+                           "visible to other local users in the process list: prefer --tokens "
+                           "or the generated one)")
     auth.add_argument("--tokens", metavar="FILE",
-                      help="a YAML mapping of bearer token -> tenant (default: a new random "
-                           "token in .agent-runtime/serve.token, mode 0600)")
+                      help="a YAML mapping of bearer token -> tenant, mode 0600 (default: a "
+                           "new random token in .agent-runtime/serve.token, mode 0600)")
     serve.add_argument("--reconcile-interval", type=seconds, default=DEFAULT_RECONCILE_INTERVAL,
                        metavar="S", help="resume stranded runs every S seconds (default: "
                                          f"{DEFAULT_RECONCILE_INTERVAL:g})")

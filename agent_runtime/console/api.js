@@ -1,10 +1,12 @@
 // The HTTP API, as the console calls it: its public routes, with the bearer token.
 //
 // The token: a first load may carry it in the address (`/#token=...`, what a
-// person pastes from the serve command); it is moved to sessionStorage at
-// once and removed from the address, so it is not in the history, a
-// bookmark or a screenshot. sessionStorage is this tab's only: closing the
-// tab forgets it.
+// person pastes from the serve command); it is removed from the address at
+// once, so it is not in the history, a bookmark or a screenshot, and kept in
+// sessionStorage (this tab's only: closing the tab forgets it). A link that
+// carries a token other than the tab's own never replaces it silently (any
+// page can link to `/#token=...`, and a tab signed in to one tenant would
+// act for another): it is held in memory until the person says which to use.
 
 const TOKEN_KEY = "agent-runtime.token";
 
@@ -17,16 +19,29 @@ export class ApiError extends Error {
   }
 }
 
-/** Take a token from the address into sessionStorage; the address keeps the rest. */
-export function adoptTokenFromAddress() {
+/** Take a token from the address; the address keeps the rest. A token this tab has
+ * none of yet is kept; one that differs from the tab's own is returned (not kept), for
+ * the person to confirm. Null when there is nothing to confirm. */
+export function takeTokenFromAddress() {
   const hash = window.location.hash;
   const found = hash.match(/^#(?:.*[&?])?token=([^&]*)(.*)$/);
-  if (!found) return;
-  const token = decodeURIComponent(found[1]).trim();
-  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  if (!found) return null;
   const rest = hash.replace(/(^#|[&?])token=[^&]*&?/, "$1").replace(/[&?]$/, "");
   const target = rest === "#" || rest === "" ? "#/" : rest;
   history.replaceState(null, "", window.location.pathname + target);
+  let offered = "";
+  try {
+    offered = decodeURIComponent(found[1]).trim();
+  } catch {
+    return null;  // not percent-encoded text: no token
+  }
+  const current = token();
+  if (!offered || offered === current) return null;
+  if (!current) {
+    setToken(offered);
+    return null;
+  }
+  return offered;
 }
 
 export function token() {
@@ -41,9 +56,11 @@ export function forgetToken() {
   sessionStorage.removeItem(TOKEN_KEY);
 }
 
-async function call(method, path, body) {
+// `asToken`: call with this token instead of the tab's (to ask who a token names
+// before it is adopted); its 401 then says nothing about the tab's own token.
+async function call(method, path, body, asToken) {
   const headers = { Accept: "application/json" };
-  const current = token();
+  const current = asToken ?? token();
   if (current) headers.Authorization = `Bearer ${current}`;
   const init = { method, headers, cache: "no-store", credentials: "omit" };
   if (body !== undefined) {
@@ -67,7 +84,9 @@ async function call(method, path, body) {
   }
   if (!response.ok) {
     const error = new ApiError(response.status, data);
-    if (response.status === 401) window.dispatchEvent(new CustomEvent("console:unauthorized"));
+    if (response.status === 401 && asToken === undefined) {
+      window.dispatchEvent(new CustomEvent("console:unauthorized"));
+    }
     throw error;
   }
   return data;
@@ -76,6 +95,8 @@ async function call(method, path, body) {
 const run = (id) => `/runs/${encodeURIComponent(id)}`;
 
 export const api = {
+  /** The tenant the tab's token (or `asToken`) names. */
+  whoami: (asToken) => call("GET", "/whoami", undefined, asToken).then((data) => data.tenant),
   listRuns({ status, limit = 25, cursor } = {}) {
     const query = new URLSearchParams({ limit: String(limit) });
     if (status) query.set("status", status);

@@ -8,7 +8,7 @@
 //   #/runs/ID     a run
 //   #/runs/ID/checkpoints/SEQ   one checkpoint's state, "fork from here"
 
-import { adoptTokenFromAddress, forgetToken, setToken, token } from "./api.js";
+import { ApiError, api, forgetToken, setToken, takeTokenFromAddress, token } from "./api.js";
 import { fill, h } from "./dom.js";
 import { clearStaleNotice } from "./notice.js";
 import { checkpointPage } from "./checkpoint.js";
@@ -18,7 +18,12 @@ import { startPage } from "./start.js";
 
 const main = document.getElementById("main");
 const signOut = document.getElementById("sign-out");
+const tenantLabel = document.getElementById("tenant");
 let leave = null;  // stops the current page's live refresh
+// A token from a link that differs from this tab's: held here (never stored)
+// until the person chooses between the two.
+let offeredToken = null;
+let shownTenantOf = null;  // the token whose tenant the header shows
 
 function parseHash() {
   const raw = window.location.hash.replace(/^#/, "") || "/";
@@ -47,6 +52,74 @@ function signInPage(reason) {
   input.focus();
 }
 
+/** The tenant a token names, as text for a person. */
+async function tenantOf(asToken) {
+  try {
+    return { tenant: await api.whoami(asToken) };
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) {
+      return { refused: "this server does not accept it" };
+    }
+    return { refused: `the server could not say (${error.message})` };
+  }
+}
+
+/** The header names the tenant every page acts for, once per token. */
+async function showTenant() {
+  const current = token();
+  if (!current || current === shownTenantOf) return;
+  shownTenantOf = current;
+  tenantLabel.hidden = true;
+  const { tenant } = await tenantOf();
+  if (token() !== current) return;  // signed out or replaced meanwhile
+  if (tenant === undefined) {
+    shownTenantOf = null;
+    return;
+  }
+  fill(tenantLabel, "Tenant ", h("strong", {}, tenant));
+  tenantLabel.title = `Every run shown and started here is tenant ${tenant}'s`;
+  tenantLabel.hidden = false;
+}
+
+function hideTenant() {
+  shownTenantOf = null;
+  tenantLabel.hidden = true;
+  fill(tenantLabel);
+}
+
+function replaceTokenPage() {
+  const offered = offeredToken;
+  const current = h("dd", {}, "…");
+  const incoming = h("dd", {}, "…");
+  const keep = h("button", { type: "button", class: "primary" }, "Keep the current token");
+  const replace = h("button", { type: "button" }, "Use the link's token");
+  const card = h("section", { class: "card sign-in", "aria-labelledby": "replace-title" },
+    h("h1", { id: "replace-title", tabindex: -1 }, "Replace this tab's token?"),
+    h("p", {}, "The address you opened carries a bearer token that is not the one this tab "
+      + "signed in with. A token decides whose runs you see and act on, and any page can "
+      + "link here with a token of its choosing: replace yours only if you meant to."),
+    h("dl", { class: "facts" },
+      h("div", {}, h("dt", {}, "This tab's token"), current),
+      h("div", {}, h("dt", {}, "The link's token"), incoming)),
+    h("div", { class: "buttons" }, keep, replace));
+  const decide = (adopt) => {
+    offeredToken = null;
+    if (adopt) {
+      setToken(offered);
+      hideTenant();
+    }
+    route();
+  };
+  keep.addEventListener("click", () => decide(false));
+  replace.addEventListener("click", () => decide(true));
+  fill(main, card);
+  keep.focus();
+  const describe = ({ tenant, refused }) => (tenant !== undefined
+    ? ["tenant ", h("strong", {}, tenant)] : [refused]);
+  tenantOf().then((found) => fill(current, ...describe(found)));
+  tenantOf(offered).then((found) => fill(incoming, ...describe(found)));
+}
+
 function markSection(section) {
   for (const link of document.querySelectorAll("nav a[data-section]")) {
     if (link.dataset.section === section) link.setAttribute("aria-current", "page");
@@ -60,11 +133,18 @@ function route() {
   clearStaleNotice();
   if (!token()) {
     signOut.hidden = true;
+    hideTenant();
     markSection(null);
     signInPage();
     return;
   }
   signOut.hidden = false;
+  showTenant();
+  if (offeredToken !== null) {
+    markSection(null);
+    replaceTokenPage();
+    return;
+  }
   const { parts, query } = parseHash();
   let section = null;
   if (parts.length === 0 || (parts[0] === "runs" && parts.length === 1)) {
@@ -91,6 +171,7 @@ function route() {
 
 window.addEventListener("console:unauthorized", () => {
   forgetToken();
+  hideTenant();
   if (leave) leave();
   leave = null;
   signOut.hidden = true;
@@ -102,7 +183,8 @@ signOut.addEventListener("click", () => {
 });
 // A token can arrive with any address, also one opened in this tab later.
 function arrive() {
-  adoptTokenFromAddress();
+  const offered = takeTokenFromAddress();
+  if (offered !== null) offeredToken = offered;
   route();
 }
 

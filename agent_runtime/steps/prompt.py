@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 
+from agent_runtime.artifact_access import ArtifactReader
 from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
 from agent_runtime.events import random_id
@@ -242,7 +243,9 @@ class PromptStepExecutor:
             messages = resolve_media(
                 [_as_message(item) for item in ctx.state.transcript[state["from"]:]
                  if item.get("step_path", frame.step_path) == frame.step_path],
-                ctx.artifacts, step_path=frame.step_path)
+                None if ctx.artifacts is None
+                else ArtifactReader(ctx.artifacts, ctx.store, ctx.run),
+                step_path=frame.step_path)
             if limits and limits.max_messages_per_prompt is not None \
                     and len(messages) > limits.max_messages_per_prompt:
                 raise StepFailed("too_many_messages",

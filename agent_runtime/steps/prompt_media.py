@@ -5,38 +5,40 @@ rather than carrying its bytes. As the reference does, when the runtime has
 an artifact store each request gets the bytes inline: an image or file part
 gains `data` (base64), and a tool result's artifacts become `data:` URIs. The
 transcript keeps the references, so checkpoints stay small. Without a store,
-a reference must carry a `uri` the provider can fetch.
+a reference must carry a `uri` the provider can fetch. With one, a run reads
+only its own artifacts (`agent_runtime.artifact_access`): a uri of another
+run's fails the step as `artifact_refused`.
 """
 
 from __future__ import annotations
 
 import base64
 
-from stores.base import ArtifactStore
 from stores.records import JsonObject
 
+from agent_runtime.artifact_access import ArtifactReader, ArtifactRefused
 from agent_runtime.errors import StepFailed
 
 MEDIA_PARTS = ("image", "file")
 
 
-def resolve_media(messages: list[JsonObject], store: ArtifactStore | None, *,
+def resolve_media(messages: list[JsonObject], reader: ArtifactReader | None, *,
                   step_path: str) -> list[JsonObject]:
-    """`messages` with artifact references inlined from `store` (new dicts; the
+    """`messages` with artifact references inlined from `reader` (new dicts; the
     transcript's own are left as they are)."""
-    return [{**message, "content": [_part(part, store, step_path)
+    return [{**message, "content": [_part(part, reader, step_path)
                                     for part in message.get("content") or []]}
             for message in messages]
 
 
-def _part(part: JsonObject, store: ArtifactStore | None, step_path: str) -> JsonObject:
+def _part(part: JsonObject, reader: ArtifactReader | None, step_path: str) -> JsonObject:
     kind = part.get("type")
-    if kind == "tool-result" and store is not None:
+    if kind == "tool-result" and reader is not None:
         artifacts = (part.get("result") or {}).get("artifacts")
         if artifacts:
             loaded = []
             for artifact in artifacts:
-                data, media_type = _load(artifact, store, step_path)
+                data, media_type = _load(artifact, reader, step_path)
                 loaded.append({**artifact, "mediaType": media_type, "size": len(data),
                                 "uri": f"data:{media_type};base64,"
                                        f"{base64.b64encode(data).decode('ascii')}"})
@@ -45,13 +47,13 @@ def _part(part: JsonObject, store: ArtifactStore | None, step_path: str) -> Json
     artifact = part.get("artifact")
     if kind not in MEDIA_PARTS or artifact is None or part.get("data") is not None:
         return part
-    if store is None:
+    if reader is None:
         if artifact.get("uri") is None:
             raise StepFailed("artifact_unavailable",
                              f"step {step_path}: media artifact {artifact.get('id')!r} needs an "
                              "artifact store (--artifacts) or a uri")
         return part
-    data, media_type = _load(artifact, store, step_path)
+    data, media_type = _load(artifact, reader, step_path)
     inlined: JsonObject = {**part, "data": base64.b64encode(data).decode("ascii"),
                "mediaType": part.get("mediaType") or media_type}
     if kind == "file":
@@ -59,14 +61,18 @@ def _part(part: JsonObject, store: ArtifactStore | None, step_path: str) -> Json
     return inlined
 
 
-def _load(artifact: JsonObject, store: ArtifactStore, step_path: str) -> tuple[bytes, str]:
+def _load(artifact: JsonObject, reader: ArtifactReader, step_path: str) -> tuple[bytes, str]:
     uri = artifact.get("uri")
     if not uri:
         raise StepFailed("artifact_unavailable",
                          f"step {step_path}: artifact {artifact.get('id')!r} has no uri to "
                          "load it from the artifact store by")
     try:
-        data = store.get(uri)
+        data = reader.read(uri)
+    except ArtifactRefused as error:
+        raise StepFailed("artifact_refused",
+                         f"step {step_path}: artifact {artifact.get('id')!r} may not be read "
+                         f"by this run: {error}") from None
     except (OSError, KeyError, ValueError) as error:
         raise StepFailed("artifact_unavailable",
                          f"step {step_path}: artifact {artifact.get('id')!r} could not be "

@@ -93,6 +93,14 @@ async def _send(client: httpx.AsyncClient, destination: Destination, method: str
     raise refused
 
 
+def _without_addresses(text: str, destination: Destination) -> str:
+    """A transport error's text with the addresses the host resolved to named by the
+    host instead: the resolved addresses are the server's network, not the tenant's."""
+    for address in destination.addresses:
+        text = text.replace(address, destination.host)
+    return text
+
+
 def _header_text(key: str) -> str:
     """The key as a header value: a character HTTP cannot carry (a step id's
     non-ASCII letter) is percent-encoded as UTF-8; ASCII keys are unchanged."""
@@ -243,7 +251,8 @@ class WebhookStepExecutor:
                     failure: JsonObject = {
                         "type": "webhook_unreachable",
                         "message": f"{method} {destination.host} failed after {attempt} "
-                                   f"request(s): {type(error).__name__}: {error}"}
+                                   f"request(s): {type(error).__name__}: "
+                                   f"{_without_addresses(str(error), destination)}"}
                     reason = type(error).__name__
                 else:
                     status = response.status_code

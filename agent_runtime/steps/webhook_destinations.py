@@ -16,6 +16,10 @@ assignments, multicast, ...) are never a receiver and stay refused. With
 is checked and the request goes to a checked address (the name is kept for
 `Host` and TLS), so a name cannot resolve to a public address for the check
 and a private one for the request. Proxies from the environment are not used.
+
+A refusal names the host the manifest wrote and the rule (`resolves to a
+loopback address`), never the address a name resolved to: that is the host's
+internal network, not the tenant's business.
 """
 
 from __future__ import annotations
@@ -152,19 +156,26 @@ def _address_kind(address: Address) -> tuple[_Kind, str] | None:
     return None if kind is None else (kind, "")
 
 
-def _address_refusal(host: str, address: Address, policy: WebhookPolicy) -> str | None:
+def _address_refusal(host: str, address: Address, policy: WebhookPolicy, *,
+                     literal: bool) -> str | None:
+    """Why `address` (the URL's own IP literal, or one `host` resolved to) is refused.
+
+    A resolved address is never named: it is what the host's own DNS says about
+    its network (an internal address), and a tenant learns only the host it
+    wrote and the rule it broke. A literal is the tenant's own text."""
     found = _address_kind(address)
     if found is None:
         return None
     kind, note = found
     if kind.private_network and policy.allow_private_networks:
         return None
-    target = str(address) if host == str(address) else f"{host!r} ({address})"
+    target = (f"webhook destination {host} is" if literal else
+              f"webhook host {host!r} resolves to")
     advice = ("; set webhooks.allowPrivateNetworks: true in the runtime config to allow it"
               if kind.private_network else
               "; webhooks never call it (webhooks.allowPrivateNetworks allows only loopback, "
               "private, link-local and shared addresses)")
-    return f"webhook destination {target} is {kind.label} address{note}{advice}"
+    return f"{target} {kind.label} address{note if literal else ''}{advice}"
 
 
 def destination_refusal(url: str, policy: WebhookPolicy) -> str | None:
@@ -186,7 +197,7 @@ def destination_refusal(url: str, policy: WebhookPolicy) -> str | None:
         literal = ipaddress.ip_address(host)
     except ValueError:
         return None
-    return _address_refusal(host, literal, policy)
+    return _address_refusal(host, literal, policy, literal=True)
 
 
 @dataclass(frozen=True)
@@ -208,9 +219,11 @@ async def resolve_destination(url: str, policy: WebhookPolicy) -> Destination:
     parts = urlsplit(url)
     host = parts.hostname or ""
     scheme = parts.scheme.lower()
+    literal = True
     try:
         addresses = [ipaddress.ip_address(host)]
     except ValueError:
+        literal = False
         port = parts.port or (443 if scheme == "https" else 80)
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port,
@@ -222,7 +235,7 @@ async def resolve_destination(url: str, policy: WebhookPolicy) -> Destination:
         addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0])
                                        for info in infos))
     for address in addresses:
-        refusal = _address_refusal(host, address, policy)
+        refusal = _address_refusal(host, address, policy, literal=literal)
         if refusal is not None:
             raise StepFailed("webhook_destination_refused", refusal)
     return Destination(scheme=scheme, host=host, port=parts.port,

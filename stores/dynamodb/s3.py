@@ -3,7 +3,8 @@
 `S3BlobStore` keeps the bytes a DynamoDB item cannot hold (checkpoint bodies
 and run texts over the store's inline limit); `S3ArtifactStore` keeps run
 artifacts. Both are the same seam as `stores.artifacts.LocalArtifactStore`:
-`put(data, media_type=...) -> (uri, sha256)` and `get(uri) -> bytes`.
+`put(data, media_type=...) -> (uri, sha256)`, `get(uri) -> bytes` and
+`run_of(uri)`, the run a blob belongs to.
 
 * Keyed under their run: `<prefix><run>/<sha256>` (`run_segment(run_id)`), so a
   retried put of the same bytes names the same object, and deleting a run
@@ -27,7 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import boto3
 from botocore.exceptions import ClientError
@@ -96,7 +97,7 @@ class S3BlobStore:
         # Any prefix of this bucket: records keep the uri they were written
         # with, and the prefix may have been configured differently since.
         if bucket != self.bucket:
-            raise ValueError(f"{uri!r} is not in this blob store's bucket ({self.bucket})")
+            raise ValueError(f"{uri!r} is not in this blob store's bucket")
         sha256 = key.rsplit("/", 1)[-1]
         try:
             data = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -108,6 +109,22 @@ class S3BlobStore:
         if hashlib.sha256(data).hexdigest() != sha256:
             raise CorruptRecord(f"blob {uri} does not match its sha256")
         return data
+
+    def run_of(self, uri: str) -> str | None:
+        """The run whose blob `uri` names, or None for one of the shared layout
+        (`<prefix><sha256[:2]>/<sha256>`). ValueError for a uri outside this bucket."""
+        bucket, key = _parse(uri)
+        if bucket != self.bucket:
+            raise ValueError(f"{uri!r} is not in this blob store's bucket")
+        parts = key.rsplit("/", 2)
+        if len(parts) < 2 or not parts[-1]:
+            raise ValueError(f"{uri!r} names no blob of this store")
+        segment, sha256 = parts[-2], parts[-1]
+        # A run id of two hex digits equal to the hash's first two reads as the
+        # shared layout: refused to a tenant's run rather than given to another.
+        if segment == sha256[:2]:
+            return None
+        return unquote(segment)
 
     def delete_run(self, run_id: str) -> int:
         """Delete every object under the run's prefix; return how many. Repeatable."""

@@ -1,6 +1,6 @@
 """A real `agent-runtime serve` in a child process, for tests that speak HTTP to it.
 
-    with running_serve(tmp_path, token="t0k3n") as server:
+    with running_serve(tmp_path) as server:      # --token TEST_TOKEN
         server.client().get("/runs")
 
 It listens on 127.0.0.1 with a port the server picks itself (`--port 0`,
@@ -33,6 +33,8 @@ POLL_TIMEOUT = 90.0
 
 ECHO = {"model": "scripted/echo"}
 TERMINAL = ("completed", "failed", "cancelled")
+# serve refuses tokens shorter than 32 characters or with fewer than 8 different ones.
+TEST_TOKEN = "test-token-of-serve-0123456789abcdef"
 # Webhook steps may call the test's receiver on 127.0.0.1.
 ALLOW_LOOPBACK_WEBHOOKS = "version: '1.0'\nwebhooks:\n  allowPrivateNetworks: true\n"
 
@@ -82,7 +84,7 @@ class Serve:
         return self.process.returncode
 
 
-def start_serve(workdir: Path, *, token: str | None = "test-token",
+def start_serve(workdir: Path, *, token: str | None = TEST_TOKEN,
                 args: Sequence[str] = ()) -> Serve:
     """Start `agent-runtime serve` in `workdir` and wait until it answers."""
     log = workdir / "serve.log"
@@ -109,13 +111,22 @@ def start_serve(workdir: Path, *, token: str | None = "test-token",
 
 
 @contextmanager
-def running_serve(workdir: Path, *, token: str | None = "test-token",
+def running_serve(workdir: Path, *, token: str | None = TEST_TOKEN,
                   args: Sequence[str] = ()) -> Iterator[Serve]:
     serve = start_serve(workdir, token=token, args=args)
     try:
         yield serve
     finally:
         serve.stop()
+
+
+def write_tokens_file(path: Path, tokens: dict[str, str]) -> Path:
+    """A `--tokens` file as serve takes it: token -> tenant, readable by its owner only."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.writelines(f"{token}: {tenant}\n" for token, tenant in tokens.items())
+    os.chmod(path, 0o600)
+    return path
 
 
 def _wait_for_url(serve: Serve) -> str:

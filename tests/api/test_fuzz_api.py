@@ -9,10 +9,15 @@ report of every request it sent):
    `approvalId`) pinned to a completed approval run, so the responses
    checked against the schema are real runs, checkpoints and effects.
 
+About half of the generated JSON bodies carry a lone surrogate (`"\\ud800"`)
+in one string or key (`surrogate_hooks.py`): schemathesis itself generates
+only encodable text, and such a string once reached the store as a 500.
+
 The test fails on any 5xx, any response that the document does not
 declare (status code, content type, body schema, headers), a request the
 schema forbids that is not refused, a request without the token that is
-not 401, and when fewer than `MIN_REQUESTS` requests were sent in all.
+not 401, when fewer than `MIN_REQUESTS` requests were sent in all, and when
+fewer than `MIN_SURROGATE_REQUESTS` of them carried a lone surrogate.
 A client's input must never produce a 5xx. Reproduce a failure with the
 `curl` line schemathesis prints, against `agent-runtime serve --token T`.
 """
@@ -20,20 +25,23 @@ A client's input must never produce a 5xx. Reproduce a failure with the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_process import FIXTURES, Serve, running_serve, wait_until
+from serve_process import FIXTURES, REPO, Serve, running_serve, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 pytest.importorskip("schemathesis")
 
-TOKEN = "fuzz-token"
+TOKEN = "fuzz-test-token-0123456789abcdef"
 MIN_REQUESTS = 1_000
+MIN_SURROGATE_REQUESTS = 100
+HOOKS = Path(__file__).with_name("surrogate_hooks.py")
 # What the document promises, plus: a request without the token (or with a
 # wrong one) is refused, data the schema forbids is refused with a 4xx, and a
 # method a path does not take is 405. Not `positive_data_acceptance`: the
@@ -87,12 +95,34 @@ def fuzz(serve: Serve, workdir: Path, name: str,
                "--request-timeout", "30",
                "--report", "har", "--report-har-path", str(har),
                "--no-color"]
+    env = dict(os.environ, SCHEMATHESIS_HOOKS=str(HOOKS), PYTHONPATH=str(REPO))
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=480,
-                          check=False)
+                          check=False, env=env)
     output = done.stdout + done.stderr
     entries: list[dict[str, Any]] = (json.loads(har.read_text(encoding="utf-8"))["log"]
                                      ["entries"] if har.is_file() else [])
     return done.returncode, entries, output
+
+
+def has_lone_surrogate(entry: dict[str, Any]) -> bool:
+    """Whether the request's JSON body holds a lone surrogate (a pair, as JSON escapes an
+    emoji, decodes to one character and does not count)."""
+    text = (entry["request"].get("postData") or {}).get("text") or ""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        strings = [item] if isinstance(item, str) else list(item) if isinstance(item, dict) else []
+        if any(0xD800 <= ord(char) <= 0xDFFF for each in strings for char in each):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def test_the_api_survives_its_own_openapi_document_fuzzed(
@@ -106,7 +136,7 @@ def test_the_api_survives_its_own_openapi_document_fuzzed(
             assert http.get(f"/runs/{seed['runId']}").status_code == 200
         server_log = serve.output()
 
-    total = 0
+    total = surrogates = 0
     for name, (code, entries, output) in results.items():
         server_errors = [f"{entry['request']['method']} {entry['request']['url']} -> "
                          f"{entry['response']['status']}" for entry in entries
@@ -115,9 +145,12 @@ def test_the_api_survives_its_own_openapi_document_fuzzed(
         assert code == 0, f"{name}: schemathesis found failures:\n{output[-20000:]}"
         assert entries, f"{name}: no requests recorded:\n{output[-5000:]}"
         total += len(entries)
+        surrogates += sum(1 for entry in entries if has_lone_surrogate(entry))
         record_property(f"requests_{name}", len(entries))
     record_property("requests_total", total)
-    print(f"schemathesis sent {total} requests: "
+    record_property("requests_with_lone_surrogates", surrogates)
+    print(f"schemathesis sent {total} requests ({surrogates} with a lone surrogate): "
           + ", ".join(f"{name} {len(r[1])}" for name, r in results.items()))
     assert total >= MIN_REQUESTS
+    assert surrogates >= MIN_SURROGATE_REQUESTS
     assert "Traceback" not in server_log, server_log[-20000:]

@@ -25,6 +25,7 @@ ROUTES = {
     "/runs/{runId}/fork": {"post"},
     "/runs/{runId}/effects": {"get"},
     "/runs/{runId}/effects/{key}": {"post"},
+    "/whoami": {"get"},
     "/openapi.json": {"get"},
 }
 

@@ -319,6 +319,10 @@ HOSTILE = [
     ("POST", "/runs/run_1/approvals/apr_1", '{"approved": true, "response": '
      + "{" * 10 + "}" * 10 + "}"),
     ("POST", "/runs/run_1/effects/k", '{"action": "result"}'),
+    # Lone surrogates, as the API Lambda gets them too: refused by the request guard.
+    ("POST", "/runs/run_1/approvals/apr_1", '{"approved": true, "response": "\\ud800"}'),
+    ("POST", "/runs/run_1/effects/k", '{"action": "result", "result": {"\\udfff": 1}}'),
+    ("POST", "/runs", '{"manifest": {}, "variables": {"a": ["\\udbff"]}}'),
     ("GET", "/runs?limit=" + "9" * 5000, None),
     ("GET", "/runs?cursor=" + "_" * 400, None),
     ("GET", "/runs?parent=" + "p" * 300, None),

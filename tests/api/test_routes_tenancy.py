@@ -51,10 +51,15 @@ def test_every_route_needs_credentials(api: Api, token: str | None) -> None:
     run = api.start("approval.agent.yaml")
     approval_id = run["suspension"]["details"]["approvalId"]
     for method, path, body in [("GET", "/runs", None), ("POST", "/runs", {"manifest": "x"}),
-                               *every_route(run["runId"], approval_id)]:
+                               ("GET", "/whoami", None), *every_route(run["runId"], approval_id)]:
         reply = api.request(method, path, token=token,
                             **({} if body is None else {"json_body": body}))
         assert reply.status == 401, (method, path, reply)
         assert reply.headers["www-authenticate"] == "Bearer"
     assert api.get("/openapi.json", token=None).status == 200
     assert api.get(f"/runs/{run['runId']}").run["status"] == "suspended"
+
+
+def test_whoami_names_the_callers_tenant(api: Api) -> None:
+    assert api.get("/whoami").body == {"tenant": "alice"}
+    assert api.get("/whoami", token="bob-token").body == {"tenant": "bob"}

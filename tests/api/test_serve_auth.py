@@ -39,31 +39,102 @@ def test_a_missing_or_wrong_token_is_unauthenticated(header: str | None) -> None
         BearerTokens({"alpha-token": "alpha"}).tenant(event(header))
 
 
+TOKEN_A = "token-of-team-a-0123456789abcdefgh"
+TOKEN_B = "token-of-team-b-0123456789abcdefgh"
+
+
+def private_file(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
 def test_single_token_is_tenant_local() -> None:
-    assert single_token("abc") == {"abc": "local"}
-    with pytest.raises(ConfigError):
-        single_token(" ")
+    assert single_token(TOKEN_A) == {TOKEN_A: "local"}
+
+
+@pytest.mark.parametrize(("token", "reason"), [
+    (" ", "visible ASCII"), ("abc", "is 3 characters long"), ("x" * 31, "is 31 characters"),
+    ("ab" * 20, "only 2 different characters"), (f" {TOKEN_A}", "visible ASCII"),
+    (TOKEN_A[:-1] + "ä", "visible ASCII")])
+def test_a_short_or_guessable_token_flag_is_refused(token: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        single_token(token)
+    message = refused.value.render()
+    assert "--token" in message and reason in message
+    assert len(token) < 4 or token.strip() not in message  # the token is never echoed
 
 
 def test_tokens_file_maps_tokens_to_tenants(tmp_path: Path) -> None:
-    path = tmp_path / "tokens.yaml"
-    path.write_text("tok-a: team-a\ntok-b: team-b\n", encoding="utf-8")
-    assert load_token_file(path) == {"tok-a": "team-a", "tok-b": "team-b"}
+    path = private_file(tmp_path / "tokens.yaml", f"{TOKEN_A}: team-a\n{TOKEN_B}: team-b\n")
+    assert load_token_file(path) == {TOKEN_A: "team-a", TOKEN_B: "team-b"}
+    path.chmod(0o400)  # stricter than 0600 is fine
+    assert load_token_file(path) == {TOKEN_A: "team-a", TOKEN_B: "team-b"}
 
 
-@pytest.mark.parametrize("text", ["", "[a, b]\n", "{}\n", "tok: ''\n", "tok: 3\n", "123: a\n",
-                                  "'': a\n", "tok: [a]\n", "a: [\n"])
+@pytest.mark.parametrize("text", ["", "[a, b]\n", "{}\n", f"{TOKEN_A}: ''\n",
+                                  f"{TOKEN_A}: 3\n", "123: a\n", "'': a\n",
+                                  f"{TOKEN_A}: [a]\n", "a: [\n"])
 def test_a_bad_tokens_file_is_refused(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "tokens.yaml"
-    path.write_text(text, encoding="utf-8")
+    path = private_file(tmp_path / "tokens.yaml", text)
     with pytest.raises(ConfigError) as refused:
         load_token_file(path)
     assert str(path) in refused.value.render()
 
 
+@pytest.mark.parametrize("text", [f"{TOKEN_A}: x: y\n", f"{TOKEN_A}: [team-a\n",
+                                  f"team-b: ok\n{TOKEN_A}: 'team-a\n"])
+def test_a_tokens_file_that_is_not_yaml_is_refused_without_quoting_it(
+        tmp_path: Path, text: str) -> None:
+    path = private_file(tmp_path / "tokens.yaml", text)
+    with pytest.raises(ConfigError) as refused:
+        load_token_file(path)
+    message = refused.value.render()
+    assert "not valid YAML at line" in message and str(path) in message
+    assert TOKEN_A not in message and "team-" not in message
+
+
+@pytest.mark.parametrize("short", ["t", "tok-b", "x" * 31])
+def test_a_tokens_file_with_a_short_token_is_refused(tmp_path: Path, short: str) -> None:
+    path = private_file(tmp_path / "tokens.yaml", f"{TOKEN_A}: team-a\n{short}: team-b\n")
+    with pytest.raises(ConfigError) as refused:
+        load_token_file(path)
+    message = refused.value.render()
+    assert str(path) in message
+    assert f"token #2 is {len(short)} characters long" in message
+    assert "at least 32" in message
+    assert TOKEN_A not in message and f" {short}:" not in message
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o666, 0o620, 0o602])
+def test_a_tokens_file_others_may_read_or_write_is_refused(tmp_path: Path, mode: int) -> None:
+    path = private_file(tmp_path / "tokens.yaml", f"{TOKEN_A}: team-a\n", mode)
+    with pytest.raises(ConfigError) as refused:
+        load_token_file(path)
+    message = refused.value.render()
+    assert str(path) in message
+    assert f"mode {mode:04o}" in message and "chmod 600" in message
+    assert TOKEN_A not in message
+
+
+def test_a_tokens_file_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "tokens.fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_token_file(fifo)  # refused at once, not blocked waiting for a writer
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_token_file(tmp_path)
+
+
 def test_a_missing_tokens_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         load_token_file(tmp_path / "absent.yaml")
+
+
+def test_the_generated_token_passes_the_token_rules(tmp_path: Path) -> None:
+    for _ in range(20):
+        token = generate_token_file(tmp_path / "serve.token")
+        assert single_token(token) == {token: "local"}
 
 
 def test_the_generated_token_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_process import REPO
+from serve_process import REPO, TEST_TOKEN
 
 from agent_runtime.cli import main
 
@@ -66,7 +66,8 @@ def test_a_port_in_use_is_an_error_naming_it(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "agent_runtime.cli", "serve", "--port", str(port),
-             "--token", "t", "--store", str(tmp_path / "runs.sqlite"), "--events", "none"],
+             "--token", TEST_TOKEN, "--store", str(tmp_path / "runs.sqlite"),
+             "--events", "none"],
             cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert f"cannot listen on http://127.0.0.1:{port}" in done.stderr

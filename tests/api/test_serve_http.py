@@ -27,12 +27,15 @@ from serve_process import (
     wait_for_status,
     wait_until,
     webhook_manifest,
+    write_tokens_file,
 )
 from slow_receiver import SlowReceiver
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "serve-test-token"
+TOKEN = "serve-test-token-0123456789abcdef"
+TOKEN_OF_A = "token-of-tenant-a-0123456789abcdef"
+TOKEN_OF_B = "token-of-tenant-b-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +155,10 @@ def test_a_foreign_host_header_is_refused(server: Serve) -> None:
 
 
 def test_tenants_see_only_their_own_runs(tmp_path: Path) -> None:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text("token-of-a: team-a\ntoken-of-b: team-b\n", encoding="utf-8")
+    tokens = write_tokens_file(tmp_path / "tokens.yaml", {TOKEN_OF_A: "team-a",
+                                                          TOKEN_OF_B: "team-b"})
     with running_serve(tmp_path, token=None, args=["--tokens", str(tokens)]) as serve, \
-            serve.client("token-of-a") as a, serve.client("token-of-b") as b:
+            serve.client(TOKEN_OF_A) as a, serve.client(TOKEN_OF_B) as b:
         mine = start(a, approval_manifest())["runId"]
         theirs = start(b, approval_manifest())["runId"]
         suspended = wait_for_status(a, mine, "suspended")
@@ -235,5 +238,29 @@ def test_the_generated_token_file_is_private_and_works(tmp_path: Path) -> None:
 def test_serve_refuses_a_bad_tokens_file(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("just-a-token\n", encoding="utf-8")
+    tokens.chmod(0o600)
     with pytest.raises(AssertionError, match="serve exited with 2"):
         start_serve(tmp_path, token=None, args=["--tokens", str(tokens)])
+
+
+@pytest.mark.parametrize(("tokens", "mode", "reason"), [
+    ({TOKEN_OF_A: "team-a", "x": "team-b"}, 0o600, "token #2 is 1 characters long"),
+    ({TOKEN_OF_A: "team-a", "a" * 40: "team-b"}, 0o600, "token #2 has only 1 different"),
+    ({TOKEN_OF_A: "team-a"}, 0o644, "mode 0644"),
+    ({TOKEN_OF_A: "team-a"}, 0o640, "mode 0640"),
+])
+def test_serve_refuses_a_tokens_file_with_a_weak_token_or_loose_mode(
+        tmp_path: Path, tokens: dict[str, str], mode: int, reason: str) -> None:
+    path = write_tokens_file(tmp_path / "tokens.yaml", tokens)
+    path.chmod(mode)
+    with pytest.raises(AssertionError, match="serve exited with 2") as refused:
+        start_serve(tmp_path, token=None, args=["--tokens", str(path)])
+    message = str(refused.value)
+    assert str(path) in message and reason in message
+    assert TOKEN_OF_A not in message and "Traceback" not in message
+
+
+def test_serve_refuses_a_short_token_flag(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="serve exited with 2") as refused:
+        start_serve(tmp_path, token="short-token")
+    assert "--token" in str(refused.value) and "at least 32" in str(refused.value)

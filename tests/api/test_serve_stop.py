@@ -22,7 +22,7 @@ from slow_receiver import SlowReceiver
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "stop-test-token"
+TOKEN = "stop-test-token-0123456789abcdef"
 
 
 def flags(workdir: Path, *extra: str) -> list[str]:

@@ -25,7 +25,7 @@ SCREENSHOTS = REPO / "build" / "console-screenshots"
 OPT_OUT = "AGENT_RUNTIME_SKIP_BROWSER_TESTS"
 # Generous: a loaded 2-core machine makes a test slower, never wrong.
 TIMEOUT_MS = 30_000
-TOKEN = "console-test-token"
+TOKEN = "console-test-token-0123456789abcdef"
 
 
 def unavailable(reason: str) -> None:

@@ -16,7 +16,8 @@ def test_replays_complete_rich_histories_templates_text_only_and_resolves_artifa
         tmp_path: Path) -> None:
     """step-prompt/src/index.test.ts: "replays complete rich histories, templates text only,
     and resolves artifact media". Our artifact store addresses bytes by `uri`, so the
-    references carry the uri the store gave."""
+    references carry the uri the store gave, and a run reads only its own artifacts
+    (agent_runtime.artifact_access): the bytes are stored under the run that reads them."""
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     uri, _ = artifacts.put(bytes([1, 2, 3]), media_type="image/png", run_id="run-1")
     model = scripted(responses=[{"text": "done"}])
@@ -40,7 +41,7 @@ def test_replays_complete_rich_histories_templates_text_only_and_resolves_artifa
                            "mediaType": "image/png", "uri": uri}]}}]},
         {"role": "user", "content": [{"type": "text", "text": "Continue."}]}]},
         variables=declared({"topic": "architecture", "imageLabel": "the diagram",
-                            "shouldNotCompile": "secret"})))
+                            "shouldNotCompile": "secret"})), run_id="run-1")
     assert result.status is RunStatus.COMPLETED
     request, = model.requests
     system, user, assistant, tool_message, _ = request.messages

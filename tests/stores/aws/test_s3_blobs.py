@@ -135,6 +135,19 @@ def test_a_blob_of_the_shared_layout_stays_readable(aws: AwsResources) -> None:
     legacy = f"{blobs.prefix}{sha256[:2]}/{sha256}"
     aws.s3.put_object(Bucket=aws.bucket, Key=legacy, Body=b"old bytes")
     assert blobs.get(f"s3://{aws.bucket}/{legacy}") == b"old bytes"
+    assert blobs.run_of(f"s3://{aws.bucket}/{legacy}") is None  # owned by no run
+
+
+def test_a_blob_uri_names_the_run_it_was_put_for(aws: AwsResources) -> None:
+    """What the runtime asks before reading an artifact (agent_runtime.artifact_access)."""
+    blobs = S3ArtifactStore(aws.bucket, aws.key_arn, prefix=f"{unique('art')}/", client=aws.s3)
+    for run_id in ("run_1", "run/1.a", "parent.sub-ab12"):
+        uri, _ = blobs.put(b"bytes", media_type="text/plain", run_id=run_id)
+        assert blobs.run_of(uri) == run_id
+    with pytest.raises(ValueError, match="not in this blob store"):
+        blobs.run_of(f"s3://other-bucket/{blobs.prefix}run_1/{'0' * 64}")
+    with pytest.raises(ValueError):
+        blobs.run_of("file:///etc/passwd")
 
 
 def test_a_store_without_blobs_refuses_a_body_over_the_inline_limit(aws: AwsResources) -> None:
