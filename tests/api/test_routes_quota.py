@@ -3,7 +3,6 @@ problem+json with Retry-After from every route that creates a run; other tenants
 
 from __future__ import annotations
 
-
 from routes_harness import Api, manifest_text
 
 from agent_runtime.engine import AgentRuntime
