@@ -55,8 +55,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     workdir = tmp_path_factory.mktemp("console-effects")
     tools = workdir / "payments.py"
     tools.write_text(TOOLS, encoding="utf-8")
+    # The host trusts the script the run replays (its policy lists it).
+    config = workdir / "agent-runtime.config.yaml"
+    config.write_text("version: '1.0'\npolicy: {scriptFiles: [pay.script.yaml]}\n",
+                      encoding="utf-8")
     # No reconciler pass while the test stages the crash and the takeover itself.
     with running_serve(workdir, token=TOKEN, args=["--tools", str(tools), "--no-access-log",
+                                                   "--config", str(config),
                                                    "--reconcile-interval", "3600"]) as serve:
         yield serve
 
