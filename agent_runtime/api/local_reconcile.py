@@ -46,7 +46,8 @@ _REQUESTED = frozenset({RESUME_REQUESTED, CHILD_FINISHED})
 
 
 class WorkersBusy(Exception):
-    """Every worker is busy and the queue is full: the next pass tries again."""
+    """The run's tenant has its share of the workers and a full queue: the next pass
+    tries again."""
 
 
 class ReconcileLoop:
@@ -76,8 +77,8 @@ class ReconcileLoop:
         if self.launcher.is_pending(run.run_id):
             raise LostRace("already queued or executing on this server")
         if not self.launcher.take_over(run):
-            raise WorkersBusy(f"all {self.launcher.workers} workers are busy; the next pass "
-                              "tries again")
+            raise WorkersBusy("the workers' queue of this run's tenant is full (or the server "
+                              "is stopping); the next pass tries again")
         return Resumed(run.attempt + 1, None, "handed to a worker")
 
     def pass_once(self) -> ReconcileSummary:

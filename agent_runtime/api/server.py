@@ -14,9 +14,17 @@ The routes are a Powertools `HttpResolverLocal` (an ASGI app) with
 * refuses a body that is not UTF-8 (400) instead of letting the resolver
   fail decoding it;
 * answers an exception nothing else handled with a 500 problem that carries
-  no traceback, and logs it (a client's input should never get there).
+  no traceback, and logs it (a client's input should never get there);
+* holds one of `CONCURRENT_REQUESTS` request slots only while the routes
+  compute an answer (`answers`), and sends it after the slot is free;
+* answers the public routes (`/openapi.json`, the console's files) from
+  answers computed at start (`public_pages`), outside the slots;
+* times the body out (408) after `ConnectionLimits.body_timeout`.
 
-Every error it writes is `application/problem+json` (RFC 9457).
+Every error it writes is `application/problem+json` (RFC 9457). Below it, each
+connection is a `GuardedConnection` (`connections`): a cap on open
+connections, and timeouts for a request's head, an idle connection and a
+client that does not read its answer.
 
 Stopping (SIGINT or SIGTERM): the server stops accepting connections and
 finishes the requests in flight, the reconciler loop stops, queued runs are
@@ -37,23 +45,28 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
 from agent_runtime.api.access_log import hide_query_strings
+from agent_runtime.api.answers import (
+    Answer,
+    AsgiApp,
+    Receive,
+    Scope,
+    Send,
+    compute_answer,
+    problem_answer,
+)
+from agent_runtime.api.connections import ConnectionLimits, connection_of, guarded_protocol
 from agent_runtime.api.local_auth import HostCheck
 from agent_runtime.api.local_launcher import LocalLauncher
 from agent_runtime.api.local_reconcile import ReconcileLoop
-from agent_runtime.api.problems import PROBLEM_JSON, excerpt, problem_response
+from agent_runtime.api.problems import excerpt
+from agent_runtime.api.public_pages import capture_public_answers, public_paths
 from agent_runtime.api.services import ApiServices
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger("agent_runtime.serve")
 
@@ -63,22 +76,10 @@ logger = logging.getLogger("agent_runtime.serve")
 # pool has threads for, each thread waits for one that can never start (a
 # browser opening six connections deadlocked the default pool of cpu+4). So
 # the event loop gets a pool sized here, and requests wait for a slot in it.
+# A request holds its slot only while the routes compute its answer: sending
+# it, to a client that may never read, happens after the slot is free.
 CONCURRENT_REQUESTS = 16
 THREADS_PER_REQUEST = 4
-
-_SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
-_BEARER_CHALLENGE = (b"www-authenticate", b'Bearer realm="agent-runtime"')
-
-
-async def send_problem(send: Send, status: int, detail: str) -> None:
-    """A problem document, as the routes write them (`problems.problem_response`)."""
-    response = problem_response(status, detail)
-    body = str(response.body).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", PROBLEM_JSON.encode("ascii")),
-                            (b"content-length", str(len(body)).encode("ascii")),
-                            *_SECURITY_HEADERS]})
-    await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):
@@ -90,12 +91,17 @@ class _Disconnected(Exception):
 
 
 class ApiGuard:
-    """ASGI middleware in front of the resolver: Host, encoding, body size, last-resort 500."""
+    """ASGI middleware in front of the resolver: Host, encoding, body size and time, the
+    request slots, the public answers, last-resort 500."""
 
-    def __init__(self, app: AsgiApp, *, max_body_bytes: int, hosts: HostCheck) -> None:
+    def __init__(self, app: AsgiApp, *, max_body_bytes: int, hosts: HostCheck,
+                 body_timeout: float = ConnectionLimits.body_timeout,
+                 public: Mapping[str, Answer] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.hosts = hosts
+        self.body_timeout = body_timeout
+        self.public: Mapping[str, Answer] = public or {}
         self._slots: asyncio.Semaphore | None = None
 
     def _request_slots(self) -> asyncio.Semaphore:
@@ -110,25 +116,53 @@ class ApiGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        connection = connection_of(scope)
+        if connection is not None:
+            connection.request_began()
+        try:
+            answer = await self._answer(scope, receive)
+            if answer is not None:
+                # No slot held: a client that reads slowly, or never, delays only
+                # itself, until the connection's write timeout ends it.
+                await answer.send(send)
+        finally:
+            if connection is not None:
+                connection.request_ended()
+
+    async def _answer(self, scope: Scope, receive: Receive) -> Answer | None:
         refusal = self._refusal(scope)
         if refusal is not None:
-            await send_problem(send, *refusal)
-            return
+            return problem_answer(*refusal)
+        if scope.get("method") == "GET":
+            public = self.public.get(scope.get("path", ""))
+            if public is not None:
+                return public
         try:
-            body = await self._read_body(scope, receive)
+            async with asyncio.timeout(self.body_timeout):
+                body = await self._read_body(receive)
+        except TimeoutError:
+            return problem_answer(408, f"the request body did not arrive within "
+                                       f"{self.body_timeout:g} seconds", close=True)
         except _TooLarge:
-            await send_problem(send, 413, f"the request body is larger than "
-                                          f"{self.max_body_bytes} bytes")
-            return
+            return problem_answer(413, f"the request body is larger than "
+                                       f"{self.max_body_bytes} bytes", close=True)
         except _Disconnected:
-            return
+            return None
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
-            await send_problem(send, 400, "the request body is not UTF-8 text")
-            return
+            return problem_answer(400, "the request body is not UTF-8 text")
         async with self._request_slots():
-            await self._forward(scope, body, receive, send)
+            try:
+                answer = await compute_answer(self.app, scope, body, receive)
+            except Exception:
+                logger.exception("%s %s: unhandled error", scope.get("method"),
+                                 scope.get("path"))
+                answer = None
+        if answer is None:
+            return problem_answer(500, "the server failed to answer this request; the "
+                                       "error is in its log")
+        return answer
 
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
         headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
@@ -153,7 +187,7 @@ class ApiGuard:
             return 413, f"the request body is larger than {self.max_body_bytes} bytes"
         return None
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+    async def _read_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -168,41 +202,11 @@ class ApiGuard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _forward(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
-        replayed = False
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        started = False
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                headers = list(message.get("headers", []))
-                names = {name.lower() for name, _ in headers}
-                headers.extend(header for header in _SECURITY_HEADERS if header[0] not in names)
-                if message["status"] == 401 and b"www-authenticate" not in names:
-                    headers.append(_BEARER_CHALLENGE)
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await self.app(scope, replay, guarded_send)
-        except Exception:
-            logger.exception("%s %s: unhandled error", scope.get("method"), scope.get("path"))
-            if not started:
-                await send_problem(send, 500, "the server failed to answer this request; "
-                                              "the error is in its log")
-
-
-def build_app(services: ApiServices, hosts: HostCheck) -> ApiGuard:
-    """The routes on an `HttpResolverLocal`, behind `ApiGuard`."""
+def build_app(services: ApiServices, hosts: HostCheck,
+              limits: ConnectionLimits | None = None) -> ApiGuard:
+    """The routes on an `HttpResolverLocal`, behind `ApiGuard`, with the public routes'
+    answers computed now (`public_pages`)."""
     from aws_lambda_powertools.event_handler.http_resolver import (  # noqa: PLC0415 - the serve extra
         HttpResolverLocal,
     )
@@ -211,7 +215,9 @@ def build_app(services: ApiServices, hosts: HostCheck) -> ApiGuard:
 
     resolver = HttpResolverLocal(enable_validation=True)
     build_api(resolver, services)
-    return ApiGuard(resolver, max_body_bytes=services.limits.max_body_bytes, hosts=hosts)
+    public = capture_public_answers(resolver, public_paths())
+    return ApiGuard(resolver, max_body_bytes=services.limits.max_body_bytes, hosts=hosts,
+                    body_timeout=(limits or ConnectionLimits()).body_timeout, public=public)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -250,15 +256,21 @@ class _Stop:
 def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLauncher,
                         reconcile: ReconcileLoop | None,
                         grace_seconds: float,
-                        access_log: bool = True) -> int:
+                        access_log: bool = True,
+                        limits: ConnectionLimits | None = None) -> int:
     """Serve on `sock` until SIGINT or SIGTERM; then stop as the module says. Exit code."""
     import uvicorn  # noqa: PLC0415 - the serve extra
 
+    limits = limits or ConnectionLimits()
     host, port = sock.getsockname()[:2]
     hide_query_strings()  # a `?token=` must not reach the access log
+    # h11 always (never httptools, even when installed): `GuardedConnection`
+    # wraps it, and its limits are the ones its module describes. No WebSockets
+    # (the API has none): an upgraded connection would leave the wrapper.
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=access_log,
                             server_header=False, timeout_graceful_shutdown=math.ceil(grace_seconds),
-                            log_config=None)
+                            log_config=None, http=guarded_protocol(limits), ws="none",
+                            timeout_keep_alive=max(1, math.ceil(limits.idle_timeout)))
     server = uvicorn.Server(config)
     stop = _Stop()
     stop.server = server

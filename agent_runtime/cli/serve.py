@@ -1,8 +1,10 @@
 """`agent-runtime serve`: the HTTP API on this machine (DESIGN section 12).
 
-    agent-runtime serve [--host 127.0.0.1] [--port 8000] [--workers 4]
+    agent-runtime serve [--host 127.0.0.1] [--port 8000] [--workers 4] [--tenant-workers N]
                         [--token T | --tokens FILE] [--reconcile-interval 30]
                         [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
+                        [--max-connections 256] [--header-timeout 10] [--body-timeout 30]
+                        [--idle-timeout 5] [--write-timeout 30]
 
 Needs the `serve` extra (uvicorn, Powertools): `pip install 'agent-runtime-durable[serve]'`,
 or `make serve` in the repository. Runs live in the same store as the CLI's,
@@ -12,6 +14,11 @@ Auth: every request carries `Authorization: Bearer <token>`. Without
 `--token` or `--tokens`, a random token is generated at each start and
 written to `.agent-runtime/serve.token` (mode 0600); the token itself is
 never printed or logged, only where to read it.
+
+Clients are not trusted (DESIGN section 14): connections are capped, a
+request's head and body, an idle connection and a client that does not read
+its answer are each timed out (`agent_runtime.api.connections`), and the
+workers are shared fairly between tenants (`agent_runtime.api.local_launcher`).
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ DEFAULT_PORT = 8000
 DEFAULT_WORKERS = 4
 DEFAULT_RECONCILE_INTERVAL = 30.0
 DEFAULT_GRACE_SECONDS = 10.0
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_IDLE_TIMEOUT = 5.0
+DEFAULT_WRITE_TIMEOUT = 30.0
 # HttpResolverLocal arrived in 3.25; before 3.35 it shared one request's
 # state with every concurrent request (aws-powertools/powertools-lambda-python#8451).
 MIN_POWERTOOLS = (3, 35)
@@ -62,6 +74,11 @@ def add_serve_parser(commands: Any,
                        help=f"the port (default: {DEFAULT_PORT}; 0 picks a free one)")
     serve.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
                        help=f"runs executed at once (default: {DEFAULT_WORKERS})")
+    serve.add_argument("--tenant-workers", type=int, metavar="N",
+                       help="runs of one tenant executed at once, so that one tenant's long "
+                            "runs cannot hold every worker; the workers take the tenants' "
+                            "queued runs in turn (default: one fewer than --workers when the "
+                            "tokens name more than one tenant, else --workers)")
     auth = serve.add_mutually_exclusive_group()
     auth.add_argument("--token", metavar="TOKEN",
                       help="accept this bearer token, tenant `local` (32 characters or more; "
@@ -88,7 +105,31 @@ def add_serve_parser(commands: Any,
                        help="lease length of executing runs (default: 30)")
     serve.add_argument("--no-access-log", dest="access_log", action="store_false",
                        help="do not log every request")
+    _add_connection_flags(serve)
     store_flags(serve)
+
+
+def _add_connection_flags(serve: argparse.ArgumentParser) -> None:
+    # The defaults live with the code that applies them (ConnectionLimits), which
+    # needs the serve extra; these are the same numbers.
+    limits = serve.add_argument_group(
+        "connection limits",
+        "How many connections serve keeps open and how long a client may take. A client "
+        "past a limit is answered (408 Request Timeout, 503 Service Unavailable) or just "
+        "disconnected; requests of other clients are not held up by it.")
+    limits.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        metavar="N", help="connections open at once; past it a new one is "
+                                          f"answered 503 (default: {DEFAULT_MAX_CONNECTIONS})")
+    for flag, default, what in (
+            ("--header-timeout", DEFAULT_HEADER_TIMEOUT,
+             "for a request's head to arrive, from the connection's start or its first byte"),
+            ("--body-timeout", DEFAULT_BODY_TIMEOUT, "for a request's body to arrive"),
+            ("--idle-timeout", DEFAULT_IDLE_TIMEOUT,
+             "a connection may stay open with no request"),
+            ("--write-timeout", DEFAULT_WRITE_TIMEOUT,
+             "a client may read nothing of its answer before it is disconnected")):
+        limits.add_argument(flag, type=seconds, default=default, metavar="S",
+                            help=f"seconds {what} (default: {default:g})")
 
 
 def missing_serve_extra() -> str | None:
@@ -116,6 +157,10 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInput("must be a port number, 0 to 65535", source="--port")
     if args.workers < 1:
         raise InvalidInput("must be 1 or more", source="--workers")
+    if args.tenant_workers is not None and not 1 <= args.tenant_workers <= args.workers:
+        raise InvalidInput("must be 1 to --workers", source="--tenant-workers")
+    if args.max_connections < 1:
+        raise InvalidInput("must be 1 or more", source="--max-connections")
     if args.reconcile_interval <= 0:
         raise InvalidInput("must be a positive number of seconds", source="--reconcile-interval")
     if args.grace_seconds < 0:
@@ -144,6 +189,16 @@ def _tokens(args: argparse.Namespace) -> tuple[dict[str, str], str]:
             f"auth: a new bearer token is in {DEFAULT_TOKEN_FILE} (mode 0600, tenant local)")
 
 
+def _tenant_workers(args: argparse.Namespace, tokens: dict[str, str]) -> int:
+    """`--tenant-workers`, or its default: with several tenants, one worker is always
+    left for the others (a single tenant gets every worker)."""
+    if args.tenant_workers is not None:
+        return int(args.tenant_workers)
+    if len(set(tokens.values())) > 1:
+        return max(1, int(args.workers) - 1)
+    return int(args.workers)
+
+
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -155,6 +210,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     import logging  # noqa: PLC0415 - only `serve` logs; every command builds its parser
 
+    from agent_runtime.api.connections import ConnectionLimits  # noqa: PLC0415
     from agent_runtime.api.local_auth import (  # noqa: PLC0415
         DEFAULT_TOKEN_FILE,
         BearerTokens,
@@ -185,7 +241,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             # Built now: a config or tools file that does not load stops serve at once.
             api_runtime = runtime_for(None)
-            launcher = LocalLauncher(store, runtime_for, workers=args.workers)
+            tenant_workers = _tenant_workers(args, tokens)
+            launcher = LocalLauncher(store, runtime_for, workers=args.workers,
+                                     tenant_workers=tenant_workers)
+            limits = ConnectionLimits(
+                max_connections=args.max_connections, header_timeout=args.header_timeout,
+                body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+                write_timeout=args.write_timeout)
             services = ApiServices(store=store, runtime=api_runtime, launcher=launcher,
                                    authenticator=BearerTokens(tokens))
             try:
@@ -196,7 +258,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 return EXIT_FAILED
             host, port = sock.getsockname()[:2]
             try:
-                app = build_app(services, HostCheck(args.host, port))
+                app = build_app(services, HostCheck(args.host, port), limits)
             except BaseException:
                 sock.close()
                 raise
@@ -205,15 +267,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             url = _url(host, port)
             store_label = "memory" if args.store_driver == "memory" \
                 else f"{args.store_driver}:{args.store or DEFAULT_STORE}"
-            lines = [f"agent-runtime serve: listening on {url} ({args.workers} workers, store "
+            lines = [f"agent-runtime serve: listening on {url} ({args.workers} workers, "
+                     f"{tenant_workers} per tenant, store "
                      f"{store_label}, reconcile every {args.reconcile_interval:g}s)", auth_line]
             if args.token is None and args.tokens is None:
                 lines.append('  try: curl -H "Authorization: Bearer '
                              f'$(cat {DEFAULT_TOKEN_FILE})" {url}/runs')
             print("\n".join(lines), flush=True)
+            if tenant_workers == args.workers and len(set(tokens.values())) > 1:
+                logging.getLogger("agent_runtime.serve").warning(
+                    "one tenant's runs may hold all %d workers while another tenant's wait; "
+                    "use --workers 2 or more, with --tenant-workers below it", args.workers)
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,
                                        grace_seconds=args.grace_seconds,
-                                       access_log=args.access_log)
+                                       access_log=args.access_log, limits=limits)
     finally:
         if log is not None:
             log.close()
