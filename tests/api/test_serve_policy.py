@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_process import Serve, assert_problem, running_serve
+from serve_process import Serve, assert_problem, running_serve, start, wait_for_status
 
 ALICE = "alice-token-0123456789abcdef0123456789"
 BOB = "bob-token-fedcba9876543210fedcba98765432"
@@ -87,3 +87,41 @@ def test_a_run_within_the_policy_runs_with_the_hosts_budget(serve: Serve,
         assert reply.status_code == 201, reply.text
         run = reply.json()["run"]
         assert run["usage"]["maxTotalTokens"] == 1_000_000
+
+
+def test_a_run_that_remembers_a_script_is_neither_forked_nor_resumed_into_reading_it(
+        serve: Serve) -> None:
+    """Started before this host's policy (in this process, on serve's own store, as a
+    local user could), it names tokens.yaml in its options: fork and resume over HTTP
+    do not make serve read it."""
+    from agent_runtime import AgentRuntime
+    from stores.sqlite import SqliteRunStore
+
+    manifest = agent({"id": "gate", "type": "approval", "prompt": "go?"},
+                     {"id": "ask", "type": "prompt", "prompt": "hi"})
+    with SqliteRunStore(serve.workdir / "runs.sqlite") as store:
+        older = AgentRuntime(store=store, owner="older-host", base_dir=serve.workdir)
+        run = older.run_sync(manifest=manifest, options={"model": "scripted/tokens.yaml"},
+                             tenant="alice", run_id="remembers-a-script")
+        assert run.status == "suspended"
+    approval = run.suspension["details"]["approval_id"] if run.suspension else None
+    with serve.client(ALICE) as alice:
+        fork = alice.post(f"/runs/{run.run_id}/fork", json={})
+        assert assert_problem(fork, 422)["field"] == "steps[1].model"
+        answered = alice.post(f"/runs/{run.run_id}/approvals/{approval}",
+                              json={"approved": True})
+        assert answered.status_code == 200, answered.text
+        done = wait_for_status(alice, run.run_id, "failed")
+        assert done["error"]["type"] == "model_not_allowed"
+        assert BOB not in fork.text and BOB not in str(done)
+    assert BOB not in serve.output()
+
+
+def test_echo_cannot_be_made_to_store_a_huge_output(serve: Serve) -> None:
+    step = {"id": "big", "type": "prompt", "prompt": "hi",
+            "outputSchema": {"type": "string", "minLength": 50_000_000}}
+    with serve.client(ALICE) as alice:
+        run = start(alice, agent(step))
+        done = wait_for_status(alice, run["runId"], "failed")
+        assert "echo_output_too_large" in str(done["error"])
+        assert len(alice.get("/runs").content) < 64 * 1024
