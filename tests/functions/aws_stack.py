@@ -14,7 +14,8 @@ deployment cannot drift apart:
   handler, runtime, architecture, timeout and memory (Globals applied); the
   handler string is what the fake Lambda imports and calls;
 * the state machine: statemachine/run.asl.json with the template's
-  `DefinitionSubstitutions` resolved to the moto functions' ARNs;
+  `DefinitionSubstitutions` resolved to the moto functions' aliases (each
+  function's `AutoPublishAlias`, over a published version);
 * the functions' environment (Globals and each function's variables,
   resolved), which the handlers read from os.environ;
 * the HTTP API's function, called with API Gateway's events (events/api-*.json,
@@ -414,6 +415,12 @@ def deploy(session: boto3.session.Session, lambdas: Lambdas, *,
             Architectures=props["Architectures"])
         names.refs[name] = name
         names.attributes[(name, "Arn")] = created["FunctionArn"]
+        # SAM's AutoPublishAlias: a published version behind the alias, which
+        # `!Ref Function.Alias` names (the state machine invokes it).
+        version = lambda_client.publish_version(FunctionName=name)["Version"]
+        alias = lambda_client.create_alias(FunctionName=name, Name=props["AutoPublishAlias"],
+                                           FunctionVersion=version)
+        names.refs[f"{name}.Alias"] = alias["AliasArn"]
         lambdas.register(name, props["Handler"], props["Timeout"])
 
     machine = template["Resources"]["RunStateMachine"]["Properties"]

@@ -1,38 +1,18 @@
 """template.yaml's hardening (DESIGN section 10), read from the template itself.
 
 checkov (`make template-check`) finds no failed check; these are the rules it
-does not know: who may use the data key, deletion protection, encrypted logs,
-the state machine's timeouts, and a reason beside every checkov skip.
+does not know: deletion protection, encrypted logs, the state machine's
+timeouts, and a reason beside every checkov skip (who may use the data key:
+test_template_keys.py).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from aws_stack import DEFINITION
 
 from tests.stores.aws.aws_template import load_template
-
-
-def _key_statements() -> dict[str, dict[str, Any]]:
-    policy = load_template()["Resources"]["DataKey"]["Properties"]["KeyPolicy"]
-    return {statement["Sid"]: statement for statement in policy["Statement"]}
-
-
-def test_the_key_policy_separates_administration_from_use() -> None:
-    statements = _key_statements()
-    admin = statements["AccountAdministers"]["Action"]
-    assert "kms:*" not in admin
-    data_use = {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKey*",
-                "kms:ReEncrypt*"}
-    assert not data_use & set(admin)
-    use = statements["UseThroughDataServices"]
-    assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(use["Action"])
-    via = use["Condition"]["StringEquals"]["kms:ViaService"]
-    assert [entry["Fn::Sub"].split(".", 1)[0] for entry in via] == ["dynamodb", "s3"]
-    logs = statements["LogsEncryptLogGroups"]
-    assert "kms:EncryptionContext:aws:logs:arn" in logs["Condition"]["ArnLike"]
 
 
 def test_every_log_group_is_encrypted_with_the_data_key() -> None:

@@ -1,6 +1,6 @@
 """What template.yaml promises about liveness and capacity (DESIGN section 10):
-the stack's own event bus, dead letters, reserved concurrency, tracing and the
-alarms, read from the template itself.
+the stack's own event bus, dead letters, reserved concurrency and tracing, read
+from the template itself (the alarms: test_template_alarms.py).
 """
 
 from __future__ import annotations
@@ -8,72 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from aws_stack import DEFINITION, FUNCTION
 from test_template import _statements, resources
 
-from agent_runtime.reconcile import Action
-from functions.reconciler.app import _METRICS as RECONCILER_METRICS
 from tests.stores.aws.aws_template import load_template
-
-FUNCTIONS = ("ReserveFunction", "AdvanceFunction", "StartFunction", "ReconcilerFunction",
-             "ApiFunction")
-ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
-                            {"Ref": "AWS::NoValue"}]}
-ALARMS = {
-    "RunExecutionsFailedAlarm": ("AWS/States", "ExecutionsFailed",
-                                 {"StateMachineArn": {"Ref": "RunStateMachine"}}),
-    **{f"{name.removesuffix('Function')}{metric}Alarm": (
-        "AWS/Lambda", metric, {"FunctionName": {"Ref": name}})
-       for name in FUNCTIONS for metric in ("Errors", "Throttles")},
-    "ResumeRequestedDeadLettersAlarm": (
-        "AWS/SQS", "ApproximateNumberOfMessagesVisible",
-        {"QueueName": {"Fn::GetAtt": ["ResumeRequestedDeadLetterQueue", "QueueName"]}}),
-    "StartFailuresAlarm": (
-        "AWS/SQS", "ApproximateNumberOfMessagesVisible",
-        {"QueueName": {"Fn::GetAtt": ["StartFailedQueue", "QueueName"]}}),
-}
 
 
 def properties(name: str) -> dict[str, Any]:
     props: dict[str, Any] = load_template()["Resources"][name]["Properties"]
     return props
-
-
-def _dimensions(alarm: dict[str, Any]) -> dict[str, Any]:
-    return {entry["Name"]: entry["Value"] for entry in alarm["Dimensions"]}
-
-
-@pytest.mark.parametrize("name", sorted(ALARMS))
-def test_each_alarm_watches_its_metric_and_notifies_the_topic(name: str) -> None:
-    namespace, metric, dimensions = ALARMS[name]
-    alarm = properties(name)
-    assert (alarm["Namespace"], alarm["MetricName"]) == (namespace, metric)
-    assert _dimensions(alarm) == dimensions
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["Threshold"] == 0
-    assert alarm["TreatMissingData"] == "notBreaching"
-    assert alarm["AlarmActions"] == ALARM_ACTIONS
-
-
-def test_the_alarms_are_these_and_the_topic_is_optional() -> None:
-    alarms = resources("AWS::CloudWatch::Alarm")
-    assert set(alarms) == {*ALARMS, "RunsFailedByReconcilerAlarm"}
-    template = load_template()
-    assert template["Parameters"]["AlarmTopicArn"]["Default"] == ""
-    assert template["Conditions"]["HasAlarmTopic"] == {
-        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}
-
-
-def test_the_reconciler_alarm_watches_the_metric_the_reconciler_publishes() -> None:
-    """functions/telemetry.py publishes in POWERTOOLS_METRICS_NAMESPACE with the
-    dimension service = POWERTOOLS_SERVICE_NAME (the stack's name)."""
-    variables = load_template()["Globals"]["Function"]["Environment"]["Variables"]
-    alarm = properties("RunsFailedByReconcilerAlarm")
-    assert alarm["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"]
-    assert alarm["MetricName"] == RECONCILER_METRICS[Action.FAILED_RUN]
-    assert _dimensions(alarm) == {"service": variables["POWERTOOLS_SERVICE_NAME"]}
-    assert variables["POWERTOOLS_SERVICE_NAME"] == {"Ref": "AWS::StackName"}
-    assert alarm["AlarmActions"] == ALARM_ACTIONS
 
 
 def test_the_stack_has_its_own_bus_and_the_resume_rule_listens_on_it() -> None:

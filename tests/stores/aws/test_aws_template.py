@@ -5,7 +5,6 @@ from __future__ import annotations
 from aws_template import AwsResources, load_template, properties
 
 from stores.dynamodb.items import (
-    FORMER_STATUS_INDEX,
     PARENT_INDEX,
     STATUS_INDEX,
     TENANT_INDEX,
@@ -67,8 +66,9 @@ def test_the_key_rotates_and_the_bucket_is_private_kms_encrypted_and_tls_only() 
 
 def test_moto_built_the_table_and_bucket_from_those_properties(aws: AwsResources) -> None:
     table = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
+    # A new stack's table: the former index only on an upgrade's opt-in.
     assert {index["IndexName"] for index in table["GlobalSecondaryIndexes"]} == {
-        STATUS_INDEX, FORMER_STATUS_INDEX, PARENT_INDEX, TENANT_INDEX}
+        STATUS_INDEX, PARENT_INDEX, TENANT_INDEX}
     assert table["SSEDescription"]["SSEType"] == "KMS"
     ttl = aws.dynamodb.describe_time_to_live(TableName=aws.table)["TimeToLiveDescription"]
     assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", TTL_ATTRIBUTE)

@@ -227,6 +227,18 @@ def test_a_table_without_the_former_index_serves_the_store(aws_account: AwsResou
         resources.dynamodb.delete_table(TableName=resources.table)
 
 
-def test_the_default_table_keeps_the_former_index_for_the_upgrade(aws: AwsResources) -> None:
+def test_an_upgrading_table_opts_in_to_keep_the_former_index(
+        aws_account: AwsResources) -> None:
+    resources = create_table(aws_account, unique("runs"), KeepFormerStatusIndex="true")
+    try:
+        table = resources.dynamodb.describe_table(TableName=resources.table)["Table"]
+        assert FORMER_STATUS_INDEX in {
+            index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
+    finally:
+        resources.dynamodb.delete_table(TableName=resources.table)
+
+
+def test_a_new_table_has_no_former_index(aws: AwsResources) -> None:
     table = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
-    assert FORMER_STATUS_INDEX in {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
+    assert FORMER_STATUS_INDEX not in {
+        index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
