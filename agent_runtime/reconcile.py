@@ -13,8 +13,12 @@ A pass lists the `created` runs queued longer than `queued_seconds` and the
   see (another host, another engine, an unreadable owner), is left alone: an
   expired lease alone proves nothing, the owner may be stopped or starved;
 * a run already taken over `max_takeovers` times in a row (no checkpoint in
-  between: a checkpoint resets the store's `takeovers`) is failed with
-  `crash_loop` instead of resumed again: something in it keeps killing its owner.
+  between: a checkpoint resets the store's `takeovers`) is suspended with
+  reason `crash-loop` instead of resumed again: something in it (or in the
+  code running it) keeps killing its owner. It is never failed for that: the
+  run did nothing wrong that a fix cannot mend, so an operator resumes it
+  after the fix (`agent-runtime reconcile --resume-crash-looped`, or
+  `POST /runs/{runId}/resume`), and that resume starts the count again.
 
 Then come the `suspended` runs that should go on but nobody resumed (the
 resume outbox): those whose resume request (`request_resume`, an approval)
@@ -32,7 +36,7 @@ one acts and the other reports `lost-race`, which is not an error.
 
 Events: `reconcile.started`, `reconcile.resumed` (reason `resume-requested` or
 `child-finished` for a suspended run), `reconcile.skipped` (reason
-`owner-alive`, `owner-unknown` or `lost-race`), `reconcile.failed-run`,
+`owner-alive`, `owner-unknown` or `lost-race`), `reconcile.suspended-run`,
 `reconcile.error` and `reconcile.completed` (counts). The reconciler is not a
 run: an event about a run carries its id and the attempt the action concerns,
 pass-level events an empty run id; `sequence` counts within the pass and
@@ -52,8 +56,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from stores import transitions
 from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, StaleAttempt
-from stores.records import RunError, RunRecord, RunStatus
+from stores.records import RunRecord, RunStatus
 
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.events import EventEmitter, EventSink
@@ -74,6 +79,8 @@ LOST_RACE = "lost-race"
 RESUME_REQUESTED = "resume-requested"
 CHILD_FINISHED = "child-finished"
 SUB_RUN = "sub-run"
+# Why the reconciler suspended a run: its owners kept dying (stores.transitions.CRASH_LOOP).
+CRASH_LOOP = transitions.CRASH_LOOP
 
 
 class LostRace(Exception):
@@ -160,7 +167,7 @@ def _is_zombie(pid: int) -> bool:
 class Action(StrEnum):
     RESUMED = "resumed"
     SKIPPED = "skipped"
-    FAILED_RUN = "failed-run"
+    SUSPENDED_RUN = "suspended-run"  # a crash loop: suspended for an operator
     ERROR = "error"
 
 
@@ -205,7 +212,7 @@ class ReconcileSummary:
     def counts(self) -> dict[str, int]:
         return {"candidates": len(self.outcomes), "resumed": self.count(Action.RESUMED),
                 "skipped": self.count(Action.SKIPPED),
-                "failed_runs": self.count(Action.FAILED_RUN), "errors": self.errors}
+                "suspended_runs": self.count(Action.SUSPENDED_RUN), "errors": self.errors}
 
     def to_json(self) -> dict[str, Any]:
         return {"reconcile_id": self.reconcile_id, "counts": self.counts(),
@@ -253,7 +260,7 @@ class _PassEvents:
 
 
 class Reconciler:
-    """Finds runs whose owner died and resumes them, or fails those that keep dying,
+    """Finds runs whose owner died and resumes them, or suspends those that keep dying,
     and resumes suspended runs whose resume is due (a request older than
     `resume_grace` seconds, a `sub-run` parent whose child finished).
 
@@ -396,7 +403,7 @@ class Reconciler:
             if owner.liveness is Liveness.UNKNOWN:
                 return self._skipped(events, run, OWNER_UNKNOWN, owner.detail)
             if run.takeovers >= self.max_takeovers:
-                return self._fail_crash_loop(events, run, owner.detail)
+                return self._suspend_crash_loop(events, run, owner.detail)
         due: str | None = None
         if run.status is RunStatus.SUSPENDED:
             due = self.resume_due(run)
@@ -418,24 +425,24 @@ class Reconciler:
         return RunOutcome(run.run_id, Action.ERROR, run.attempt, detail=detail,
                           status=run.status)
 
-    def _fail_crash_loop(self, events: _PassEvents, run: RunRecord, why: str) -> RunOutcome:
+    def _suspend_crash_loop(self, events: _PassEvents, run: RunRecord, why: str) -> RunOutcome:
         deaths = run.takeovers + 1
-        error = RunError(type="crash_loop", message=(
-            f"the run's owner died {deaths} times in a row without saving a checkpoint "
-            f"(taken over {run.takeovers} times, the limit is {self.max_takeovers}); failed "
-            "instead of resumed again"),
-            details={"takeovers": run.takeovers, "max_takeovers": self.max_takeovers,
-                     "last_owner": run.lease_owner, "owner_status": why})
+        message = (f"the run's owner died {deaths} times in a row without saving a checkpoint "
+                   f"(taken over {run.takeovers} times, the limit is {self.max_takeovers}); "
+                   "suspended instead of resumed again: resume it once the cause is fixed")
+        details = {"message": message, "takeovers": run.takeovers,
+                   "max_takeovers": self.max_takeovers, "last_owner": run.lease_owner,
+                   "owner_status": why}
         try:
-            # Fenced by the attempt that died: a newer owner's run is not failed.
-            self.store.fail_run(run.run_id, expected_attempt=run.attempt, error=error,
-                                at=self.clock.now())
+            # Fenced by the attempt that died: a newer owner's run is left alone.
+            self.store.suspend_run(run.run_id, expected_attempt=run.attempt, reason=CRASH_LOOP,
+                                   details=details, at=self.clock.now())
         except RACE_ERRORS as race:
             return self._skipped(events, run, LOST_RACE, f"{type(race).__name__}: {race}")
-        events.emit("reconcile.failed-run", run_id=run.run_id, attempt=run.attempt,
-                    takeovers=run.takeovers, error_type=error.type)
-        return RunOutcome(run.run_id, Action.FAILED_RUN, run.attempt, detail=error.message,
-                          status=RunStatus.FAILED, takeovers=run.takeovers)
+        events.emit("reconcile.suspended-run", run_id=run.run_id, attempt=run.attempt,
+                    takeovers=run.takeovers, reason=CRASH_LOOP)
+        return RunOutcome(run.run_id, Action.SUSPENDED_RUN, run.attempt, reason=CRASH_LOOP,
+                          detail=message, status=RunStatus.SUSPENDED, takeovers=run.takeovers)
 
     async def _resume_in_process(self, run: RunRecord) -> Resumed:
         runtime = self.runtime_for(run)
@@ -471,6 +478,7 @@ class Reconciler:
 
 __all__ = [
     "CHILD_FINISHED",
+    "CRASH_LOOP",
     "DEFAULT_MAX_TAKEOVERS",
     "DEFAULT_RESUME_GRACE_SECONDS",
     "RESUME_REQUESTED",

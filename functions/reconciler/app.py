@@ -8,14 +8,15 @@ while Step Functions says RUNNING (`ExecutionLiveness`) and the run is then
 left alone. A run whose execution ended (failed, timed out, aborted, or
 succeeded without finishing the run) is taken over by starting the next
 attempt's execution, which reserves with `takeover` (`StartExecution`); a run
-taken over `max_takeovers` times is failed as `crash_loop`, with the last
-execution's end (status and error name) recorded in the error. The pass
+taken over `max_takeovers` times is suspended as `crash-loop` (never
+failed: an operator resumes it after a fix), with the last execution's end
+(status and error name) in the suspension's details. The pass
 also works the resume outbox: `suspended` runs whose resume request is older
 than `AGENT_RUNTIME_RESUME_GRACE_SECONDS` (the start function failed, the
 event was lost, the resume execution's Reserve failed) and `sub-run` parents
 whose child finished are resumed by starting their next attempt's execution,
 as the start function does (`ReconcileResumedRequested` counts them).
-A run failed as `crash_loop` is announced with a run-finished event. A pass
+A run suspended as `crash-loop` is announced with a run-finished event. A pass
 takes no new run once the function has less than `PASS_MARGIN_SECONDS` left
 (the Lambda context's remaining time), so it never runs into its timeout;
 the next pass picks up what it left.
@@ -43,7 +44,7 @@ from functions.telemetry import LogEventSink, count, logger
 from stores.records import RunRecord
 
 _METRICS = {Action.RESUMED: "ReconcileResumed", Action.SKIPPED: "ReconcileSkipped",
-            Action.FAILED_RUN: "ReconcileFailedRun", Action.ERROR: "ReconcileError"}
+            Action.SUSPENDED_RUN: "ReconcileSuspendedRun", Action.ERROR: "ReconcileError"}
 OUTBOX_REASONS = frozenset({RESUME_REQUESTED, CHILD_FINISHED})
 # Time a pass keeps in hand: the run in progress (a Step Functions call or two,
 # a store write) and the summary finish well inside it.
@@ -68,7 +69,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count(metric, summary.count(action))
     count("ReconcileResumedRequested", _resumed_from_outbox(summary))
     for outcome in summary.outcomes:
-        if outcome.action is Action.FAILED_RUN:  # crash_loop: clients hear of it too
+        if outcome.action is Action.SUSPENDED_RUN:  # crash-loop: clients hear of it too
             announce_record_finished(services.events, services.store, outcome.run_id,
                                      bus=settings.event_bus)
     return {"reconcile_id": summary.reconcile_id, "counts": summary.counts(),

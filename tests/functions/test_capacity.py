@@ -51,7 +51,7 @@ def test_a_run_beyond_max_concurrent_runs_stays_queued_and_starts_when_capacity_
     # Queued longer than the reconciler waits for the fast path: still no room.
     clock.advance(deployment.services.settings.queued_seconds + 1)
     counts = reconcile(deployment)["counts"]
-    assert (counts["candidates"], counts["skipped"], counts["resumed"], counts["failed_runs"]) \
+    assert (counts["candidates"], counts["skipped"], counts["resumed"], counts["suspended_runs"]) \
         == (1, 1, 0, 0)
     waiting = store.load_run(queued)
     assert waiting is not None and waiting.status is RunStatus.CREATED

@@ -114,7 +114,7 @@ def test_a_crash_inside_advance_is_taken_over_and_no_effect_runs_twice(
     assert reconcile(deployment)["counts"]["candidates"] == 0
     deployment.clock.advance(deployment.services.settings.lease_seconds + 1)
     assert reconcile(deployment)["counts"] == {"candidates": 1, "resumed": 1, "skipped": 0,
-                                               "failed_runs": 0, "errors": 0}
+                                               "suspended_runs": 0, "errors": 0}
 
     assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
     (takeover,) = [call for call in stack.lambdas.calls("ReserveFunction")
@@ -145,7 +145,7 @@ def test_a_live_execution_is_left_alone(deployment: Deployment,
 
     answer = reconcile(deployment)
     assert answer["counts"] == {"candidates": 1, "resumed": 0, "skipped": 1,
-                                "failed_runs": 0, "errors": 0}
+                                "suspended_runs": 0, "errors": 0}
     assert stack.executions() == {execution_name(run_id, 1): "RUNNING"}
     gate.set()
     assert stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
@@ -153,7 +153,7 @@ def test_a_live_execution_is_left_alone(deployment: Deployment,
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 1
 
 
-def test_a_run_that_keeps_dying_is_failed_as_a_crash_loop(
+def test_a_run_that_keeps_dying_is_suspended_as_a_crash_loop_never_failed(
         deployment: Deployment, orders: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> None:
     deployment.configure(max_takeovers=0)
@@ -162,12 +162,12 @@ def test_a_run_that_keeps_dying_is_failed_as_a_crash_loop(
     assert deployment.stack.wait_for(execution_name(run_id, 1))["status"] == "FAILED"
     deployment.clock.advance(deployment.services.settings.lease_seconds + 1)
 
-    assert reconcile(deployment)["counts"]["failed_runs"] == 1
-    failed = deployment.services.store.load_run(run_id)
-    assert failed is not None and failed.status is RunStatus.FAILED
-    assert failed.error is not None and failed.error.type == "crash_loop"
-    # The engine's verdict on the dead execution is recorded with the failure.
-    assert failed.error.details["owner_status"] == (
+    assert reconcile(deployment)["counts"]["suspended_runs"] == 1
+    looped = deployment.services.store.load_run(run_id)
+    assert looped is not None and looped.status is RunStatus.SUSPENDED and looped.error is None
+    assert looped.suspension is not None and looped.suspension.reason == "crash-loop"
+    # The engine's verdict on the dead execution is recorded with the suspension.
+    assert looped.suspension.details["owner_status"] == (
         "the owner execution ended FAILED (Runtime.ExitError)")
     assert deployment.stack.executions() == {execution_name(run_id, 1): "FAILED"}
 

@@ -44,7 +44,7 @@ def test_every_put_events_is_scoped_to_the_stacks_bus_and_source() -> None:
         assert statement["Condition"]["StringEquals"]["events:source"] == "agent-runtime", name
     detail_types = {name: statement["Condition"]["StringEquals"]["events:detail-type"]
                     for name, statement in puts}
-    # run-finished from the API (a cancel) and the reconciler (a crash_loop failure) too.
+    # run-finished from the API (a cancel) and the reconciler (a crash-loop suspension) too.
     assert detail_types == {"AdvanceRole": ["resume-requested", "run-finished"],
                             "ApiRole": ["resume-requested", "run-finished"],
                             "ReconcilerRole": "run-finished"}
