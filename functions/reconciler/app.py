@@ -38,6 +38,7 @@ from agent_runtime.reconcile import (
     ReconcileSummary,
 )
 from functions import environment
+from functions.capacity import slots_of
 from functions.executions import ExecutionLiveness, StartExecution
 from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
@@ -59,7 +60,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     reconciler = _TimedReconciler(
         context, services.store,
         resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store,
-                              max_concurrent_runs=settings.max_concurrent_runs),
+                              slots=slots_of(services), clock=services.clock),
         liveness=ExecutionLiveness(stepfunctions), max_takeovers=settings.max_takeovers,
         queued_seconds=settings.queued_seconds,
         resume_grace=settings.resume_grace_seconds, event_sinks=[LogEventSink()],
