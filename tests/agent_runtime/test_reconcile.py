@@ -249,9 +249,12 @@ def test_a_crash_looped_run_resumed_after_a_fix_completes_with_its_count_reset()
     record = h.store.load_run("r")
     assert record is not None and record.takeovers == 3
 
-    # The operator's resume (the fix deployed): a new attempt, the count at 0.
-    resumed = h.store.resume_run("r", owner="host-a:1", now=h.clock.now(), lease_seconds=30)
-    assert (resumed.status, resumed.takeovers) == (RunStatus.RUNNING, 0)
+    # The operator's resume (the fix deployed): a new attempt, the count at 0,
+    # and the run goes on from where it was (no checkpoint: from the start).
+    result = h.make_runtime(owner="host-a:1").run_sync(run_id="r", resume=True)
+    assert (result.status, result.attempt) == (RunStatus.COMPLETED, 5)
+    record = h.store.load_run("r")
+    assert record is not None and record.takeovers == 0
 
 
 def test_the_crash_loop_suspension_is_fenced_by_the_attempt_that_died() -> None:
