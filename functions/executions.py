@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
-from functions.capacity import at_capacity
+from functions.capacity import PassCapacity
 from stores.base import RunStore
 from stores.dynamodb.slices import execution_of
 from stores.records import RunRecord, RunStatus
@@ -185,28 +185,32 @@ class ExecutionLiveness:
 
 
 class StartExecution:
-    """The reconciler's ResumeAction on AWS: start the execution of the next attempt."""
+    """The reconciler's ResumeAction on AWS: start the execution of the next attempt.
+
+    `capacity` is the pass's (`PassCapacity`: the running runs counted once per
+    pass, not once per run); without it, `max_concurrent_runs` is counted anew.
+    """
 
     def __init__(self, stepfunctions: SFNClient, state_machine_arn: str,
-                 store: RunStore, *, max_concurrent_runs: int = 0) -> None:
+                 store: RunStore, *, max_concurrent_runs: int = 0,
+                 capacity: PassCapacity | None = None) -> None:
         self.stepfunctions = stepfunctions
         self.state_machine_arn = state_machine_arn
         self.store = store
-        self.max_concurrent_runs = max_concurrent_runs
-        self.started = 0  # by this pass, perhaps not running yet
+        self.capacity = capacity or PassCapacity(store, max_concurrent_runs)
 
     async def __call__(self, run: RunRecord) -> Resumed:
         attempt = run.attempt + 1
         takeover = run.status is RunStatus.RUNNING
-        full = None if takeover else at_capacity(self.store, self.max_concurrent_runs,
-                                                 starting=self.started)
+        full = None if takeover else self.capacity.refusal()
         if full is not None:
             raise AtCapacity(f"left queued: {full}")
         started = start_attempt(self.stepfunctions, self.state_machine_arn, self.store,
                                 run.run_id, attempt, takeover=takeover)
         if not started.new:
             raise LostRace(f"execution {started.name} of attempt {attempt} was already started")
-        self.started += 1
+        if not takeover:  # a takeover replaces a running run: it takes no place
+            self.capacity.count_start()
         return Resumed(attempt, None, detail=started.execution_arn)
 
 

@@ -11,6 +11,7 @@ execution before it starts the next attempt.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from functions.executions import execution_name
 from stores.dynamodb.slices import execution_of
 from stores.dynamodb.store import DynamoDbRunStore
 from stores.memory import MemoryRunStore
+from stores.records import ParentRef, RunRecord
 from tests.functions import lambda_tools
+from tests.stores.aws.seeding import seed
 
 pytestmark = pytest.mark.slow
 
@@ -181,3 +184,31 @@ def test_a_run_created_but_never_started_is_started_by_the_reconciler(
     assert deployment.stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
     done = deployment.services.store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.takeovers == 0
+
+
+def test_a_crash_looping_sub_run_is_failed_with_a_check_of_its_running_parent(
+        idle_deployment: Deployment) -> None:
+    """Failing a child fences it against its parent's suspension on it: the pass's
+    transaction checks the running parent's META (a call its role must be granted:
+    the `calls_are_granted` fixture checks every call)."""
+    deployment = idle_deployment
+    store, clock = deployment.services.store, deployment.clock
+    gone = deployment.stack.execution_arn("never-started")
+    now = clock.now()
+    parent = RunRecord(run_id="parent", manifest_hash="sha256:" + "ab" * 32, attempt=1,
+                       status=RunStatus.RUNNING, lease_owner=gone,
+                       lease_expires_at=now + timedelta(hours=1), created_at=now,
+                       updated_at=now)
+    child = parent.model_copy(update={
+        "run_id": "parent.sub-child", "lease_expires_at": now - timedelta(minutes=1),
+        "takeovers": deployment.services.settings.max_takeovers,
+        "parent": ParentRef(run_id="parent", step_path="delegate")})
+    seed(store, [parent, child])
+    answer = reconcile(deployment)
+    assert answer["counts"]["failed_runs"] == 1
+    failed = store.load_run("parent.sub-child")
+    assert failed is not None and failed.error is not None
+    assert failed.error.type == "crash_loop"
+    still = store.load_run("parent")
+    assert still is not None and still.status is RunStatus.RUNNING
+    assert still.resume_requested_at is None

@@ -29,8 +29,8 @@ GRANTED = {
         "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"},
     "StartFunction": LOGS | READ_RUNS | EXECUTIONS | {"dynamodb:BatchGetItem",
                                                      "sqs:SendMessage"},
-    "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | {"dynamodb:BatchGetItem",
-                                                          "events:PutEvents"},
+    "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | {
+        "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "events:PutEvents"},
     "ApiFunction": LOGS | WRITE_RUNS | CONFIG | SECRETS | {
         "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem",
         "events:PutEvents"},
