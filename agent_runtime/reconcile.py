@@ -3,28 +3,36 @@
     reconciler = Reconciler(store, runtime_for=lambda run: AgentRuntime(store=store, ...))
     summary = reconciler.reconcile_sync()      # one pass; `agent-runtime reconcile`
 
-A pass lists the `created` runs queued longer than `queued_seconds` and the
-`running` runs whose lease expired, and for each one, on a fresh read:
+A pass reads only runs with something due, in this order, and for each one,
+on a fresh read:
 
-* a `created` run has no owner: it is started;
-* a `running` run is taken over only when its owner is confirmed gone. The
-  local engine's owner is `host:pid` (`engine.default_owner`); a
-  `LivenessCheck` decides. An owner that is alive, or that this host cannot
-  see (another host, another engine, an unreadable owner), is left alone: an
-  expired lease alone proves nothing, the owner may be stopped or starved;
-* a run already taken over `max_takeovers` times in a row (no checkpoint in
-  between: a checkpoint resets the store's `takeovers`) is suspended with
-  reason `crash-loop` instead of resumed again: something in it (or in the
-  code running it) keeps killing its owner. It is never failed for that: the
-  run did nothing wrong that a fix cannot mend, so an operator resumes it
-  after the fix (`agent-runtime reconcile --resume-crash-looped`, or
-  `POST /runs/{runId}/resume`), and that resume starts the count again.
+* `running` runs whose lease expired: taken over only when the owner is
+  confirmed gone. The local engine's owner is `host:pid`
+  (`engine.default_owner`); a `LivenessCheck` decides. An owner that is
+  alive, or that this host cannot see (another host, another engine, an
+  unreadable owner), is left alone: an expired lease alone proves nothing,
+  the owner may be stopped or starved. A run already taken over
+  `max_takeovers` times in a row (no checkpoint in between: a checkpoint
+  resets the store's `takeovers`) is suspended with reason `crash-loop`
+  instead of resumed again: something in it (or in the code running it)
+  keeps killing its owner. It is never failed for that: the run did nothing
+  wrong that a fix cannot mend, so an operator resumes it after the fix
+  (`agent-runtime reconcile --resume-crash-looped`, or
+  `POST /runs/{runId}/resume`), and that resume starts the count again;
+* `suspended` runs whose resume request is older than `resume_grace` (the
+  resume outbox: `request_resume`, an approval recorded, a sub-run's end,
+  which the store files on the parent suspended on it). The grace lets the
+  fast path (the request's own resume, an EventBridge event) win;
+* `created` runs queued longer than `queued_seconds`: started.
 
-Then come the `suspended` runs that should go on but nobody resumed (the
-resume outbox): those whose resume request (`request_resume`, an approval)
-is older than `resume_grace`, and `sub-run` parents whose child finished more
-than `resume_grace` ago, even if the request for them was lost. The grace
-lets the fast path (the request's own resume, an EventBridge event) win.
+Resumes come before new starts, and both only while there is `room` (asked
+once per pass: the AWS reconciler's `MaxConcurrentRuns` less the runs
+running); past it the pass lists no more of them and the next pass goes on
+(`ReconcileSummary.deferred`). A suspended run with nothing due is never
+read. Parents suspended before their child's end filed a request (data of an
+earlier release) are found once, by the first pass of a reconciler made with
+`sweep_sub_run_parents` (the CLI's and `serve`'s), which files the request
+the child's end would now file.
 
 A takeover resumes the run from its latest checkpoint through the
 `AgentRuntime` that `runtime_for(run)` builds with the run's remembered options,
@@ -37,17 +45,16 @@ one acts and the other reports `lost-race`, which is not an error.
 Events: `reconcile.started`, `reconcile.resumed` (reason `resume-requested` or
 `child-finished` for a suspended run), `reconcile.skipped` (reason
 `owner-alive`, `owner-unknown` or `lost-race`), `reconcile.suspended-run`,
-`reconcile.error` and `reconcile.completed` (counts). The reconciler is not a
-run: an event about a run carries its id and the attempt the action concerns,
-pass-level events an empty run id; `sequence` counts within the pass and
-`data.reconcile_id` names it.
+`reconcile.error`, `reconcile.deferred` (no room for more resumes and starts),
+`reconcile.request-filed` (the sweep) and `reconcile.completed` (counts). The
+reconciler is not a run: an event about a run carries its id and the attempt
+the action concerns, pass-level events an empty run id; `sequence` counts
+within the pass and `data.reconcile_id` names it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -57,11 +64,20 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from stores import transitions
-from stores.base import InvalidTransition, LeaseHeld, RunStore, RunTerminal, StaleAttempt
+from stores.base import (
+    SUB_RUN_FINISHED,
+    InvalidTransition,
+    LeaseHeld,
+    RunNotFound,
+    RunStore,
+    RunTerminal,
+    StaleAttempt,
+)
 from stores.records import RunRecord, RunStatus
 
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.events import EventEmitter, EventSink
+from agent_runtime.owner_liveness import Liveness, LivenessCheck, OwnerStatus, ProcessLiveness
 
 if TYPE_CHECKING:
     # Built only when a pass resumes a run: the Lambda functions that share this
@@ -89,76 +105,6 @@ class LostRace(Exception):
 
 # Another reconciler (or a user's `resume`) got there first: the run moved on.
 RACE_ERRORS = (LeaseHeld, RunTerminal, InvalidTransition, StaleAttempt, LostRace)
-
-
-# -- is the owner still there? -----------------------------------------------
-
-
-class Liveness(StrEnum):
-    ALIVE = "alive"
-    GONE = "gone"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class OwnerStatus:
-    liveness: Liveness
-    detail: str
-
-
-class LivenessCheck(Protocol):
-    def __call__(self, run: RunRecord) -> OwnerStatus:
-        """Whether the owner of a running run's lease can still write to it.
-
-        `GONE` only when certain: the reconciler then starts a competing
-        attempt. When in doubt, `UNKNOWN`; the run is left alone.
-        """
-        ...
-
-
-class ProcessLiveness:
-    """Owners of the local engine, `host:pid`: a process on this host is asked directly.
-
-    A pid that no longer exists, or a zombie (it exited and only waits for its
-    parent to collect it), is gone. A pid that exists is alive, whoever's it
-    is: a reused pid keeps a dead owner's run waiting, which is safe. An owner
-    on another host, or not of the form `host:pid` (a Step Functions execution's
-    ARN), is unknown.
-    """
-
-    def __init__(self, host: str | None = None) -> None:
-        self.host = host or socket.gethostname()
-
-    def __call__(self, run: RunRecord) -> OwnerStatus:
-        owner = run.lease_owner or ""
-        host, _, pid_text = owner.rpartition(":")
-        if not host or not pid_text.isdigit() or int(pid_text) <= 0:
-            return OwnerStatus(Liveness.UNKNOWN, f"owner {owner!r} is not host:pid")
-        if host != self.host:
-            return OwnerStatus(Liveness.UNKNOWN,
-                               f"owner on host {host!r}, not this host ({self.host!r})")
-        if os.name != "posix":  # os.kill(pid, 0) would signal the process on Windows
-            return OwnerStatus(Liveness.UNKNOWN, "process checks need a POSIX system")
-        pid = int(pid_text)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return OwnerStatus(Liveness.GONE, f"process {pid} on {host} no longer exists")
-        except PermissionError:
-            return OwnerStatus(Liveness.ALIVE, f"process {pid} on {host} exists "
-                                               "(another user's)")
-        if _is_zombie(pid):
-            return OwnerStatus(Liveness.GONE, f"process {pid} on {host} exited (a zombie)")
-        return OwnerStatus(Liveness.ALIVE, f"process {pid} on {host} is running")
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            # "pid (comm) state ...": comm may hold spaces and parentheses.
-            return stat.read().rpartition(")")[2].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 # -- outcomes ------------------------------------------------------------------
@@ -199,8 +145,12 @@ class RunOutcome:
 
 @dataclass
 class ReconcileSummary:
+    """What a pass did: an outcome per run it acted on. `deferred` says why it left
+    further resumes and starts to a later pass (no room), when it did."""
+
     reconcile_id: str
     outcomes: list[RunOutcome] = field(default_factory=list)
+    deferred: str | None = None
 
     def count(self, action: Action) -> int:
         return sum(outcome.action is action for outcome in self.outcomes)
@@ -215,8 +165,11 @@ class ReconcileSummary:
                 "suspended_runs": self.count(Action.SUSPENDED_RUN), "errors": self.errors}
 
     def to_json(self) -> dict[str, Any]:
-        return {"reconcile_id": self.reconcile_id, "counts": self.counts(),
-                "runs": [outcome.to_json() for outcome in self.outcomes]}
+        body: dict[str, Any] = {"reconcile_id": self.reconcile_id, "counts": self.counts(),
+                                "runs": [outcome.to_json() for outcome in self.outcomes]}
+        if self.deferred is not None:
+            body["deferred"] = self.deferred
+        return body
 
 
 # -- how a run is resumed ------------------------------------------------------
@@ -259,14 +212,42 @@ class _PassEvents:
         self._events.emit_for(run_id, attempt, type_, **data)
 
 
+# How many more attempts may start now (None: any number): asked once per pass.
+Room = Callable[[], int | None]
+
+
+@dataclass
+class Swept:
+    """What `Reconciler.sweep_sub_run_parents` did: the parents it filed a request on,
+    whether it went through every suspended run, and the last one it looked at (a
+    sweep that stopped early goes on after it)."""
+
+    filed: list[str] = field(default_factory=list)
+    complete: bool = False
+    after: str | None = None
+
+
+@dataclass
+class _Pass:
+    """One pass's events and summary, and the room it has left for resumes and starts."""
+
+    events: _PassEvents
+    summary: ReconcileSummary
+    room: int | None = None
+    room_read: bool = False
+
+
 class Reconciler:
     """Finds runs whose owner died and resumes them, or suspends those that keep dying,
-    and resumes suspended runs whose resume is due (a request older than
-    `resume_grace` seconds, a `sub-run` parent whose child finished).
+    resumes suspended runs whose resume is due (a request older than `resume_grace`
+    seconds: an approval recorded, a sub-run's end) and starts runs queued longer than
+    `queued_seconds` (see the module doc).
 
     `runtime_for(run)` builds the runtime that resumes a run (its models,
     tools and config; the CLI uses the run's remembered options). Without it a
-    plain `AgentRuntime` on this store is used.
+    plain `AgentRuntime` on this store is used. `room` bounds the resumes and
+    starts of a pass (`Room`). `sweep_sub_run_parents`: the first pass also finds
+    parents whose child ended without filing a request (earlier releases did not).
     """
 
     def __init__(self, store: RunStore, *,
@@ -277,7 +258,8 @@ class Reconciler:
                  queued_seconds: float = DEFAULT_QUEUED_SECONDS,
                  resume_grace: float = DEFAULT_RESUME_GRACE_SECONDS,
                  event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
-                 page_size: int = 100, dead_owners_early: bool = False) -> None:
+                 page_size: int = 100, dead_owners_early: bool = False,
+                 room: Room | None = None, sweep_sub_run_parents: bool = True) -> None:
         if max_takeovers < 0:
             raise ValueError("max_takeovers must be 0 or more")
         self.store = store
@@ -294,6 +276,9 @@ class Reconciler:
         # waiting for its lease (the local reconciler: a pid of this host is
         # checked for free). Needs a resume that passes `expired_owner`.
         self.dead_owners_early = dead_owners_early
+        self.room = room
+        self._sweep_pending = sweep_sub_run_parents
+        self._pass: _Pass | None = None
 
     def _plain_runtime(self, run: RunRecord) -> AgentRuntime:
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
@@ -301,31 +286,25 @@ class Reconciler:
         return AgentRuntime(store=self.store, event_sinks=self.event_sinks, clock=self.clock)
 
     def candidates(self) -> Iterable[RunRecord]:
-        """Running runs whose lease expired, runs queued longer than `queued_seconds`,
-        then suspended runs whose resume is due (`resume_due`), each once."""
+        """Running runs whose lease expired (and, `dead_owners_early`, running runs whose
+        owner is confirmed gone), then suspended runs whose resume is due, then runs
+        queued longer than `queued_seconds`, each once: resumes and starts only while
+        the pass has room (`room`)."""
         now = self.clock.now()
-        for status, before in ((RunStatus.RUNNING, now),
-                               (RunStatus.CREATED, now - timedelta(seconds=self.queued_seconds))):
-            yield from self._pages(statuses=[status], lease_expired_before=before)
+        yield from self._pages(statuses=[RunStatus.RUNNING], lease_expired_before=now)
         if self.dead_owners_early:
             for run in self._pages(statuses=[RunStatus.RUNNING]):
                 if run.lease_expires_at is not None and run.lease_expires_at >= now \
                         and self.liveness(run).liveness is Liveness.GONE:
                     yield run
-        seen: set[str] = set()
-        for run in self._pages(statuses=[RunStatus.SUSPENDED],
-                               resume_requested_before=self._resume_cutoff()):
-            seen.add(run.run_id)
-            yield run
-        # A parent whose request was lost (written before the child's terminal
-        # write landed, or not at all): found by its child, a page at a time.
-        for run in self._pages(statuses=[RunStatus.SUSPENDED]):
-            if run.run_id not in seen and run.suspension is not None \
-                    and run.suspension.reason == SUB_RUN and self.resume_due(run) is not None:
-                yield run
+        # Resumes before new starts: a run already under way outranks one not begun.
+        yield from self._admitted(statuses=[RunStatus.SUSPENDED],
+                                  resume_requested_before=self._resume_cutoff())
+        yield from self._admitted(
+            statuses=[RunStatus.CREATED],
+            lease_expired_before=now - timedelta(seconds=self.queued_seconds))
 
-    def _pages(self, **filters: Any) -> Iterable[RunRecord]:
-        cursor: str | None = None
+    def _pages(self, cursor: str | None = None, **filters: Any) -> Iterable[RunRecord]:
         while True:
             page = self.store.list_runs(**filters, limit=self.page_size, cursor=cursor)
             yield from page.runs
@@ -333,34 +312,110 @@ class Reconciler:
             if cursor is None:
                 return
 
+    def _admitted(self, **filters: Any) -> Iterable[RunRecord]:
+        """The runs matching `filters` a page at a time, no page longer than the room
+        left: a backlog beyond it is not even listed."""
+        cursor: str | None = None
+        while True:
+            room = self._room_left()
+            if room == 0:
+                return
+            limit = self.page_size if room is None else min(self.page_size, room)
+            page = self.store.list_runs(**filters, limit=limit, cursor=cursor)
+            for run in page.runs:
+                if self._room_left() == 0:
+                    return
+                yield run
+            cursor = page.cursor
+            if cursor is None:
+                return
+
+    def _room_left(self) -> int | None:
+        current = self._pass
+        if current is None or self.room is None:
+            return None
+        if not current.room_read:
+            current.room, current.room_read = self.room(), True
+            if current.room is not None and current.room <= 0:
+                current.room = 0
+        if current.room == 0 and current.summary.deferred is None:
+            current.summary.deferred = "no room for more resumes or starts this pass"
+            current.events.emit("reconcile.deferred", detail=current.summary.deferred)
+        return current.room
+
     def _resume_cutoff(self) -> datetime:
         return self.clock.now() - timedelta(seconds=self.resume_grace)
 
     def resume_due(self, run: RunRecord) -> str | None:
-        """Why the suspended `run` should be resumed now (`RESUME_REQUESTED`,
-        `CHILD_FINISHED`), or None when it waits on something still."""
+        """Why the suspended `run` should be resumed now (`CHILD_FINISHED` for a request
+        its sub-run's end filed, else `RESUME_REQUESTED`), or None when no request of
+        it is older than the grace."""
         if run.status is not RunStatus.SUSPENDED:
             return None
-        cutoff = self._resume_cutoff()
-        if run.resume_requested_at is not None and run.resume_requested_at < cutoff:
-            return RESUME_REQUESTED
-        suspension = run.suspension
-        if suspension is None or suspension.reason != SUB_RUN:
+        requested = run.resume_requested_at
+        if requested is None or requested >= self._resume_cutoff():
             return None
-        child_id = suspension.details.get("child_run_id")
-        child = self.store.load_run(child_id) if isinstance(child_id, str) else None
-        if child is not None and child.status.terminal and child.updated_at < cutoff:
-            return CHILD_FINISHED
-        return None
+        return CHILD_FINISHED if run.resume_reason == SUB_RUN_FINISHED else RESUME_REQUESTED
+
+    def sweep_sub_run_parents(self, events: _PassEvents | None = None, *,
+                              after: str | None = None) -> Swept:
+        """File the request a child's end files now on every parent suspended on a child
+        that has ended without one (stored by an earlier release).
+
+        Reads every suspended run (with an id past `after`) once: a one-time step
+        (the first pass of a reconciler made with `sweep_sub_run_parents`), not part
+        of every pass. Stops early when `time_left` says so: `Swept.after` then
+        names the last run it looked at, to go on from.
+        """
+        events = events or _PassEvents(self.event_sinks, self.clock)
+        swept = Swept(after=after)
+        for run in self._pages(statuses=[RunStatus.SUSPENDED], cursor=after):
+            if not self.time_left():
+                return swept
+            swept.after = run.run_id
+            suspension = run.suspension
+            child_id = suspension.details.get("child_run_id") \
+                if suspension is not None and suspension.reason == SUB_RUN else None
+            if run.resume_requested_at is not None or not isinstance(child_id, str):
+                continue
+            child = self.store.load_run(child_id)
+            if child is None or not child.status.terminal:
+                continue
+            try:
+                self.store.request_resume(run.run_id, reason=SUB_RUN_FINISHED,
+                                          at=min(child.updated_at, self.clock.now()))
+            except (RunNotFound, *RACE_ERRORS):
+                continue  # the parent moved on since it was listed
+            events.emit("reconcile.request-filed", run_id=run.run_id, attempt=run.attempt,
+                        reason=CHILD_FINISHED, child_run_id=child_id)
+            swept.filed.append(run.run_id)
+        swept.complete = True
+        return swept
+
+    def time_left(self) -> bool:
+        """Whether there is time to take one more run (a pass bounded in time, as the
+        AWS reconciler's is by its Lambda's, says no near the end)."""
+        return True
 
     async def reconcile(self) -> ReconcileSummary:
         """One pass over every candidate run."""
         events = _PassEvents(self.event_sinks, self.clock)
         summary = ReconcileSummary(events.reconcile_id)
+        self._pass = current = _Pass(events, summary)
         events.emit("reconcile.started", max_takeovers=self.max_takeovers,
                     queued_seconds=self.queued_seconds, resume_grace=self.resume_grace)
-        for listed in self.candidates():
-            summary.outcomes.append(await self._reconcile_run(listed, events))
+        if self._sweep_pending:
+            self.sweep_sub_run_parents(events)
+            self._sweep_pending = False
+        try:
+            for listed in self.candidates():
+                outcome = await self._reconcile_run(listed, events)
+                summary.outcomes.append(outcome)
+                if outcome.action is Action.RESUMED and listed.status is not RunStatus.RUNNING \
+                        and current.room is not None:
+                    current.room -= 1  # a new attempt under way: one place fewer
+        finally:
+            self._pass = None
         events.emit("reconcile.completed", counts=summary.counts())
         return summary
 
@@ -493,4 +548,5 @@ __all__ = [
     "ResumeAction",
     "Resumed",
     "RunOutcome",
+    "Swept",
 ]

@@ -31,9 +31,13 @@ The Advance function's reserved concurrency is `MaxConcurrentRuns` too. An
 Advance throttled all the same (a local executor on the same store, a slot
 taken from a stalled holder) waits and retries in the state machine without
 end: throttling never fails an execution, so it is never a takeover.
-Cost: an admission reads the slot partition (one eventually consistent Query
-of at most `MaxConcurrentRuns` small items) and writes one slot; a release is
-one write.
+The reconciler reads the slots once per pass (`room`: how many are free or
+past their hold) and lists no more queued runs or due resumes than that; its
+admissions go on from that read, reading again only when a conditional write
+finds a slot changed since. So a backlog of queued runs costs it nothing per
+run. Cost: an admission is one conditional write (after at most one eventually
+consistent Query of at most `MaxConcurrentRuns` small items); a release is one
+Query and one write.
 """
 
 from __future__ import annotations
@@ -95,6 +99,18 @@ class CapacitySlots:
         # Set once an admission found every slot held: the rest of this caller's
         # work (a reconciler pass) is refused without reading again.
         self.full: str | None = None
+        # The slots as last read by this caller; each take updates it, so a pass
+        # reads the partition once unless another starter changed a slot.
+        self._seen: list[Slot] | None = None
+
+    def room(self, now: datetime) -> int | None:
+        """How many attempts may start now at most (None: no limit): the slots free
+        or past their hold. Reads the slots; later admissions start from this read."""
+        if self.limit <= 0:
+            return None
+        self._seen = self._read()
+        now_us = _micros(now)
+        return sum(1 for slot in self._seen if slot.run_id is None or slot.held_until < now_us)
 
     def admit(self, run_id: str, attempt: int, *, now: datetime) -> str | None:
         """Take a slot for `attempt` of `run_id`; None when taken, else why not (full).
@@ -103,23 +119,44 @@ class CapacitySlots:
         """
         if self.limit <= 0:
             return None
-        slots = self._read()
-        mine = [slot for slot in slots if slot.run_id == run_id]
-        if self.full is not None and not mine:
-            return self.full
+        fresh = self._seen is None
+        slots = self._seen if self._seen is not None else self._read()
+        while True:
+            mine = [slot for slot in slots if slot.run_id == run_id]
+            if self.full is not None and not mine:
+                return self.full
+            taken = self._admit_from(slots, mine, run_id, attempt, now)
+            if taken is not None:
+                self._seen = [taken if slot.number == taken.number else slot
+                              for slot in slots]
+                return None
+            if fresh:
+                break
+            # A slot changed since this caller's read (another starter, a
+            # release): read once more before calling the slots full.
+            slots, fresh = self._read(), True
+        self._seen = slots
+        self.full = (f"all {self.limit} capacity slots are held by running attempts; "
+                     f"MaxConcurrentRuns is {self.limit}")
+        return self.full
+
+    def _admit_from(self, slots: list[Slot], mine: list[Slot], run_id: str, attempt: int,
+                    now: datetime) -> Slot | None:
+        """The slot taken for `attempt` of `run_id` from `slots` as read, or None."""
         now_us = _micros(now)
         free = [slot for slot in slots if slot.run_id is None]
         for slot in mine + free:
             if self._take(slot, run_id, attempt, now_us):
-                return None
+                return self._held(slot, run_id, attempt, now_us)
         for slot in slots:
             if slot.run_id not in (None, run_id) and slot.held_until < now_us \
                     and not self._still_held(slot, now) \
                     and self._take(slot, run_id, attempt, now_us, replacing=slot):
-                return None
-        self.full = (f"all {self.limit} capacity slots are held by running attempts; "
-                     f"MaxConcurrentRuns is {self.limit}")
-        return self.full
+                return self._held(slot, run_id, attempt, now_us)
+        return None
+
+    def _held(self, slot: Slot, run_id: str, attempt: int, now_us: int) -> Slot:
+        return Slot(slot.number, run_id, attempt, now_us + int(self.hold_seconds * _MICROS))
 
     def release(self, run_id: str, attempt: int) -> bool:
         """Free the slot `attempt` of `run_id` holds; False when it holds none (it

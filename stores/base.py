@@ -43,6 +43,15 @@ Rules every store keeps:
   (a finished run has nothing to resume). The reconciler finds requests no
   one served with `list_runs(resume_requested_before=T)`, so a lost resume
   event delays a run but never strands it.
+* A sub-run's end tells its parent: the write that ends a run with a `parent`
+  (`complete_run`, `fail_run`, `cancel_run`) files a resume request (reason
+  `"sub-run-finished"`, at the write's `at`) on that parent when it is
+  suspended on it (reason `"sub-run"`, `details["child_run_id"]` naming the
+  run), in the same atomic commit; and `suspend_run` with reason `"sub-run"`
+  on a child that has already ended files that request on the suspending run
+  itself. The two are serialised, so a child ending while its parent
+  suspends is never missed: a parent due to go on is always in the outbox,
+  and nobody has to read the runs that wait to find it.
 
 A backend need not write the rules or the state changes again: the rules are
 `stores.transitions`, and `stores.state_changes.StateChanges` makes every
@@ -69,6 +78,9 @@ from stores.records import (
     RunRecord,
     RunStatus,
 )
+
+# The reason of the resume request a sub-run's end files on its parent.
+SUB_RUN_FINISHED = "sub-run-finished"
 
 
 class StoreError(Exception):
@@ -221,12 +233,18 @@ class RunStore(Protocol):
                     checkpoint: Checkpoint | None = None) -> None:
         """Move a running run to `suspended`, with the checkpoint if given, atomically.
 
-        The new suspension replaces the previous one; the lease is released.
+        The new suspension replaces the previous one; the lease is released. A
+        `"sub-run"` suspension on a child (`details["child_run_id"]`) that has
+        already ended also files a resume request (see the module's rules).
         """
 
     def complete_run(self, run_id: str, *, expected_attempt: int, output: Any, at: datetime,
                      checkpoint: Checkpoint | None = None) -> None:
-        """Move a running run to `completed` with its output (and checkpoint) atomically."""
+        """Move a running run to `completed` with its output (and checkpoint) atomically.
+
+        A sub-run's end files a resume request on the parent suspended on it, in the
+        same commit (so do `fail_run` and `cancel_run`; see the module's rules).
+        """
 
     def fail_run(self, run_id: str, *, expected_attempt: int, error: RunError, at: datetime,
                  checkpoint: Checkpoint | None = None) -> None:
@@ -262,6 +280,12 @@ class RunStore(Protocol):
         * `tenant`: runs whose `tenant` equals it.
         * `resume_requested_before=T`: `suspended` runs with a resume request
           filed before T (`resume_requested_at < T`).
+
+        A listing may lag the writes of the last moment (a store may answer from
+        an eventually consistent index and reads, as DynamoDB's are): a run just
+        written may be missing from a page or shown as it was, but a page never
+        holds a run that did not match the filters when it was read. Decide on
+        `load_run`, which is current.
         """
         ...
 

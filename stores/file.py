@@ -48,7 +48,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -106,19 +106,40 @@ class _FileWrite:
     """A run's `run.json` read under its exclusive lock for a state change
     (`state_changes.RunWrite`)."""
 
-    def __init__(self, store: FileRunStore, state: RunFile | None) -> None:
+    def __init__(self, store: FileRunStore, state: RunFile | None, peers: ExitStack) -> None:
         self._store = store
         self._state = state
+        self._peers = peers
+        self._peer: RunFile | None = None
         self.run = _record(state)
         self.latest_seq = 0 if state is None else state.latest_seq
 
     def stored_checkpoint(self, seq: int) -> Checkpoint | None:
         return None if self._state is None else self._store._stored_at(self._state, seq)
 
+    def peer(self, run_id: str, *, writes: bool) -> RunRecord | None:
+        """A parent to write is locked until this change ends (a child's lock, then its
+        parent's: always up the tree, so two changes never wait on each other). A child
+        is only read, unlocked: its end holds this run's lock while it commits, so it
+        either committed before this read or sees this change's commit."""
+        try:
+            if not writes:
+                return _record(self._store._state(run_id))
+            self._peer = self._peers.enter_context(self._store._locked(run_id))
+        except ValueError:
+            return None  # an id this store cannot hold names no run of it
+        return _record(self._peer)
+
     def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
-               lease_expires_at: datetime | None) -> bool:
+               lease_expires_at: datetime | None, peer: RunRecord | None = None) -> bool:
         state = self._state
         assert state is not None  # decided on a run
+        if peer is not None:
+            assert self._peer is not None  # decided on the peer as read, still locked
+            # The parent's request first: should a crash come before this run's own
+            # commit, the parent is resumed early, finds its child not finished and
+            # waits again; the other way round it would wait for a request never filed.
+            self._store._commit(self._peer, peer)
         if checkpoint is None:
             self._store._commit(state, run)
             return True
@@ -241,8 +262,8 @@ class FileRunStore(StateChanges):
 
     @contextmanager
     def _writes(self, run_id: str) -> Iterator[tuple[_FileWrite]]:
-        with self._locked(run_id) as state:
-            yield (_FileWrite(self, state),)
+        with self._locked(run_id) as state, ExitStack() as peers:
+            yield (_FileWrite(self, state, peers),)
 
     # -- reads ---------------------------------------------------------------
 

@@ -61,10 +61,15 @@ class _MemoryWrite:
     def stored_checkpoint(self, seq: int) -> Checkpoint | None:
         return self._store._stored_at(self._run_id, seq)
 
+    def peer(self, run_id: str, *, writes: bool) -> RunRecord | None:
+        return self._store._state(run_id)  # under the same lock as this run
+
     def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
-               lease_expires_at: datetime | None) -> bool:
+               lease_expires_at: datetime | None, peer: RunRecord | None = None) -> bool:
         if checkpoint is not None:
             self._store._append(checkpoint)
+        if peer is not None:
+            self._store._put_run(peer)
         self._store._put_run(run)
         return True
 

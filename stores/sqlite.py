@@ -91,17 +91,26 @@ class _RowWrite:
         self._store = store
         self._conn = conn
         self.run, self._incarnation, self.latest_seq = store._row(conn, run_id)
+        self._peer: RunRecord | None = None
 
     def stored_checkpoint(self, seq: int) -> Checkpoint | None:
         if self.run is None:
             return None
         return self._store._stored_at(self._conn, self.run.run_id, seq, self.latest_seq)
 
+    def peer(self, run_id: str, *, writes: bool) -> RunRecord | None:
+        # In the same write transaction: the database's one write lock covers both.
+        self._peer = self._store._row(self._conn, run_id)[0]
+        return self._peer
+
     def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
-               lease_expires_at: datetime | None) -> bool:
+               lease_expires_at: datetime | None, peer: RunRecord | None = None) -> bool:
         assert self.run is not None and self._incarnation is not None  # decided on a run
         if checkpoint is not None:
             self._store._append(self._conn, checkpoint, self._incarnation, lease_expires_at)
+        if peer is not None:
+            assert self._peer is not None  # decided on the peer as read
+            self._store._put_run(self._conn, peer, fence=self._peer.attempt)
         # Fenced on the attempt this transaction read.
         self._store._put_run(self._conn, run, fence=self.run.attempt)
         return True

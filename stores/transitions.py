@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from stores.base import (
+    SUB_RUN_FINISHED,
     ApprovalConflict,
     CheckpointConflict,
     InvalidTransition,
@@ -300,6 +301,41 @@ def request_resume(run: RunRecord | None, run_id: str, *, at: datetime,
             f"run {run_id!r} is {run.status.value}; only a suspended run can be asked to resume")
     update = _requested(run, at=at, reason=reason)
     return None if update is None else run.model_copy(update={**update, "updated_at": at})
+
+
+# A run suspended on a sub-run waits for the child its `details` name; the child's
+# end files a request (`SUB_RUN_FINISHED`) on it (`child_ended`).
+SUB_RUN = "sub-run"
+
+
+def child_of(suspension: Suspension | None) -> str | None:
+    """The child a `sub-run` suspension waits on, or None."""
+    if suspension is None or suspension.reason != SUB_RUN:
+        return None
+    child = suspension.details.get("child_run_id")
+    return child if isinstance(child, str) else None
+
+
+def child_ended(parent: RunRecord | None, child: RunRecord, *, at: datetime) -> RunRecord | None:
+    """The parent with a resume request filed because `child` has ended, or None when
+    the parent waits on no such child (not suspended on it: running, suspended on
+    another question, gone) or an earlier request is pending."""
+    if parent is None or parent.status is not RunStatus.SUSPENDED \
+            or child_of(parent.suspension) != child.run_id:
+        return None
+    update = _requested(parent, at=at, reason=SUB_RUN_FINISHED)
+    return None if update is None else parent.model_copy(update={**update, "updated_at": at})
+
+
+def waiting_for_child(suspended: RunRecord, child: RunRecord | None, *,
+                      at: datetime) -> RunRecord:
+    """A run just suspended on a sub-run, with a resume request filed when its child
+    has already ended: it ended after the engine looked, and would never tell it."""
+    if child is None or not child.status.terminal \
+            or child_of(suspended.suspension) != child.run_id:
+        return suspended
+    update = _requested(suspended, at=at, reason=SUB_RUN_FINISHED)
+    return suspended if update is None else suspended.model_copy(update=update)
 
 
 def waiting_on(run: RunRecord, question: str) -> Suspension | None:

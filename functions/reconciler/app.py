@@ -20,6 +20,20 @@ A run suspended as `crash-loop` is announced with a run-finished event. A pass
 takes no new run once the function has less than `PASS_MARGIN_SECONDS` left
 (the Lambda context's remaining time), so it never runs into its timeout;
 the next pass picks up what it left.
+
+What a pass reads follows what is due: the store's status index holds a
+suspended run's resume request as its due time, and a sub-run's end files one
+on its parent, so runs waiting on a human or a child are never read.
+Resumes come before new starts, and the capacity slots are read once per
+pass (`CapacitySlots.room`): a pass lists no more suspended or queued runs
+than there are slots free, so a backlog costs it nothing run by run.
+
+Parents suspended on a child that ended before this release filed requests
+are found by a one-time sweep that reads every suspended run: invoke the
+function once after the upgrade with `{"sweepSubRunParents": true}`, and
+again with `"sweepAfter"` set to the answer's `sweep.after` until
+`sweep.complete` (a sweep stops, as a pass does, before the function's
+timeout).
 """
 
 from __future__ import annotations
@@ -57,14 +71,20 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     services = environment.services()
     settings = services.settings
     stepfunctions = services.stepfunctions
+    slots = slots_of(services)
     reconciler = _TimedReconciler(
         context, services.store,
         resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store,
-                              slots=slots_of(services), clock=services.clock),
+                              slots=slots, clock=services.clock),
         liveness=ExecutionLiveness(stepfunctions), max_takeovers=settings.max_takeovers,
         queued_seconds=settings.queued_seconds,
         resume_grace=settings.resume_grace_seconds, event_sinks=[LogEventSink()],
-        clock=services.clock)
+        clock=services.clock, room=lambda: slots.room(services.clock.now()),
+        sweep_sub_run_parents=False)
+    swept = None
+    if event.get("sweepSubRunParents") is True:
+        after = event.get("sweepAfter")
+        swept = reconciler.sweep_sub_run_parents(after=after if isinstance(after, str) else None)
     summary = asyncio.run(reconciler.reconcile())
     for action, metric in _METRICS.items():
         count(metric, summary.count(action))
@@ -73,8 +93,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if outcome.action is Action.SUSPENDED_RUN:  # crash-loop: clients hear of it too
             announce_record_finished(services.events, services.store, outcome.run_id,
                                      bus=settings.event_bus)
-    return {"reconcile_id": summary.reconcile_id, "counts": summary.counts(),
-            "cut_short": reconciler.cut_short}
+    answer: dict[str, Any] = {"reconcile_id": summary.reconcile_id,
+                              "counts": summary.counts(), "cut_short": reconciler.cut_short,
+                              "deferred": summary.deferred}
+    if swept is not None:  # not complete: invoke again with `"sweepAfter": after`
+        answer["sweep"] = {"filed": len(swept.filed), "complete": swept.complete,
+                           "after": swept.after}
+    return answer
 
 
 class _TimedReconciler(Reconciler):
@@ -87,9 +112,12 @@ class _TimedReconciler(Reconciler):
         self._context = context
         self.cut_short = False
 
+    def time_left(self) -> bool:
+        return self._context.get_remaining_time_in_millis() >= PASS_MARGIN_SECONDS * 1000
+
     def candidates(self) -> Iterable[RunRecord]:
         for run in super().candidates():
-            if self._context.get_remaining_time_in_millis() < PASS_MARGIN_SECONDS * 1000:
+            if not self.time_left():
                 self.cut_short = True
                 count("ReconcilePassCutShort")
                 logger.warning("reconcile pass stopped before the function's timeout; the "

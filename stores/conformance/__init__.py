@@ -27,7 +27,8 @@ The rules live in one mixin per concept: `lifecycle` (ids, leases, fencing,
 terminal states), `checkpoints` (sequence, round trips, storage), `listing`
 (`list_runs` order, filters, pages), `answers` (`resolve_approval` for
 approvals and unknown effects, the resume outbox of `request_resume`),
-`queries` (effects, deletion, the store object); `builders` holds the clock,
+`sub_runs` (a sub-run's end files a resume request on its parent), `queries`
+(effects, deletion, the store object); `builders` holds the clock,
 the record builders and the scenarios they share.
 """
 
@@ -64,6 +65,7 @@ from stores.conformance.checkpoints import CheckpointConformance
 from stores.conformance.lifecycle import LifecycleConformance
 from stores.conformance.listing import ListingConformance
 from stores.conformance.queries import QueryConformance
+from stores.conformance.sub_runs import SubRunConformance
 
 __all__ = [
     "EFFECT_KEY",
@@ -83,6 +85,7 @@ __all__ = [
     "ListingConformance",
     "QueryConformance",
     "RunStoreConformance",
+    "SubRunConformance",
     "Write",
     "assert_utc",
     "at",
@@ -101,7 +104,8 @@ __all__ = [
 
 # pytest collects a class's tests base by base in reverse MRO order, so the bases
 # are listed last concept first: the suite then runs, and reports, lifecycle,
-# checkpoints, listing, answers, the rest, in the order the rules build on each other.
-class RunStoreConformance(QueryConformance, AnswerConformance, ListingConformance,
-                          CheckpointConformance, LifecycleConformance):
+# checkpoints, listing, answers, sub-runs, the rest, in the order the rules build on
+# each other.
+class RunStoreConformance(QueryConformance, SubRunConformance, AnswerConformance,
+                          ListingConformance, CheckpointConformance, LifecycleConformance):
     """The RunStore contract. Subclass it and provide a `store` fixture (see the package)."""

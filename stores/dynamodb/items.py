@@ -79,8 +79,15 @@ TENANT_INDEX = "by-tenant"
 TTL_ATTRIBUTE = "expires_at"
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The due_at of a run the reconciler never has to look at: after any time.
+# The due_at that earlier releases gave a suspended run without a resume request:
+# after any time, before `ORDERED`.
 NEVER_DUE = 2**63 - 1
+# The due_at of a run with nothing due (suspended without a request, finished) is
+# ORDERED + `order_key(run_id)`: after every time, so `due_at < T` never reads it,
+# and in run_id order, so a listing reads such runs a page at a time. A DynamoDB
+# number holds 38 digits: 10**37 plus a 15-byte key (below 256**15 < 1.4 * 10**36).
+ORDERED = 10**37
+_ORDER_BYTES = 15
 
 # The fields of a run that never change after create_run: its definition.
 # (Not the budget: a resume may replace its limit. Runs stored when it was part of
@@ -200,18 +207,25 @@ def due_at(run: RunRecord) -> int:
     """The status index's sort key: when the reconciler should look at the run.
 
     A running run's lease expiry; a created run's creation time; a suspended
-    run's resume request, or never while it has none (so the reconciler's
-    `due_at < T` reads only the requests, not every run waiting on a human);
-    else the last update.
+    run's resume request. A run with nothing due (suspended without a request,
+    finished) is past every time, in run_id order (`order_key`): the
+    reconciler's `due_at < T` never reads it, whether 10 or 100,000 wait on a
+    human, and a listing reads those runs in its own order, page by page.
     """
     if run.status is RunStatus.RUNNING:
         return 0 if run.lease_expires_at is None else micros(run.lease_expires_at)
     if run.status is RunStatus.CREATED:
         return micros(run.created_at)
-    if run.status is RunStatus.SUSPENDED:
-        requested = run.resume_requested_at
-        return NEVER_DUE if requested is None else micros(requested)
-    return micros(run.updated_at)
+    if run.status is RunStatus.SUSPENDED and run.resume_requested_at is not None:
+        return micros(run.resume_requested_at)
+    return order_key(run.run_id)
+
+
+def order_key(run_id: str) -> int:
+    """`ORDERED` plus the first bytes of `run_id` as a number: ordered as the ids are
+    (UTF-8 orders as code points do; ids equal in those bytes share a key)."""
+    head = run_id.encode("utf-8", "surrogatepass")[:_ORDER_BYTES]
+    return ORDERED + int.from_bytes(head.ljust(_ORDER_BYTES, b"\0"), "big")
 
 
 def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,

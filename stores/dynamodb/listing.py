@@ -1,29 +1,41 @@
-"""How DynamoDbRunStore answers `list_runs` from its GSIs, never a Scan.
+"""How DynamoDbRunStore answers `list_runs` from its GSIs, never a Scan, reading
+about what a page holds rather than everything that matches.
 
-* `by-status-shard` (status_shard, due_at), KEYS_ONLY: one Query per
-  partition of each wanted status (`STATUS_SHARDS` of them: a status is
-  spread over that many partitions, see `items.status_shard`), sent a few
-  at a time, merged in due_at order. With `lease_expired_before=T` only
-  `running` and `created` are wanted, with `resume_requested_before=T` only
-  `suspended`, and the key condition is `due_at < T` (a running run's lease
-  expiry, a created run's creation time, a suspended run's resume request),
-  so the reconciler reads only overdue runs, in every partition.
+* `by-status-shard` (status_shard, due_at), KEYS_ONLY: each status is spread
+  over `STATUS_SHARDS` partitions (`items.status_shard`). `due_at` is a time
+  for a run with something due (a running run's lease expiry, a created run's
+  creation, a suspended run's resume request) and, past every time, a key in
+  run_id order for a run with nothing due (`items.order_key`: suspended
+  without a request, finished). So a partition holds a short "due" part in
+  time order, then an "ordered" part in run_id order.
 * `by-parent` (parent_run_id, run_id) and `by-tenant` (tenant, run_id),
   KEYS_ONLY and sparse: only sub-runs, and only runs with a tenant, are in
-  them, already in run_id order (either way), read page by page as needed.
+  them, already in run_id order (either way).
 
 The index is chosen by the narrowest filter given: a parent, then an overdue
-filter, then a tenant, else the statuses. Every other filter is applied to
-the runs themselves, which come from one consistent BatchGetItem per 50; so
-is the chosen one again, so an index entry that lags its run never shows.
+filter, then a tenant, else the statuses.
+
+Every read follows the page: a Query reads at most a page's worth of entries
+(its `Limit`, one past the page) and the next Query of that index partition
+is sent only when the page needs more, so `list_runs(limit=1)` costs a Query
+of a few entries per partition, however many runs the table holds. An
+overdue filter (`lease_expired_before`, `resume_requested_before`, the
+reconciler's) reads the due part before the time (`due_at < T`): the runs
+due, never the ones that wait. A listing by status reads each partition's due
+part whole (ids in time order must all be seen to be ordered: a partition's
+running runs, queued runs and unserved requests) and its ordered part from
+the cursor on, a page at a time; the partitions are merged in run_id order.
+Entries an earlier release wrote (a time for a finished run, `NEVER_DUE` for
+a suspended one) sit in the due part and are read whole, until rewritten.
+
+The runs themselves come from one BatchGetItem per 50, eventually consistent
+(half the read units: the contract lets a listing lag a moment, and an index
+does anyway); every filter is applied to them again, so an index entry that
+lags its run never shows a run that does not match. The status index's
+partitions are queried `_PARTITION_READERS` at a time.
 
 Pages are in run_id order (descending with `newest_first`), as the contract
-requires, and the cursor is the last run_id of a page. The status index is in
-due_at order, so a page read from it reads every index key of the wanted
-statuses, in all their partitions (~100 bytes each, eventually consistent),
-keeps those beyond the cursor and sorts them: cheap for the reconciler (few
-runs are overdue), linear in the matching runs for a full listing. Sharding
-changes only how many Queries that takes, not which runs a page holds.
+requires, and the cursor is the last run_id of a page.
 """
 
 from __future__ import annotations
@@ -32,11 +44,13 @@ import heapq
 from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from itertools import islice
+from itertools import chain, groupby, islice
+from typing import TYPE_CHECKING
 
 from stores import transitions
 from stores.dynamodb.items import (
     META,
+    ORDERED,
     PARENT_INDEX,
     STATUS_INDEX,
     TENANT_INDEX,
@@ -44,6 +58,7 @@ from stores.dynamodb.items import (
     n,
     names,
     number_of,
+    order_key,
     run_id_of,
     s,
     status_shards,
@@ -52,8 +67,19 @@ from stores.dynamodb.items import (
 from stores.dynamodb.runs import RunReader
 from stores.records import RunPage, RunRecord, RunStatus
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
+
 _RUNS_PER_BATCH = 50  # two keys (META, META#DEF) per run in a 100-key BatchGetItem
-_PARTITION_READERS = 8  # status index partitions queried at once (boto3 clients are thread-safe)
+_PARTITION_READERS = 16  # status index partitions queried at once (boto3 clients are thread-safe)
+# The fewest entries a Query of a page reads (its Limit): a partition's few due
+# entries and the first ordered ones then come in one Query, even for a page of
+# one, and 25 KEYS_ONLY entries (~150 bytes each) stay within the 4 KB a Query is
+# billed for at least.
+_MIN_QUERY_PAGE = 25
+# Only runs with nothing due have an ordered part: a suspended one without a request
+# and a finished one. Running and created runs are always due at some time.
+_ORDERED_STATUSES = frozenset(RunStatus) - {RunStatus.RUNNING, RunStatus.CREATED}
 
 
 def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
@@ -67,28 +93,29 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
         wanted &= {RunStatus.SUSPENDED}
     if limit <= 0 or not wanted:
         return RunPage(runs=[])
+    page = max(limit + 1, _MIN_QUERY_PAGE)
     candidates: Iterator[str]
     if parent_run_id is not None:
         candidates = _in_order(reader, PARENT_INDEX, "parent_run_id", parent_run_id,
-                               cursor=cursor, newest_first=newest_first)
+                               cursor=cursor, newest_first=newest_first, page=page)
     elif tenant is not None and lease_expired_before is None and resume_requested_before is None:
         candidates = _in_order(reader, TENANT_INDEX, "tenant", tenant, cursor=cursor,
-                               newest_first=newest_first)
+                               newest_first=newest_first, page=page)
     else:
         due = {RunStatus.RUNNING: lease_expired_before, RunStatus.CREATED: lease_expired_before,
                RunStatus.SUSPENDED: resume_requested_before}
-        partitions = [(shard, due.get(status)) for status in wanted
-                      for shard in status_shards(status)]
-        candidates = iter(sorted(
-            (run_id for run_id in _in_partitions(reader, partitions)
-             if transitions.beyond(run_id, cursor, newest_first=newest_first)),
-            reverse=newest_first))
+        overdue = lease_expired_before is not None or resume_requested_before is not None
+        partitions = [_Partition(reader, shard, status, due.get(status) if overdue else None,
+                                 overdue=overdue, cursor=cursor, newest_first=newest_first,
+                                 page=page)
+                      for status in wanted for shard in status_shards(status)]
+        candidates = _merged(partitions, newest_first=newest_first)
     found: list[RunRecord] = []
     while len(found) <= limit:
         batch = list(islice(candidates, min(_RUNS_PER_BATCH, limit + 1 - len(found))))
         if not batch:
             break
-        found += [run for run in reader.runs(batch) if run.status in wanted
+        found += [run for run in reader.runs(batch, consistent=False) if run.status in wanted
                   and transitions.matches(run, statuses=None, parent_run_id=parent_run_id,
                                           lease_expired_before=lease_expired_before,
                                           tenant=tenant,
@@ -96,40 +123,127 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
     return transitions.page_of(found, limit)
 
 
-def _in_partitions(reader: RunReader,
-                   partitions: list[tuple[str, datetime | None]]) -> Iterator[str]:
-    """The ids of the runs in these status index partitions (each due before its time,
-    if any), merged in due_at order.
+class _Partition:
+    """The run ids of one status index partition that a listing wants, in run_id order,
+    beyond the cursor: its due part (before `before`, or all of it) read whole, and,
+    unless the listing is of overdue runs, its ordered part read a page at a time."""
 
-    The partitions are read at once, `_PARTITION_READERS` Queries at a time:
-    read one after another, the 16 partitions of a status would cost the start
-    function's capacity count 16 round trips.
+    def __init__(self, reader: RunReader, shard: str, status: RunStatus,
+                 before: datetime | None, *, overdue: bool, cursor: str | None,
+                 newest_first: bool, page: int) -> None:
+        self._reader = reader
+        self._shard = shard
+        self._cursor = cursor
+        self._newest_first = newest_first
+        self._page = page
+        self._due: list[str] = []
+        self._ordered: Iterator[tuple[int, str]] = iter(())
+        self._before = before
+        self._overdue = overdue
+        self._has_ordered = not overdue and status in _ORDERED_STATUSES
+
+    def read_first(self) -> None:
+        """The Queries that start the partition: the due part whole, and the ordered
+        part's first page (one Query for both, when the listing starts at the front)."""
+        if self._overdue:
+            if self._before is not None:
+                self._due = self._ids(self._query(upper=micros(self._before)))
+            return
+        if not self._has_ordered:
+            self._due = self._ids(self._query())
+            return
+        if self._cursor is None and not self._newest_first:
+            # Due part first, then the ordered part: one Query reads into both.
+            entries = self._query(page=self._page)
+            due = []
+            for entry in entries:
+                if entry[0] >= ORDERED:
+                    self._ordered = chain([entry], entries)
+                    break
+                due.append(entry)
+            self._due = self._ids(due)
+            return
+        self._due = self._ids(self._query(upper=ORDERED))
+        self._ordered = self._ordered_part()
+        first = next(self._ordered, None)  # the first page, read now with the others
+        if first is not None:
+            self._ordered = chain([first], self._ordered)
+
+    def __iter__(self) -> Iterator[str]:
+        beyond = [run_id for run_id in self._due
+                  if transitions.beyond(run_id, self._cursor, newest_first=self._newest_first)]
+        beyond.sort(reverse=self._newest_first)
+        return heapq.merge(beyond, self._ordered_ids(), reverse=self._newest_first)
+
+    def _ordered_part(self) -> Iterator[tuple[int, str]]:
+        """Entries of the ordered part from the cursor's key on, in the listing's order."""
+        if self._cursor is None:
+            return self._query(lower=ORDERED, page=self._page)
+        key = order_key(self._cursor)
+        if self._newest_first:
+            return self._query(lower=ORDERED, upper=key + 1, page=self._page)
+        return self._query(lower=key, page=self._page)
+
+    def _ordered_ids(self) -> Iterator[str]:
+        """The ordered part's ids in run_id order: entries sharing a key (ids alike in
+        their first bytes) come in no order, so each such group is sorted."""
+        for _, group in groupby(self._ordered, key=lambda entry: entry[0]):
+            ids = sorted((run_id for _, run_id in group), reverse=self._newest_first)
+            yield from (run_id for run_id in ids
+                        if transitions.beyond(run_id, self._cursor,
+                                              newest_first=self._newest_first))
+
+    def _ids(self, entries: Iterator[tuple[int, str]] | list[tuple[int, str]]) -> list[str]:
+        return [run_id for _, run_id in entries]
+
+    def _query(self, *, lower: int | None = None, upper: int | None = None,
+               page: int | None = None) -> Iterator[tuple[int, str]]:
+        """(due_at, run id) of the partition's entries with lower <= due_at < upper, in
+        due_at order (reversed with `newest_first`, for the ordered part)."""
+        condition = "#status_shard = :shard"
+        values: dict[str, AttributeValueTypeDef] = {":shard": s(self._shard)}
+        if lower is not None and upper is not None:
+            condition += " AND #due_at BETWEEN :lower AND :upper"
+            values |= {":lower": n(lower), ":upper": n(upper - 1)}
+        elif lower is not None:
+            condition += " AND #due_at >= :lower"
+            values[":lower"] = n(lower)
+        elif upper is not None:
+            condition += " AND #due_at < :upper"
+            values[":upper"] = n(upper)
+        # DynamoDB refuses a name the expression does not use.
+        used = names("status_shard", "due_at") if ":lower" in values or ":upper" in values \
+            else names("status_shard")
+        forward = not (self._newest_first and lower is not None)
+        for entry in self._reader.table.query_index(STATUS_INDEX, condition, used, values,
+                                                    forward=forward, page=page):
+            if text_of(entry, "sk") == META:
+                yield number_of(entry, "due_at"), run_id_of(text_of(entry, "pk"))
+
+
+def _merged(partitions: list[_Partition], *, newest_first: bool) -> Iterator[str]:
+    """The partitions' run ids merged in run_id order, each once.
+
+    Every partition's first Queries are sent at once, `_PARTITION_READERS` at a
+    time: one after another, the 16 partitions of a status would cost the start
+    function's capacity count 16 round trips. Later pages (rare: a page longer
+    than a partition's first Query) are read as the merge reaches them.
     """
     with ThreadPoolExecutor(max_workers=min(_PARTITION_READERS, len(partitions))) as pool:
-        entries = list(pool.map(lambda partition: list(_in_shard(reader, *partition)),
-                                partitions))
-    for _, run_id in heapq.merge(*entries):
-        yield run_id
-
-
-def _in_shard(reader: RunReader, shard: str, before: datetime | None) -> Iterator[
-        tuple[int, str]]:
-    """(due_at, run id) of the runs in one status index partition, in due_at order."""
-    condition = "#status_shard = :shard"
-    values = {":shard": s(shard)}
-    if before is not None:
-        condition += " AND #due_at < :before"
-        values[":before"] = n(micros(before))
-    # DynamoDB refuses a name the expression does not use.
-    used = names("status_shard", "due_at") if before is not None else names("status_shard")
-    for entry in reader.table.query_index(STATUS_INDEX, condition, used, values):
-        if text_of(entry, "sk") == META:
-            yield number_of(entry, "due_at"), run_id_of(text_of(entry, "pk"))
+        list(pool.map(_Partition.read_first, partitions))
+    previous = None
+    # An entry moved between partitions while they were read (its run changed
+    # status) may be met twice; the runs themselves are checked later anyway.
+    for run_id in heapq.merge(*partitions, reverse=newest_first):
+        if run_id != previous:
+            yield run_id
+        previous = run_id
 
 
 def _in_order(reader: RunReader, index: str, attribute: str, value: str, *,
-              cursor: str | None, newest_first: bool) -> Iterator[str]:
-    """The run ids under `value` of an index sorted by run_id, after `cursor`."""
+              cursor: str | None, newest_first: bool, page: int) -> Iterator[str]:
+    """The run ids under `value` of an index sorted by run_id, after `cursor`, a page
+    of entries per Query."""
     condition = f"#{attribute} = :value"
     values = {":value": s(value)}
     if cursor is not None:
@@ -137,5 +251,5 @@ def _in_order(reader: RunReader, index: str, attribute: str, value: str, *,
         values[":cursor"] = s(cursor)
     used = names(attribute, "run_id") if cursor is not None else names(attribute)
     for entry in reader.table.query_index(index, condition, used, values,
-                                          forward=not newest_first):
+                                          forward=not newest_first, page=page):
         yield text_of(entry, "run_id")

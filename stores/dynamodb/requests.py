@@ -238,9 +238,12 @@ class Table:
 
     def query_index(self, index: str, condition: str, names: dict[str, str],
                     values: dict[str, AttributeValueTypeDef],
-                    *, start: Item | None = None, forward: bool = True) -> Iterator[Item]:
+                    *, start: Item | None = None, forward: bool = True,
+                    page: int | None = None) -> Iterator[Item]:
         """Entries of a GSI, in its sort order, or reversed when not `forward`
-        (GSIs are read eventually consistent)."""
+        (GSIs are read eventually consistent). `page` caps the entries a Query
+        reads (its `Limit`): the next Query is sent only when the caller reads past
+        them, so a caller that stops early pays for what it read, not for the index."""
         request: dict[str, Any] = {"TableName": self.name, "IndexName": index,
                                    "KeyConditionExpression": condition,
                                    "ExpressionAttributeNames": names,
@@ -248,6 +251,8 @@ class Table:
                                    "ScanIndexForward": forward}
         if start is not None:
             request["ExclusiveStartKey"] = start
+        if page is not None:
+            request["Limit"] = page
         yield from self._pages(request)
 
     def _pages(self, request: dict[str, Any]) -> Iterator[Item]:
@@ -260,12 +265,13 @@ class Table:
                 return
             request["ExclusiveStartKey"] = last
 
-    def batch_get(self, keys: Sequence[Item]) -> list[Item]:
-        """The items at `keys` (those that exist), read consistently, in no order."""
+    def batch_get(self, keys: Sequence[Item], *, consistent: bool = True) -> list[Item]:
+        """The items at `keys` (those that exist), in no order; read consistently
+        unless told (an eventually consistent read costs half)."""
         found: list[Item] = []
         for start in range(0, len(keys), _GET_BATCH):
             pending: dict[str, Any] = {self.name: {"Keys": list(keys[start:start + _GET_BATCH]),
-                                                   "ConsistentRead": True}}
+                                                   "ConsistentRead": consistent}}
             for attempt in itertools.count():
                 with self.answering("BatchGetItem"):
                     answer = self.client.batch_get_item(RequestItems=pending)

@@ -146,10 +146,16 @@ class RunReader:
         self.remember(stored)
         return stored
 
-    def runs(self, run_ids: list[str]) -> list[RunRecord]:
-        """The runs with these ids that exist, in the order given (one BatchGetItem per 50)."""
+    def runs(self, run_ids: list[str], *, consistent: bool = True) -> list[RunRecord]:
+        """The runs with these ids that exist, in the order given (one BatchGetItem per 50).
+
+        They are remembered with their definitions: a run listed is often read next
+        (the reconciler decides on a fresh read), which then costs a GetItem of META
+        alone. What an eventually consistent read remembers may be stale; a write
+        predicted on it is refused and decided again (see the module doc).
+        """
         items = self.table.batch_get([key(run_id, sk) for run_id in run_ids
-                                      for sk in (META, DEFINITION_SK)])
+                                      for sk in (META, DEFINITION_SK)], consistent=consistent)
         by_key = {(text_of(item, "pk"), text_of(item, "sk")): item for item in items}
         runs = []
         for run_id in run_ids:
@@ -158,8 +164,22 @@ class RunReader:
             if meta is None:
                 continue  # deleted since the index was read, or what a TTL left
             if definition is None or definition.get("incarnation") != meta.get("incarnation"):
-                raise CorruptRecord(f"run {run_id!r} has no definition of its incarnation")
-            runs.append(decode_run(meta, decode_definition(definition, self.texts), self.texts))
+                if consistent:
+                    raise CorruptRecord(f"run {run_id!r} has no definition of its incarnation")
+                # An eventually consistent read may catch a run mid-creation (or
+                # deleted and created again): what is stored now decides.
+                stored = self.load(run_id)
+                if stored is not None:
+                    runs.append(stored.run)
+                continue
+            incarnation = text_of(meta, "incarnation")
+            decoded = self._definition(incarnation)
+            if decoded is None:
+                decoded = decode_definition(definition, self.texts)
+                self._keep_definition(incarnation, decoded)
+            run = decode_run(meta, decoded, self.texts)
+            self.remember(StoredRun(run, incarnation, text_of(meta, "rev")))
+            runs.append(run)
         return runs
 
     # -- checkpoints -------------------------------------------------------------

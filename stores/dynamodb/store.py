@@ -87,6 +87,7 @@ from stores.dynamodb.requests import (
     Condition,
     Refused,
     Table,
+    check_op,
     landed,
     put_op,
     update_op,
@@ -121,25 +122,36 @@ _STRIPES = 64
 class _MetaWrite:
     """One round of a state change: the run's META as read or as a refusal returned it
     (`state_changes.RunWrite`). The commit is one transaction: META fenced on exactly
-    what was read (`runs.fence`), the new checkpoint put only where none exists."""
+    what was read (`runs.fence`), the new checkpoint put only where none exists, and
+    the peer (a sub-run's parent, the child a run suspends on) written or checked
+    unchanged since its read, so a child's end and its parent's suspension on it
+    never both commit without seeing each other."""
 
     def __init__(self, store: DynamoDbRunStore, rounds: Rounds, stored: StoredRun | None) -> None:
         self._store = store
         self._rounds = rounds
         self._stored = stored
+        self._peer: StoredRun | None = None
         self.run = None if stored is None else stored.run
         self.latest_seq = 0 if self.run is None else self.run.checkpoint_seq or 0
 
     def stored_checkpoint(self, seq: int) -> Checkpoint | None:
         return self._store._reader.stored_checkpoint(self.run, seq)
 
+    def peer(self, run_id: str, *, writes: bool) -> RunRecord | None:
+        self._peer = self._store._reader.load(run_id)
+        return None if self._peer is None else self._peer.run
+
     def commit(self, run: RunRecord, checkpoint: Checkpoint | None, *,
-               lease_expires_at: datetime | None) -> bool:
+               lease_expires_at: datetime | None, peer: RunRecord | None = None) -> bool:
         beside: list[TransactWriteItemTypeDef] = []
         saved = None
         if checkpoint is not None and self._stored is not None:
             put, saved = self._store._checkpoint_put(self._stored, checkpoint)
             beside.append(put)
+        peer_write = self._peer_write(peer)
+        if peer_write is not None:
+            beside.append(peer_write[0])
         try:
             written = self._store._put_run(self._stored, run, beside)
         except Refused as refusal:
@@ -147,7 +159,24 @@ class _MetaWrite:
             return False
         if saved is not None:
             self._store._reader.save_lists(written.incarnation, saved)
+        if peer_write is not None and peer_write[1] is not None:
+            self._store._reader.remember(peer_write[1])
         return True
+
+    def _peer_write(self, peer: RunRecord | None,
+                    ) -> tuple[TransactWriteItemTypeDef, StoredRun | None] | None:
+        """The peer's new META fenced on its read, or a check that it has not changed:
+        None when nothing about it can change any more (gone, or finished)."""
+        read = self._peer
+        if read is None or (peer is None and read.run.status.terminal):
+            return None
+        store = self._store
+        if peer is None:
+            return check_op(store.table_name, key(read.run.run_id, META), fence(read)), None
+        rev = secrets.token_hex(8)
+        item = meta_item(peer, incarnation=read.incarnation, rev=rev, texts=store._texts,
+                         retention=store.retention)
+        return put_op(store.table_name, item, fence(read)), StoredRun(peer, read.incarnation, rev)
 
 
 class DynamoDbRunStore(StateChanges):

@@ -521,7 +521,9 @@ def test_a_sub_run_family_is_finished_by_the_reconciler_alone() -> None:
                                                                 RunStatus.COMPLETED)
     record = h.store.load_run("parent")
     assert record is not None and record.status is RunStatus.SUSPENDED
-    assert record.resume_requested_at is None  # no request for the parent was ever filed
+    # The child's end filed the parent's request, in the store: nothing else told it.
+    assert (record.resume_requested_at, record.resume_reason) == (h.clock.now(),
+                                                                  "sub-run-finished")
     h.clock.advance(31)
     second = by_run(rec.reconcile_sync())
     assert list(second) == ["parent"]
@@ -544,10 +546,11 @@ def test_a_parent_with_a_request_and_a_finished_child_is_resumed_once() -> None:
     child_id = child_run_id_for("parent", "delegate")
     h.runtime.approve(child_id)
     h.resume(child_id)
+    # What the AWS step function also files: the earlier request, the child's end's, stands.
     h.store.request_resume("parent", at=h.clock.now(), reason="sub-run-finished")
     h.clock.advance(31)
     summary = reconciler(h).reconcile_sync()
-    assert [(o.run_id, o.reason) for o in summary.outcomes] == [("parent", RESUME_REQUESTED)]
+    assert [(o.run_id, o.reason) for o in summary.outcomes] == [("parent", CHILD_FINISHED)]
     assert h.store.load_run("parent").status is RunStatus.COMPLETED  # type: ignore[union-attr]
 
 

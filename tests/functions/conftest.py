@@ -28,14 +28,16 @@ FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
 
 
-@pytest.fixture
-def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+def deployed(monkeypatch: pytest.MonkeyPatch, config: Any, *,
+             executing: bool) -> Iterator[Deployment]:
+    """template.yaml in a moto account of its own, with `config` (moto's); `executing`:
+    whether its Step Functions runs the executions started (then waited for at the end)."""
     for name, value in FAKE_AWS.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB",
                  "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.delenv(name, raising=False)
-    with mock_aws(config=MOTO_CONFIG):
+    with mock_aws(config=config):
         lambdas = Lambdas()
 
         def invoke(  # noqa: PLR0917 - moto's LambdaSimpleBackend.invoke
@@ -56,7 +58,24 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
         finally:
             for gate in lambdas.gates.values():
                 gate.set()
-            stack.wait_until_idle()
+            if executing:
+                stack.wait_until_idle()
+
+
+# Step Functions starts executions and never runs them: they stay RUNNING.
+IDLE_CONFIG: Any = {**MOTO_CONFIG, "stepfunctions": {"execute_state_machine": False}}
+
+
+@pytest.fixture
+def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    yield from deployed(monkeypatch, MOTO_CONFIG, executing=True)
+
+
+@pytest.fixture
+def idle_deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    """The stack with Step Functions that starts executions but never runs them (they
+    stay RUNNING): for a test of what a starter does, not of what the runs do."""
+    yield from deployed(monkeypatch, IDLE_CONFIG, executing=False)
 
 
 @pytest.fixture(autouse=True)

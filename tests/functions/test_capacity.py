@@ -83,6 +83,11 @@ def test_a_run_beyond_max_concurrent_runs_stays_queued_and_starts_when_a_slot_fr
     counts = reconcile(deployment)["counts"]
     assert (counts["candidates"], counts["skipped"], counts["resumed"],
             counts["suspended_runs"]) == (1, 1, 0, 0)
+    # The slot was renewed for another hold: the next pass finds no room and,
+    # reading the slots once, does not even list the queue.
+    answer = reconcile(deployment)
+    assert answer["counts"]["candidates"] == 0
+    assert answer["deferred"] == "no room for more resumes or starts this pass"
     waiting = store.load_run(queued)
     assert waiting is not None and waiting.status is RunStatus.CREATED
     assert stack.executions() == {}

@@ -1,11 +1,12 @@
 """No run stuck: the reconciler alone finishes what a lost resume left suspended.
 
 Each test breaks the fast path of a resume — the start function fails, the
-child's `PutEvents` for its parent fails (or the parent's request was never
-filed), the resume execution's Reserve fails — and then only invokes the
-scheduled reconciler (events/scheduled-reconcile.json) with the fake clock
-moved past the grace: the run completes. The resume outbox is the store's
-`resume_requested_at` (DESIGN sections 5 and 7).
+child's `PutEvents` for its parent fails (and the step function's own request
+for it too: the child's end filed one in the store), the resume execution's
+Reserve fails — and then only invokes the scheduled reconciler
+(events/scheduled-reconcile.json) with the fake clock moved past the grace:
+the run completes. The resume outbox is the store's `resume_requested_at`
+(DESIGN sections 5 and 7).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def test_the_start_function_fails_after_the_approval_was_recorded(
     assert_completed(deployment, run_id, attempt=2)
 
 
-@pytest.mark.parametrize("lost", ["event", "event-and-request"])
+@pytest.mark.parametrize("lost", ["event", "event-and-step-request"])
 def test_a_parent_whose_child_finished_is_resumed_when_put_events_fails(
         deployment: Deployment, monkeypatch: pytest.MonkeyPatch, lost: str) -> None:
     stack, store = deployment.stack, deployment.services.store
@@ -106,8 +107,9 @@ def test_a_parent_whose_child_finished_is_resumed_when_put_events_fails(
                           "PutEvents")
 
     monkeypatch.setattr(deployment.services.events, "put_events", refused)
-    if lost == "event-and-request":
-        # A child that finished where nobody filed the parent's request.
+    if lost == "event-and-step-request":
+        # The Advance that finished the child files no request of its own: the
+        # store's, filed by the child's end, is what is left.
         monkeypatch.setattr(app, "_resume_parent", lambda services, run_id: None)
     deployment.services.runtime().approve(child_id)
     stack.put_resume_request(child_id, attempt=1, reason="approval-recorded")
@@ -118,10 +120,7 @@ def test_a_parent_whose_child_finished_is_resumed_when_put_events_fails(
     assert stack.deliver_resume_requests() == []  # no event reached the rule
     requested = store.load_run(run_id)
     assert requested is not None and requested.status is RunStatus.SUSPENDED
-    if lost == "event":
-        assert requested.resume_reason == "sub-run-finished"  # the outbox holds the request
-    else:
-        assert requested.resume_requested_at is None
+    assert requested.resume_reason == "sub-run-finished"  # the outbox holds the request
 
     assert reconcile(deployment)["counts"]["candidates"] == 0
     past_the_grace(deployment)

@@ -11,6 +11,7 @@ execution before it starts the next attempt.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from functions.executions import execution_name
 from stores.dynamodb.slices import execution_of
 from stores.dynamodb.store import DynamoDbRunStore
 from stores.memory import MemoryRunStore
+from stores.records import ParentRef, RunRecord
 from tests.functions import lambda_tools
+from tests.stores.aws.seeding import seed
 
 pytestmark = pytest.mark.slow
 
@@ -181,3 +184,30 @@ def test_a_run_created_but_never_started_is_started_by_the_reconciler(
     assert deployment.stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
     done = deployment.services.store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.takeovers == 0
+
+
+def test_a_crash_looping_sub_run_is_suspended_and_its_running_parent_left_alone(
+        idle_deployment: Deployment) -> None:
+    """A crash-looped child is suspended, not ended: its parent, still running, is
+    not touched and gets no resume request (a child's end would file one)."""
+    deployment = idle_deployment
+    store, clock = deployment.services.store, deployment.clock
+    gone = deployment.stack.execution_arn("never-started")
+    now = clock.now()
+    parent = RunRecord(run_id="parent", manifest_hash="sha256:" + "ab" * 32, attempt=1,
+                       status=RunStatus.RUNNING, lease_owner=gone,
+                       lease_expires_at=now + timedelta(hours=1), created_at=now,
+                       updated_at=now)
+    child = parent.model_copy(update={
+        "run_id": "parent.sub-child", "lease_expires_at": now - timedelta(minutes=1),
+        "takeovers": deployment.services.settings.max_takeovers,
+        "parent": ParentRef(run_id="parent", step_path="delegate")})
+    seed(store, [parent, child])
+    answer = reconcile(deployment)
+    assert answer["counts"]["suspended_runs"] == 1
+    looped = store.load_run("parent.sub-child")
+    assert looped is not None and looped.status is RunStatus.SUSPENDED
+    assert looped.suspension is not None and looped.suspension.reason == "crash-loop"
+    still = store.load_run("parent")
+    assert still is not None and still.status is RunStatus.RUNNING
+    assert still.resume_requested_at is None

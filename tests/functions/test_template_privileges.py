@@ -29,8 +29,8 @@ GRANTED = {
         "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "events:PutEvents",
         "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"},
     "StartFunction": LOGS | READ_RUNS | EXECUTIONS | SLOTS | {"sqs:SendMessage"},
-    "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | SLOTS | {"dynamodb:BatchGetItem",
-                                                                  "events:PutEvents"},
+    "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | SLOTS | {
+        "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "events:PutEvents"},
     "ApiFunction": LOGS | WRITE_RUNS | CONFIG | SECRETS | {
         "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem",
         "events:PutEvents"},

@@ -33,7 +33,7 @@ from stores.conformance import (
     suspend_for_approval,
 )
 from stores.dynamodb.store import DynamoDbRunStore
-from stores.records import RunStatus
+from stores.records import ParentRef, RunStatus
 
 WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
 
@@ -192,3 +192,51 @@ def test_a_write_retried_after_its_answer_was_lost_is_not_refused_by_itself(
     assert loaded is not None
     assert (loaded.status, loaded.attempt, loaded.checkpoint_seq, loaded.output) == (
         RunStatus.COMPLETED, run.attempt, 2, "done")
+
+
+# -- a sub-run's end and its parent's suspension on it ---------------------------
+
+PARENT, CHILD = "parent-1", "parent-1.sub-child"
+
+
+def family(store: DynamoDbRunStore) -> None:
+    """PARENT and its child CHILD, both running at attempt 1."""
+    for run_id, parent in ((PARENT, None), (CHILD, ParentRef(run_id=PARENT, step_path="d"))):
+        store.create_run(make_run(run_id, parent=parent))
+        store.resume_run(run_id, owner="owner-1", now=NOW, lease_seconds=LEASE_SECONDS)
+
+
+def suspend_parent(store: DynamoDbRunStore) -> None:
+    store.suspend_run(PARENT, expected_attempt=1, reason="sub-run", at=at(100),
+                      details={"child_run_id": CHILD, "step_path": "d"})
+
+
+def complete_child(store: DynamoDbRunStore) -> None:
+    store.complete_run(CHILD, expected_attempt=1, output="done", at=at(90))
+
+
+@pytest.mark.parametrize("first", ["parent-suspends", "child-ends"])
+def test_a_childs_end_and_its_parents_suspension_on_it_never_miss_each_other(
+        aws: AwsResources, owners: tuple[DynamoDbRunStore, DynamoDbRunStore],
+        first: str) -> None:
+    """Each decides on a read of the other taken before the other's write lands (the
+    parent sees its child going on, the child its parent running): the transaction
+    that carries the stale read is refused by its check of the other, and decided
+    again."""
+    parents, children = owners
+    family(parents)
+    if first == "parent-suspends":
+        with interleave(parents, lambda: complete_child(children)) as sent:
+            suspend_parent(parents)
+    else:
+        with interleave(children, lambda: suspend_parent(parents)) as sent:
+            complete_child(children)
+    # The first write (a transaction: the run and a check of the other) is refused.
+    writes = [name for name in sent if name in WRITE_OPERATIONS]
+    assert (len(writes), writes[0]) == (2, "TransactWriteItems")
+    parent = parents.load_run(PARENT)
+    assert parent is not None and parent.status is RunStatus.SUSPENDED
+    assert parent.resume_reason == "sub-run-finished"
+    assert parent.resume_requested_at == (at(100) if first == "parent-suspends" else at(90))
+    assert [run.run_id for run in parents.list_runs(resume_requested_before=at(101)).runs] \
+        == [PARENT]
