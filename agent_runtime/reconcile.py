@@ -76,6 +76,7 @@ from stores.base import (
 from stores.records import RunRecord, RunStatus
 
 from agent_runtime.clock import Clock, SystemClock
+from agent_runtime.crash_loops import every_crash_looped
 from agent_runtime.events import EventEmitter, EventSink
 from agent_runtime.owner_liveness import Liveness, LivenessCheck, OwnerStatus, ProcessLiveness
 
@@ -416,6 +417,29 @@ class Reconciler:
                     current.room -= 1  # a new attempt under way: one place fewer
         finally:
             self._pass = None
+        events.emit("reconcile.completed", counts=summary.counts())
+        return summary
+
+    async def resume_crash_looped(self, *, tenant: str | None = None) -> ReconcileSummary:
+        """Resume every run suspended as `crash-loop` (of `tenant`, when given), once its
+        cause is fixed: its resume request is filed first (so one refused for capacity
+        or lost to a crash is resumed by a later pass), then it is resumed as a due
+        resume is. An operator's action (`agent_runtime.crash_loops`), not a pass."""
+        events = _PassEvents(self.event_sinks, self.clock)
+        summary = ReconcileSummary(events.reconcile_id)
+        events.emit("reconcile.started", resume_crash_looped=True)
+        for run in every_crash_looped(self.store, tenant=tenant):
+            if not self.time_left():  # the rest stay suspended for the next call
+                summary.deferred = "out of time; call again for the rest"
+                break
+            try:
+                self.store.request_resume(run.run_id, at=self.clock.now(),
+                                          reason=RESUME_REQUESTED)
+            except (*RACE_ERRORS, RunNotFound) as race:
+                summary.outcomes.append(self._skipped(events, run, LOST_RACE,
+                                                      f"{type(race).__name__}: {race}"))
+                continue
+            summary.outcomes.append(await self._resume(events, run, CRASH_LOOP))
         events.emit("reconcile.completed", counts=summary.counts())
         return summary
 

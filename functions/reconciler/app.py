@@ -28,6 +28,12 @@ Resumes come before new starts, and the capacity slots are read once per
 pass (`CapacitySlots.room`): a pass lists no more suspended or queued runs
 than there are slots free, so a backlog costs it nothing run by run.
 
+Invoked with `{"resumeCrashLooped": true}` (an operator, once the cause is
+fixed), it resumes every run suspended as `crash-loop` instead of a pass:
+each resume request is filed, then its next attempt started as above (one
+refused for capacity is started by a later pass); `deferred` set in the
+answer means it ran out of time: invoke it again.
+
 Parents suspended on a child that ended before this release filed requests
 are found by a one-time sweep that reads every suspended run: invoke the
 function once after the upgrade with `{"sweepSubRunParents": true}`, and
@@ -81,6 +87,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         resume_grace=settings.resume_grace_seconds, event_sinks=[LogEventSink()],
         clock=services.clock, room=lambda: slots.room(services.clock.now()),
         sweep_sub_run_parents=False)
+    if event.get("resumeCrashLooped") is True:  # an operator's, after a fix
+        summary = asyncio.run(reconciler.resume_crash_looped())
+        count("ReconcileResumedCrashLooped", summary.count(Action.RESUMED))
+        return {"reconcile_id": summary.reconcile_id, "counts": summary.counts(),
+                "deferred": summary.deferred,
+                "resumed": [outcome.run_id for outcome in summary.outcomes
+                            if outcome.action is Action.RESUMED]}
     swept = None
     if event.get("sweepSubRunParents") is True:
         after = event.get("sweepAfter")

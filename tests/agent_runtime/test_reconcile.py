@@ -257,6 +257,55 @@ def test_a_crash_looped_run_resumed_after_a_fix_completes_with_its_count_reset()
     assert record is not None and record.takeovers == 0
 
 
+def test_resume_crash_looped_resumes_every_crash_looped_run_and_no_other() -> None:
+    h = Harness(three_step_model())
+    for run_id in ("loop-a", "loop-b"):
+        stranded(h, run_id, DEAD, takeovers=3)
+    stranded(h, "alive", ALIVE, takeovers=3)
+    rec = reconciler(h, max_takeovers=3)
+    assert by_run(rec.reconcile_sync())["loop-b"].action is Action.SUSPENDED_RUN
+    # Another run suspended for another reason is not the operator's to resume here.
+    h.store.suspend_run("alive", expected_attempt=4, reason="approval",
+                        details={"approval_id": "a1"}, at=h.clock.now())
+
+    summary = asyncio.run(rec.resume_crash_looped())
+
+    outcomes = by_run(summary)
+    assert sorted(outcomes) == ["loop-a", "loop-b"]
+    for run_id in ("loop-a", "loop-b"):
+        assert (outcomes[run_id].action, outcomes[run_id].reason) == (Action.RESUMED,
+                                                                      "crash-loop")
+        record = h.store.load_run(run_id)
+        assert record is not None
+        assert (record.status, record.takeovers) == (RunStatus.COMPLETED, 0)
+    waiting = h.store.load_run("alive")
+    assert waiting is not None and waiting.status is RunStatus.SUSPENDED
+    assert waiting.suspension is not None and waiting.suspension.reason == "approval"
+    # Nothing crash-looped is left: a second call finds nothing.
+    assert asyncio.run(rec.resume_crash_looped()).outcomes == []
+
+
+def test_a_crash_looped_run_whose_resume_is_refused_keeps_its_request_for_a_later_pass(
+        ) -> None:
+    h = Harness(three_step_model())
+    stranded(h, "r", DEAD, takeovers=3)
+    rec = reconciler(h, max_takeovers=3)
+    rec.reconcile_sync()
+
+    async def at_capacity(run: RunRecord) -> Resumed:
+        raise LostRace("left as it is: no capacity slot")
+
+    refused = Reconciler(h.store, liveness=Owners(), clock=h.clock, resume=at_capacity)
+    outcome = by_run(asyncio.run(refused.resume_crash_looped()))["r"]
+    assert (outcome.action, outcome.reason) == (Action.SKIPPED, "lost-race")
+    record = h.store.load_run("r")
+    assert record is not None and record.resume_requested_at is not None
+    # The request is the reconciler's outbox: a pass past the grace resumes it.
+    h.clock.advance(rec.resume_grace + 1)
+    outcome = by_run(rec.reconcile_sync())["r"]
+    assert (outcome.action, outcome.status) == (Action.RESUMED, RunStatus.COMPLETED)
+
+
 def test_the_crash_loop_suspension_is_fenced_by_the_attempt_that_died() -> None:
     h = Harness(three_step_model())
     stranded(h, "r", DEAD, takeovers=3)

@@ -195,6 +195,17 @@ def test_a_run_killed_again_past_the_takeover_bound_is_suspended_not_failed(work
     # A later pass leaves it waiting for an operator.
     assert _reconcile(workdir, "--max-takeovers", "1")["runs"] == []
 
+    # The cause fixed, the operator resumes every crash-looped run at once: it
+    # completes with its count at zero, and `first` (checkpointed) is not asked again.
+    done = _cli(workdir, "reconcile", "--resume-crash-looped", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    [outcome] = json.loads(done.stdout)["runs"]
+    assert (outcome["run_id"], outcome["action"], outcome["reason"], outcome["status"]) == (
+        "doomed", "resumed", "crash-loop", "completed")
+    record = _record(workdir, "doomed")
+    assert (record.status, record.takeovers) == (RunStatus.COMPLETED, 0)
+    assert _steps(workdir) == ["first", "second", "second", "second", "third", "fourth"]
+
 
 @pytest.mark.slow
 def test_two_reconcilers_racing_for_a_run_resume_it_once(workdir: Path) -> None:

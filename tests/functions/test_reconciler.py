@@ -174,6 +174,15 @@ def test_a_run_that_keeps_dying_is_suspended_as_a_crash_loop_never_failed(
         "the owner execution ended FAILED (Runtime.ExitError)")
     assert deployment.stack.executions() == {execution_name(run_id, 1): "FAILED"}
 
+    # The cause fixed (the crash happens once), the operator resumes every
+    # crash-looped run: its next attempt's execution completes it, count reset.
+    answer = deployment.stack.invoke("ReconcilerFunction", {"resumeCrashLooped": True})
+    assert (answer["resumed"], answer["deferred"]) == ([run_id], None)
+    assert deployment.stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
+    done = deployment.services.store.load_run(run_id)
+    assert done is not None
+    assert (done.status, done.attempt, done.takeovers) == (RunStatus.COMPLETED, 2, 0)
+
 
 def test_a_run_created_but_never_started_is_started_by_the_reconciler(
         deployment: Deployment, orders: dict[str, Any]) -> None:
