@@ -76,6 +76,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/many_runs.py
 	$(BIN)/python bench/cli_startup.py
 	$(BIN)/python bench/policy_limits.py
+	$(BIN)/python bench/aws_cost.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

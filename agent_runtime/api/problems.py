@@ -5,7 +5,8 @@ offending field when there is one. The mapping:
 
 * 400 a body that is not JSON (or not UTF-8, holds a lone surrogate, or is
   nested absurdly deep);
-* 401 no acceptable credentials;
+* 401 no acceptable credentials; 403 credentials without the route's scope
+  (a JWT on AWS, functions/api/authenticator.py);
 * 404 no such run, or a run of another tenant (its existence is not
   disclosed), or a URL naming no resource;
 * 405 a known path with a method it does not take;
@@ -54,7 +55,7 @@ PROBLEM_TYPE = "urn:agent-runtime:problem:"
 
 logger = logging.getLogger("agent_runtime.api")
 
-_SLUGS = {400: "bad-request", 401: "unauthenticated", 404: "not-found",
+_SLUGS = {400: "bad-request", 401: "unauthenticated", 403: "forbidden", 404: "not-found",
           405: "method-not-allowed", 409: "conflict", 413: "too-large",
           415: "unsupported-media-type", 421: "misdirected-request", 422: "invalid-input",
           429: "too-many-requests",

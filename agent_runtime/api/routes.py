@@ -25,6 +25,7 @@ from stores.base import RunAlreadyExists
 from stores.records import Budget, RunRecord, RunStatus
 
 from agent_runtime.api import guard
+from agent_runtime.api.output_parts import output_answer
 from agent_runtime.api.problems import (
     ApiProblem,
     excerpt,
@@ -59,7 +60,6 @@ from agent_runtime.api.wire import (
     checkpoint_summary,
     effect_list,
     run_envelope,
-    run_output,
     run_page,
     to_json,
 )
@@ -71,6 +71,8 @@ from agent_runtime.run_options import REQUEST_SHA256
 JSON = "application/json"
 # `limit` may ask for up to this many rows; `ApiLimits.max_page_size` caps what a page holds.
 MAX_LIMIT = 1000
+# Past any output a policy allows (`maxRunOutputBytes` is at most 2**31).
+MAX_OUTPUT_OFFSET = 2**31
 
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="A run id")]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many rows (the "
@@ -87,7 +89,7 @@ def json_response(status: int, model: BaseModel,
 def _responses(status: int, model: type[BaseModel], description: str, *problems: int,
                body: bool = False) -> dict[int, Any]:
     """A route's documented responses: its success, and the problems it may answer."""
-    common = (400, 401, 404, 413, 422, 500, 503) + ((415,) if body else ())
+    common = (400, 401, 403, 404, 413, 422, 500, 503) + ((415,) if body else ())
     return {status: {"description": description, "content": {JSON: {"model": model}}},
             **problem_schema_responses(*sorted({*common, *problems}))}
 
@@ -219,12 +221,29 @@ class RunRoutes:
             return self.run_response(200, self.visible_run(runId))
 
         @self._route("GET", "/runs/<runId>/output", operation_id="getRunOutput",
-                     summary="A run's output, whatever its size",
-                     responses=_responses(200, RunOutput, "The run's output"),
+                     summary="A run's output, whatever its size: whole, or in parts",
+                     responses=_responses(200, RunOutput, "The run's output, or one part "
+                                                          "of it"),
                      description="Where a run's `outputRef` points: the output a run view "
-                                 "leaves out when it is large. Null until the run completes.")
-        def get_run_output(runId: RunId) -> Response[str]:
-            return json_response(200, run_output(self.visible_run(runId)))
+                                 "leaves out when it is large. Null until the run completes. "
+                                 "An output too large for one answer is answered by "
+                                 "reference: `output` null, `outputBytes`, and `next`, the "
+                                 "path of its first part. Each part (`?offset=&length=`) "
+                                 "holds `data`, base64 of the output's JSON text from "
+                                 "`offset`, and `next` names the part after it; the parts "
+                                 "together are the output's JSON text.")
+        def get_run_output(runId: RunId, offset: Annotated[int | None, Query(
+                               ge=0, le=MAX_OUTPUT_OFFSET,
+                               description="Answer the part of the output's JSON text that "
+                                           "starts at this byte")] = None,
+                           length: Annotated[int | None, Query(
+                               ge=1, le=MAX_OUTPUT_OFFSET,
+                               description="At most this many bytes of it (the server may "
+                                           "send fewer)")] = None) -> Response[str]:
+            return Response(status_code=200, content_type=JSON, body=output_answer(
+                self.visible_run(runId),
+                max_answer_bytes=self.services.limits.max_output_answer_bytes,
+                offset=offset, length=length))
 
     def _register_history(self) -> None:
         @self._route("GET", "/runs/<runId>/checkpoints", operation_id="listCheckpoints",

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from agent_runtime.engine import AgentRuntime
 
 
+# An output answer's floor: a part's envelope (~1 KiB) and room for data.
+MIN_OUTPUT_ANSWER_BYTES = 4 * 1024
+
+
 class Unauthenticated(Exception):
     """The request carries no acceptable credentials (HTTP 401)."""
 
@@ -73,6 +77,17 @@ class ApiLimits:
     # A page of `GET /runs` ends before the run whose view would take its JSON past
     # this; its cursor continues there. A page holds one run whatever its size.
     max_page_bytes: int = 1024 * 1024
+    # `GET /runs/{runId}/output` answers the whole output only when its body, as a
+    # Lambda response carries it (JSON-escaped), is at most this; a larger one is
+    # answered in parts, each within it (agent_runtime/api/output_parts.py). Below
+    # Lambda's 6 MB response limit with room for headers.
+    max_output_answer_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_output_answer_bytes < MIN_OUTPUT_ANSWER_BYTES:
+            raise ValueError(f"ApiLimits.max_output_answer_bytes must be at least "
+                             f"{MIN_OUTPUT_ANSWER_BYTES} bytes, not "
+                             f"{self.max_output_answer_bytes}")
 
 
 @dataclass

@@ -184,8 +184,19 @@ class RunList(WireModel):
 class RunOutput(WireModel):
     run_id: str
     status: RunStatus
-    output: Any = Field(default=None, description="The run's output, whatever its size "
-                                                  "(null until the run completes)")
+    output: Any = Field(default=None, description="The run's output (null until the run "
+                                                  "completes), or null when it is answered "
+                                                  "in parts: then `outputBytes` and `next` "
+                                                  "are set")
+    output_bytes: int | None = Field(
+        default=None, description="Set when the output is answered in parts: the length of "
+                                  "its JSON text (UTF-8), in bytes")
+    offset: int | None = Field(default=None, description="With `data`: where in the output's "
+                                                         "JSON text the part starts, in bytes")
+    data: str | None = Field(default=None, description="A part: bytes of the output's JSON "
+                                                       "text from `offset`, base64-encoded")
+    next: str | None = Field(default=None, description="The path of the output's next part "
+                                                       "(`?offset=`); null after the last")
 
 
 class CheckpointSummary(WireModel):

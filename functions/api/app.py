@@ -5,8 +5,9 @@ serves (DESIGN section 12). What this function adds is the AWS side of their
 seam (`ApiServices`): the container's store and runtime
 (functions/environment.py), a launcher that starts and resumes runs through
 the state machine (`AwsLauncher`), and the tenant API Gateway's authorizer
-verified (`HttpApiAuthenticator`). They are built once per container, on the
-first request.
+verified (`HttpApiAuthenticator`), each tenant's requests counted against its
+per-minute limit (`TenantRequestLimit`). They are built once per container,
+on the first request.
 
 A run a client cancels is announced with a run-finished event.
 
@@ -26,9 +27,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from agent_runtime import AgentRuntime
 from agent_runtime.api import ApiServices, build_api
+from agent_runtime.api.services import Authenticator
 from functions import environment
 from functions.api.authenticator import HttpApiAuthenticator
 from functions.api.launcher import AwsLauncher
+from functions.api.tenant_requests import (
+    LimitedAuthenticator,
+    TenantRequestLimit,
+    requests_per_minute_from_environment,
+)
 from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
 
@@ -58,9 +65,18 @@ def build_resolver(services: environment.Services) -> APIGatewayHttpResolver:
         AnnouncingRuntime, announce=lambda run_id: announce_record_finished(
             services.events, services.store, run_id, bus=bus)))
     build_api(resolver, ApiServices(store=services.store, runtime=runtime,
-                                    launcher=launcher,
-                                    authenticator=HttpApiAuthenticator.from_environment()))
+                                    launcher=launcher, authenticator=authenticator(services)))
     return resolver
+
+
+def authenticator(services: environment.Services) -> Authenticator:
+    verified = HttpApiAuthenticator.from_environment()
+    per_minute = requests_per_minute_from_environment()
+    if not per_minute:
+        return verified
+    store = services.store
+    return LimitedAuthenticator(verified, TenantRequestLimit(
+        store.client, store.table_name, per_minute=per_minute, clock=services.clock))
 
 
 def resolver() -> APIGatewayHttpResolver:

@@ -12,7 +12,7 @@ import boto3
 from botocore.exceptions import NoRegionError
 
 from stores.dynamodb.s3 import S3BlobStore
-from stores.dynamodb.store import DEFAULT_INLINE_LIMIT, DEFAULT_RETENTION, DynamoDbRunStore
+from stores.dynamodb.store import DEFAULT_RETENTION, DynamoDbRunStore
 from stores.resume_events import ResumeEvents, resume_events
 
 # `event_bus` is not the table's: it names the stack's bus, where a resume is
@@ -37,7 +37,7 @@ def open_dynamodb_store(location: str) -> DynamoDbRunStore:
     if bool(options.get("bucket")) != bool(options.get("kms_key")):
         raise ValueError("a DynamoDB store location names bucket= and kms_key= together")
     try:
-        inline_limit = int(options.get("inline_limit", DEFAULT_INLINE_LIMIT))
+        inline_limit = int(options["inline_limit"]) if "inline_limit" in options else None
         days = float(options.get("retention_days", DEFAULT_RETENTION.days))
     except ValueError as error:
         raise ValueError(f"DynamoDB store location {location!r}: {error}") from error

@@ -48,11 +48,13 @@ ROUNDS = 12  # read-modify-write rounds lost to concurrent writers before giving
 
 @dataclass(frozen=True)
 class StoredRun:
-    """A run as its META item held it: the record, its incarnation and revision."""
+    """A run as its META item held it: the record, its incarnation and revision, and
+    the status index's `due_at` it has (None: not known; a checkpoint then writes it)."""
 
     run: RunRecord
     incarnation: str
     rev: str
+    due_at: int | None = None
 
 
 class Unread:
@@ -142,7 +144,7 @@ class RunReader:
             definition = decode_definition(item, self.texts)
             self._keep_definition(incarnation, definition)
         stored = StoredRun(decode_run(meta, definition, self.texts), incarnation,
-                           text_of(meta, "rev"))
+                           text_of(meta, "rev"), stored_due_at(meta))
         self.remember(stored)
         return stored
 
@@ -178,7 +180,8 @@ class RunReader:
                 decoded = decode_definition(definition, self.texts)
                 self._keep_definition(incarnation, decoded)
             run = decode_run(meta, decoded, self.texts)
-            self.remember(StoredRun(run, incarnation, text_of(meta, "rev")))
+            self.remember(StoredRun(run, incarnation, text_of(meta, "rev"),
+                                    stored_due_at(meta)))
             runs.append(run)
         return runs
 
@@ -235,6 +238,11 @@ class RunReader:
         if previous is None and seq > 1:
             previous = self.assemble(stored.run.run_id, seq - 1)[1]
         return previous
+
+
+def stored_due_at(meta: Item) -> int | None:
+    value = meta.get("due_at", {}).get("N")
+    return None if value is None else int(value)
 
 
 def fence(stored: StoredRun) -> Condition:

@@ -25,7 +25,12 @@ the store remembers the run as it last read or wrote it and, when that
 predicts success (same incarnation and attempt, running, latest seq = seq - 1,
 the previous lists cached), writes conditioned on exactly that prediction; a
 refusal falls back to the read-modify-write above. Effect writes predict the
-same way. A body over `inline_limit` adds one S3 put.
+same way. A body over `inline_limit` (compressed) adds one S3 put.
+
+A checkpoint that renews the lease moves the run's status index entry only
+when the entry is due within half a lease (`items.lease_still_due`): a small
+checkpoint then writes two items of a KB each (4 write units in its
+transaction), not those and a moved index entry (2 more).
 
 Concurrency. Across processes DynamoDB's conditions decide; inside one
 process a striped lock also serialises a run's operations, which the caches
@@ -70,6 +75,7 @@ from stores.dynamodb.items import (
     definition_item,
     due_at,
     key,
+    lease_still_due,
     meta_item,
     micros,
     moment,
@@ -113,9 +119,21 @@ if TYPE_CHECKING:
 
 # DynamoDB's item limit is 400 KB, attribute names and the other attributes included.
 MAX_INLINE_LIMIT = 350_000
-# Over this a body goes to S3: one PUT there costs less than the write units
-# of a large item in a transaction (billed twice), and keeps items small.
-DEFAULT_INLINE_LIMIT = 64 * 1024
+# Over this many stored bytes (compressed: `items.Texts`) a text goes to S3. The
+# break-even, at us-east-1 on-demand prices (bench/aws_cost.py): a PUT ($0.005
+# per 1,000) costs what 8 write units do ($0.625 per million), and the item
+# keeping the reference still costs its first KB, 2 units in the transaction
+# a checkpoint is, so S3 costs ~10 units (and ~20 ms of Lambda waiting for the
+# PUT, ~0.4 more). Inline costs 2 units per started KB of the item: a text up
+# to ~4.7 KB (with the item's ~300 other bytes) costs no more than S3, one
+# over it more. Reading agrees: a GET costs what 3.2 read units do, and an
+# inline item up to 4 KB reads for 1. So 4 KB; before, 64 KB bodies rode
+# inline at up to 128 write units a checkpoint, and outputs up to 64 KB inline
+# in META cost 124 a write and 16 read units a read.
+DEFAULT_INLINE_LIMIT = 4 * 1024
+# A store without a blob store keeps texts inline up to this (compressed), as
+# every store did before: a smaller limit would refuse writes it used to take.
+BLOBLESS_INLINE_LIMIT = 64 * 1024
 DEFAULT_RETENTION = timedelta(days=90)
 _STRIPES = 64
 
@@ -176,22 +194,26 @@ class _MetaWrite:
         rev = secrets.token_hex(8)
         item = meta_item(peer, incarnation=read.incarnation, rev=rev, texts=store._texts,
                          retention=store.retention)
-        return put_op(store.table_name, item, fence(read)), StoredRun(peer, read.incarnation, rev)
+        return put_op(store.table_name, item, fence(read)), StoredRun(
+            peer, read.incarnation, rev, int(item["due_at"]["N"]))
 
 
 class DynamoDbRunStore(StateChanges):
     """A RunStore in one DynamoDB table (the layout of DESIGN section 10).
 
     `blobs` keeps what is over `inline_limit` bytes (checkpoint bodies, large
-    manifests or outputs); without it such a write raises `StoreError`.
+    manifests or outputs); without it such a write raises `StoreError`. The
+    limit is `DEFAULT_INLINE_LIMIT` with blobs, `BLOBLESS_INLINE_LIMIT` without.
     `retention` is how long a terminal run stays before its TTL (None: no TTL).
     `sleep` waits between the tries of a throttled request (tests inject it).
     """
 
     def __init__(self, table_name: str, *, blobs: S3BlobStore | None = None,
-                 client: DynamoDBClient | None = None, inline_limit: int = DEFAULT_INLINE_LIMIT,
+                 client: DynamoDBClient | None = None, inline_limit: int | None = None,
                  retention: timedelta | None = DEFAULT_RETENTION,
                  sleep: Callable[[float], None] | None = None) -> None:
+        if inline_limit is None:
+            inline_limit = DEFAULT_INLINE_LIMIT if blobs is not None else BLOBLESS_INLINE_LIMIT
         if not 0 < inline_limit <= MAX_INLINE_LIMIT:
             raise ValueError(f"inline_limit must be 1..{MAX_INLINE_LIMIT} bytes, "
                              f"not {inline_limit}")
@@ -300,7 +322,7 @@ class DynamoDbRunStore(StateChanges):
         except Refused as refused:
             if not landed(refused, "rev", rev):
                 raise
-        written = StoredRun(updated, stored.incarnation, rev)
+        written = StoredRun(updated, stored.incarnation, rev, int(item["due_at"]["N"]))
         self._reader.remember(written)
         return written
 
@@ -413,8 +435,12 @@ class DynamoDbRunStore(StateChanges):
         sets = {"checkpoint_seq": n(seq), "consumed_tokens": n(updated.consumed_tokens),
                 "updated_at": n(micros(updated.updated_at)), "takeovers": n(updated.takeovers),
                 "rev": s(rev)}
+        due = known.due_at
         if lease_expires_at is not None:
-            sets |= {"lease_expires_at": n(micros(lease_expires_at)), "due_at": n(due_at(updated))}
+            sets["lease_expires_at"] = n(micros(lease_expires_at))
+            if not lease_still_due(due, updated):
+                due = due_at(updated)
+                sets["due_at"] = n(due)
         # Conditioned on exactly the prediction: this incarnation, running at
         # this attempt, with seq - 1 its latest checkpoint.
         prediction = running_at(known, expected_attempt, self._owner(known.run.run_id)) & Condition(
@@ -430,7 +456,7 @@ class DynamoDbRunStore(StateChanges):
             if not landed(refused, "rev", rev):
                 self._reader.forget(checkpoint.run_id)
                 return refused
-        self._reader.remember(StoredRun(updated, known.incarnation, rev))
+        self._reader.remember(StoredRun(updated, known.incarnation, rev, due))
         self._reader.save_lists(known.incarnation, saved)
         return True
 

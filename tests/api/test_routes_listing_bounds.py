@@ -9,7 +9,10 @@ it), and a page of `GET /runs` ends before the run that would take it past
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from routes_harness import ECHO, Api, manifest_text
@@ -89,10 +92,28 @@ def test_a_5_mb_output_is_listed_by_reference_and_its_route_returns_it(
     # A run alone is bounded the same way.
     assert api.get(f"/runs/{big['runId']}").run == by_id[big["runId"]]
 
+    # Past one answer's bound (ApiLimits.max_output_answer_bytes): by reference, then parts.
     output = api.get(big["outputRef"])
     assert output.status == 200, output
-    assert output.body == {"runId": big["runId"], "status": "completed", "output": "y" * 5 * MB}
-    assert api.get(f"/runs/{small['runId']}/output").body["output"] == small["output"]
+    assert output.body == {"runId": big["runId"], "status": "completed", "output": None,
+                           "outputBytes": 5 * MB + 2, "next": f"{big['outputRef']}?offset=0"}
+    assert json.loads(output_text(api, output.body["next"])) == "y" * 5 * MB
+    assert api.get(f"/runs/{small['runId']}/output").body == {
+        "runId": small["runId"], "status": "completed", "output": small["output"]}
+
+
+def output_text(api: Api, first: str) -> bytes:
+    """The output's JSON text, read part by part from `first` (an output's `next`)."""
+    text, following = b"", first
+    while following is not None:
+        path, _, query = following.partition("?")
+        part = api.get(path, query=dict(parse_qsl(query)))
+        assert part.status == 200, part
+        assert part.body["offset"] == len(text)
+        assert len(part.text.encode()) <= ApiLimits().max_output_answer_bytes
+        text += base64.b64decode(part.body["data"])
+        following = part.body["next"]
+    return text
 
 
 def test_an_output_at_the_threshold_is_shown_and_one_byte_more_is_referenced(

@@ -124,9 +124,14 @@ def iam_caller(user_arn: str) -> dict[str, Any]:
                     "userId": "AROAEXAMPLEROLEID1234:session"}}
 
 
+# The scopes template.yaml's routes need by default (ApiReadScope, ApiWriteScope).
+FULL_SCOPE = "agent-runtime/runs.read agent-runtime/runs.write"
+
+
 def jwt_caller(**claims: str) -> dict[str, Any]:
-    """An HTTP API authorizer context of a request whose JWT the authorizer verified."""
-    return {"jwt": {"claims": claims, "scopes": None}}
+    """An HTTP API authorizer context of a request whose JWT the authorizer verified
+    (granting both of the API's scopes unless `scope=` says otherwise)."""
+    return {"jwt": {"claims": {"scope": FULL_SCOPE, **claims}, "scopes": None}}
 
 
 def http_event(name: str, *, body: Any = _UNCHANGED, query: Mapping[str, str] | None = None,

@@ -2,7 +2,9 @@
 
 moto does not enforce IAM, so the function tests would pass whatever the
 roles say. `CallRecorder` sees each botocore call made while a handler of the
-template (its `Handler`) is on the stack, and `ungranted` says which of them
+template (its `Handler`) is on the stack, or on the stack of the thread that
+submitted the work to a `ThreadPoolExecutor` (the store's listing reads its
+partitions on a pool), and `ungranted` says which of them
 the role does not allow: the IAM action (a transaction is authorised per item,
 `DeleteObjects` per object, `ListObjectsV2` as `s3:ListBucket`), the index a
 Query reads, the S3 prefix of a key, the detail-type of an event.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +55,9 @@ class CallRecorder:
         self._handlers = handler_frames(self.template)
         self.calls: list[Call] = []
         self._lock = threading.Lock()
+        # The handler whose work a pool thread is doing: its own stack does not
+        # hold the handler's frame, the submitting thread's did.
+        self._submitted_by = threading.local()
 
     def _handler(self) -> str | None:
         frame = sys._getframe(2)
@@ -61,7 +67,8 @@ class CallRecorder:
                 if code.co_name == entry and code.co_filename.endswith(suffix):
                     return name
             frame = frame.f_back
-        return None
+        function: str | None = getattr(self._submitted_by, "function", None)
+        return function
 
     @contextmanager
     def recording(self) -> Iterator[None]:
@@ -76,11 +83,29 @@ class CallRecorder:
                                                operation, dict(params)))
             return original(client, operation, params)
 
+        original_submit = ThreadPoolExecutor.submit
+
+        def submit(pool: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any,
+                   **kwargs: Any) -> Future[Any]:
+            function = recorder._handler()
+            if function is None:
+                return original_submit(pool, fn, *args, **kwargs)
+
+            def on_behalf(*args: Any, **kwargs: Any) -> Any:
+                recorder._submitted_by.function = function
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    recorder._submitted_by.function = None
+            return original_submit(pool, on_behalf, *args, **kwargs)
+
         botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
+        ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
         try:
             yield
         finally:
             botocore.client.BaseClient._make_api_call = original  # type: ignore[method-assign]
+            ThreadPoolExecutor.submit = original_submit  # type: ignore[method-assign]
 
     def ungranted(self) -> list[str]:
         refusals = []

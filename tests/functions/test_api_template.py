@@ -23,7 +23,12 @@ ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
 # The web console's files (agent_runtime/console): served by the same function,
 # public, and not part of the API's OpenAPI document.
 CONSOLE_ROUTES = {("GET", "/"), ("GET", "/console/{asset}"), ("GET", "/console/examples/{name}")}
-JWT_OR_IAM = {"Fn::If": ["UsesJwt", [{"jwt": []}], [{"sigv4": []}]]}
+
+
+def jwt_or_iam(scope: str) -> dict[str, Any]:
+    """A route's security: IAM, or a JWT with the `Api{scope}Scope` parameter's scope."""
+    scopes = {"Fn::If": [f"Checks{scope}Scope", [{"Ref": f"Api{scope}Scope"}], []]}
+    return {"Fn::If": ["UsesJwt", [{"jwt": scopes}], [{"sigv4": []}]]}
 
 
 def resource(name: str) -> dict[str, Any]:
@@ -77,12 +82,18 @@ def test_every_route_but_the_description_needs_iam_unless_a_jwt_issuer_is_given(
     for route, operation in api_routes().items():
         # The API's description is public, as `serve` serves it.
         public = route == ("GET", "/openapi.json") or route in CONSOLE_ROUTES
-        expected = {} if public else {"security": JWT_OR_IAM}
+        # Reading needs the read scope; starting or changing a run, the write scope.
+        scope = "Read" if route[0] == "GET" else "Write"
+        expected = {} if public else {"security": jwt_or_iam(scope)}
         assert operation == expected, route
     # A JWT authorizer without an audience would accept any token of the issuer.
     assert template["Rules"]["JwtNeedsAudience"]["Assertions"]
     variables = resource("ApiFunction")["Properties"]["Environment"]["Variables"]
     assert variables["AGENT_RUNTIME_TENANT_CLAIM"] == {"Ref": "TenantClaim"}
+    assert variables["AGENT_RUNTIME_READ_SCOPE"] == {"Ref": "ApiReadScope"}
+    assert variables["AGENT_RUNTIME_WRITE_SCOPE"] == {"Ref": "ApiWriteScope"}
+    assert parameters["ApiReadScope"]["Default"] == "agent-runtime/runs.read"
+    assert parameters["ApiWriteScope"]["Default"] == "agent-runtime/runs.write"
 
 
 def test_the_api_logs_every_request_and_throttles() -> None:

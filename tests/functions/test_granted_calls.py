@@ -8,16 +8,21 @@ is shown to refuse what a role does not allow.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import boto3
 import pytest
 from aws_stack import Deployment, http_event
 from granted_calls import Call, CallRecorder, refused
 from grants import grants, role_of
+from moto import mock_aws
 
 from functions.executions import execution_name
 from stores.dynamodb.store import DEFAULT_INLINE_LIMIT
+from tests.stores.aws.aws_template import REGION
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +32,9 @@ def test_a_run_kept_in_blobs_calls_only_what_each_role_grants(
     stack = deployment.stack
     sample = json.loads(http_event("api-start-run.json")["body"])
     # Past the inline limit: the run's variables, prompt and output are blobs.
-    topic = "durable agent checkpoints " * (DEFAULT_INLINE_LIMIT // 20)
+    # (hex digits of hashes: compression only halves them).
+    topic = "".join(hashlib.sha256(n.to_bytes(4, "big")).hexdigest()
+                    for n in range(DEFAULT_INLINE_LIMIT // 16))
     body = {"manifest": sample["manifest"], "options": sample["options"],
             "variables": {"topic": topic}}
     created = stack.call_api(http_event("api-start-run.json", body=body))
@@ -71,3 +78,27 @@ def test_the_check_refuses_what_a_role_does_not_grant() -> None:
         "Delete": {"Objects": [{"Key": "checkpoints/run_1/x"}]}}) == []
     assert _why("AdvanceFunction", "dynamodb", "TransactWriteItems", {"TransactItems": [
         {"ConditionCheck": {}}, {"Put": {}}]}) == []
+
+
+def test_a_call_a_handler_makes_on_a_worker_thread_is_recorded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store's listing reads partitions on a thread pool: the handler's frame is
+    # on the submitting thread's stack, not on the worker's.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    recorder = CallRecorder()
+    recorder._handlers = {("tests/functions/test_granted_calls.py", "pretend_handler"):
+                          "ApiFunction"}
+
+    def pretend_handler(client: Any) -> None:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda _: client.list_tables(), range(2)))
+
+    with mock_aws(), recorder.recording():
+        client = boto3.client("dynamodb", region_name=REGION)
+        pretend_handler(client)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # no handler submitted this one
+            pool.submit(client.describe_limits).result()
+        client.list_tables()  # nor this: no handler on the stack
+    assert [(call.function, call.operation) for call in recorder.calls] == [
+        ("ApiFunction", "ListTables")] * 2

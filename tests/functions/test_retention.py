@@ -19,7 +19,9 @@ from stores.dynamodb.s3 import S3ArtifactStore
 from stores.dynamodb.store import DynamoDbRunStore
 from stores.records import ArtifactRef
 
-BIG = "retained-bytes " * 5_000  # ~75 KB: over DynamoDB's inline limit, so an S3 blob
+# ~75 KB of hex digits of hashes, which compression only halves: over the
+# store's inline limit, so an S3 blob.
+BIG = "".join(hashlib.sha256(n.to_bytes(4, "big")).hexdigest() for n in range(1_200))
 # Both runs save these same bytes (> 64 KiB) as an artifact.
 ARTIFACT = b"%PDF-1.7 " + BIG.encode()
 

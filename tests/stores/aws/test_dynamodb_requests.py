@@ -8,6 +8,7 @@ Queries the status GSI, list_runs(tenant=...) the tenant GSI, and none Scans.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -103,8 +104,10 @@ def test_a_large_checkpoint_adds_exactly_one_s3_put(aws: AwsResources,
                                                     store: DynamoDbRunStore) -> None:
     start_run(store)
     store.save_checkpoint(checkpoint(1), expected_attempt=1)
+    # 300,000 hex digits of hashes: compressed, still far over the inline limit.
+    noise = "".join(hashlib.sha256(n.to_bytes(4, "big")).hexdigest() for n in range(4_688))
     large = make_checkpoint(seq=2, transcript=[*checkpoint(1).transcript,
-                                                {"role": "tool", "content": "y" * 300_000}],
+                                                {"role": "tool", "content": noise}],
                             budget=checkpoint(2).budget)
     with requests(aws.dynamodb, aws.s3) as counted:
         store.save_checkpoint(large, expected_attempt=1)

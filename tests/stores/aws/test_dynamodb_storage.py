@@ -23,6 +23,8 @@ def value_bytes(value: dict[str, Any]) -> int:
         return len(inner.encode())
     if kind == "N":
         return (len(inner.lstrip("-").replace(".", "").lstrip("0")) + 1) // 2 + 1
+    if kind == "B":
+        return len(inner)
     if kind in ("BOOL", "NULL"):
         return 1
     if kind == "M":
