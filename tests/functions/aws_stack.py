@@ -201,6 +201,9 @@ class Lambdas:
         self.invocations: list[Invocation] = []
         # A function whose gate is set waits at it before its handler runs.
         self.gates: dict[str, threading.Event] = {}
+        # How long (real seconds) a gate holds at most: a test that forgets to
+        # open one still ends.
+        self.gate_seconds = 60.0
         # Errors to answer after a function's handler ran (its response lost),
         # as Lambda's service errors (`Lambda.ServiceException`) answer.
         self.faults: dict[str, list[str]] = {}
@@ -244,7 +247,7 @@ class Lambdas:
         gate = self.gates.get(function)
         if gate is not None:
             self.waiting.release()
-            gate.wait(timeout=60)
+            gate.wait(timeout=self.gate_seconds)
         call = Invocation(function, event)
         with self._lock:
             self.invocations.append(call)
