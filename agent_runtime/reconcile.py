@@ -13,8 +13,12 @@ on a fresh read:
   unreadable owner), is left alone: an expired lease alone proves nothing,
   the owner may be stopped or starved. A run already taken over
   `max_takeovers` times in a row (no checkpoint in between: a checkpoint
-  resets the store's `takeovers`) is failed with `crash_loop` instead of
-  resumed again: something in it keeps killing its owner;
+  resets the store's `takeovers`) is suspended with reason `crash-loop`
+  instead of resumed again: something in it (or in the code running it)
+  keeps killing its owner. It is never failed for that: the run did nothing
+  wrong that a fix cannot mend, so an operator resumes it after the fix
+  (`agent-runtime reconcile --resume-crash-looped`, or
+  `POST /runs/{runId}/resume`), and that resume starts the count again;
 * `suspended` runs whose resume request is older than `resume_grace` (the
   resume outbox: `request_resume`, an approval recorded, a sub-run's end,
   which the store files on the parent suspended on it). The grace lets the
@@ -40,7 +44,7 @@ one acts and the other reports `lost-race`, which is not an error.
 
 Events: `reconcile.started`, `reconcile.resumed` (reason `resume-requested` or
 `child-finished` for a suspended run), `reconcile.skipped` (reason
-`owner-alive`, `owner-unknown` or `lost-race`), `reconcile.failed-run`,
+`owner-alive`, `owner-unknown` or `lost-race`), `reconcile.suspended-run`,
 `reconcile.error`, `reconcile.deferred` (no room for more resumes and starts),
 `reconcile.request-filed` (the sweep) and `reconcile.completed` (counts). The
 reconciler is not a run: an event about a run carries its id and the attempt
@@ -59,6 +63,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from stores import transitions
 from stores.base import (
     SUB_RUN_FINISHED,
     InvalidTransition,
@@ -68,9 +73,10 @@ from stores.base import (
     RunTerminal,
     StaleAttempt,
 )
-from stores.records import RunError, RunRecord, RunStatus
+from stores.records import RunRecord, RunStatus
 
 from agent_runtime.clock import Clock, SystemClock
+from agent_runtime.crash_loops import every_crash_looped
 from agent_runtime.events import EventEmitter, EventSink
 from agent_runtime.owner_liveness import Liveness, LivenessCheck, OwnerStatus, ProcessLiveness
 
@@ -90,6 +96,8 @@ LOST_RACE = "lost-race"
 RESUME_REQUESTED = "resume-requested"
 CHILD_FINISHED = "child-finished"
 SUB_RUN = "sub-run"
+# Why the reconciler suspended a run: its owners kept dying (stores.transitions.CRASH_LOOP).
+CRASH_LOOP = transitions.CRASH_LOOP
 
 
 class LostRace(Exception):
@@ -106,7 +114,7 @@ RACE_ERRORS = (LeaseHeld, RunTerminal, InvalidTransition, StaleAttempt, LostRace
 class Action(StrEnum):
     RESUMED = "resumed"
     SKIPPED = "skipped"
-    FAILED_RUN = "failed-run"
+    SUSPENDED_RUN = "suspended-run"  # a crash loop: suspended for an operator
     ERROR = "error"
 
 
@@ -155,7 +163,7 @@ class ReconcileSummary:
     def counts(self) -> dict[str, int]:
         return {"candidates": len(self.outcomes), "resumed": self.count(Action.RESUMED),
                 "skipped": self.count(Action.SKIPPED),
-                "failed_runs": self.count(Action.FAILED_RUN), "errors": self.errors}
+                "suspended_runs": self.count(Action.SUSPENDED_RUN), "errors": self.errors}
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"reconcile_id": self.reconcile_id, "counts": self.counts(),
@@ -231,7 +239,7 @@ class _Pass:
 
 
 class Reconciler:
-    """Finds runs whose owner died and resumes them, or fails those that keep dying,
+    """Finds runs whose owner died and resumes them, or suspends those that keep dying,
     resumes suspended runs whose resume is due (a request older than `resume_grace`
     seconds: an approval recorded, a sub-run's end) and starts runs queued longer than
     `queued_seconds` (see the module doc).
@@ -412,6 +420,29 @@ class Reconciler:
         events.emit("reconcile.completed", counts=summary.counts())
         return summary
 
+    async def resume_crash_looped(self, *, tenant: str | None = None) -> ReconcileSummary:
+        """Resume every run suspended as `crash-loop` (of `tenant`, when given), once its
+        cause is fixed: its resume request is filed first (so one refused for capacity
+        or lost to a crash is resumed by a later pass), then it is resumed as a due
+        resume is. An operator's action (`agent_runtime.crash_loops`), not a pass."""
+        events = _PassEvents(self.event_sinks, self.clock)
+        summary = ReconcileSummary(events.reconcile_id)
+        events.emit("reconcile.started", resume_crash_looped=True)
+        for run in every_crash_looped(self.store, tenant=tenant):
+            if not self.time_left():  # the rest stay suspended for the next call
+                summary.deferred = "out of time; call again for the rest"
+                break
+            try:
+                self.store.request_resume(run.run_id, at=self.clock.now(),
+                                          reason=RESUME_REQUESTED)
+            except (*RACE_ERRORS, RunNotFound) as race:
+                summary.outcomes.append(self._skipped(events, run, LOST_RACE,
+                                                      f"{type(race).__name__}: {race}"))
+                continue
+            summary.outcomes.append(await self._resume(events, run, CRASH_LOOP))
+        events.emit("reconcile.completed", counts=summary.counts())
+        return summary
+
     def reconcile_sync(self) -> ReconcileSummary:
         """`reconcile` for code without an event loop."""
         return asyncio.run(self.reconcile())
@@ -451,7 +482,7 @@ class Reconciler:
             if owner.liveness is Liveness.UNKNOWN:
                 return self._skipped(events, run, OWNER_UNKNOWN, owner.detail)
             if run.takeovers >= self.max_takeovers:
-                return self._fail_crash_loop(events, run, owner.detail)
+                return self._suspend_crash_loop(events, run, owner.detail)
         due: str | None = None
         if run.status is RunStatus.SUSPENDED:
             due = self.resume_due(run)
@@ -473,24 +504,24 @@ class Reconciler:
         return RunOutcome(run.run_id, Action.ERROR, run.attempt, detail=detail,
                           status=run.status)
 
-    def _fail_crash_loop(self, events: _PassEvents, run: RunRecord, why: str) -> RunOutcome:
+    def _suspend_crash_loop(self, events: _PassEvents, run: RunRecord, why: str) -> RunOutcome:
         deaths = run.takeovers + 1
-        error = RunError(type="crash_loop", message=(
-            f"the run's owner died {deaths} times in a row without saving a checkpoint "
-            f"(taken over {run.takeovers} times, the limit is {self.max_takeovers}); failed "
-            "instead of resumed again"),
-            details={"takeovers": run.takeovers, "max_takeovers": self.max_takeovers,
-                     "last_owner": run.lease_owner, "owner_status": why})
+        message = (f"the run's owner died {deaths} times in a row without saving a checkpoint "
+                   f"(taken over {run.takeovers} times, the limit is {self.max_takeovers}); "
+                   "suspended instead of resumed again: resume it once the cause is fixed")
+        details = {"message": message, "takeovers": run.takeovers,
+                   "max_takeovers": self.max_takeovers, "last_owner": run.lease_owner,
+                   "owner_status": why}
         try:
-            # Fenced by the attempt that died: a newer owner's run is not failed.
-            self.store.fail_run(run.run_id, expected_attempt=run.attempt, error=error,
-                                at=self.clock.now())
+            # Fenced by the attempt that died: a newer owner's run is left alone.
+            self.store.suspend_run(run.run_id, expected_attempt=run.attempt, reason=CRASH_LOOP,
+                                   details=details, at=self.clock.now())
         except RACE_ERRORS as race:
             return self._skipped(events, run, LOST_RACE, f"{type(race).__name__}: {race}")
-        events.emit("reconcile.failed-run", run_id=run.run_id, attempt=run.attempt,
-                    takeovers=run.takeovers, error_type=error.type)
-        return RunOutcome(run.run_id, Action.FAILED_RUN, run.attempt, detail=error.message,
-                          status=RunStatus.FAILED, takeovers=run.takeovers)
+        events.emit("reconcile.suspended-run", run_id=run.run_id, attempt=run.attempt,
+                    takeovers=run.takeovers, reason=CRASH_LOOP)
+        return RunOutcome(run.run_id, Action.SUSPENDED_RUN, run.attempt, reason=CRASH_LOOP,
+                          detail=message, status=RunStatus.SUSPENDED, takeovers=run.takeovers)
 
     async def _resume_in_process(self, run: RunRecord) -> Resumed:
         runtime = self.runtime_for(run)
@@ -526,6 +557,7 @@ class Reconciler:
 
 __all__ = [
     "CHILD_FINISHED",
+    "CRASH_LOOP",
     "DEFAULT_MAX_TAKEOVERS",
     "DEFAULT_RESUME_GRACE_SECONDS",
     "RESUME_REQUESTED",

@@ -10,7 +10,7 @@ Settings come from environment variables, which template.yaml sets:
     AGENT_RUNTIME_LEASE_SECONDS           an attempt's lease, renewed at every checkpoint (120)
     AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS  Advance stops at a commit point this long before its
                                           Lambda would time out (120)
-    AGENT_RUNTIME_MAX_TAKEOVERS           takeovers before a run is failed as crash_loop (3)
+    AGENT_RUNTIME_MAX_TAKEOVERS           takeovers before a run is suspended as crash-loop (3)
     AGENT_RUNTIME_QUEUED_SECONDS          how long a created run may wait before the
                                           reconciler starts it (60)
     AGENT_RUNTIME_RESUME_GRACE_SECONDS    how old a resume request (or a sub-run's end) is

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
-from functions.capacity import PassCapacity
+from functions.capacity import CapacitySlots
 from stores.base import RunStore
 from stores.dynamodb.slices import execution_of
 from stores.records import RunRecord, RunStatus
@@ -185,32 +186,37 @@ class ExecutionLiveness:
 
 
 class StartExecution:
-    """The reconciler's ResumeAction on AWS: start the execution of the next attempt.
-
-    `capacity` is the pass's (`PassCapacity`: the running runs counted once per
-    pass, not once per run); without it, `max_concurrent_runs` is counted anew.
-    """
+    """The reconciler's ResumeAction on AWS: start the execution of the next attempt,
+    once it holds a capacity slot (`slots`; None: no limit). A takeover moves the
+    dead attempt's slot to the new one; a run that gets no slot is left as it is
+    (`AtCapacity`) for a later pass, and once the slots are full the rest of the
+    pass is refused without reading them again."""
 
     def __init__(self, stepfunctions: SFNClient, state_machine_arn: str,
-                 store: RunStore, *, max_concurrent_runs: int = 0,
-                 capacity: PassCapacity | None = None) -> None:
+                 store: RunStore, *, slots: CapacitySlots | None = None,
+                 clock: Clock | None = None) -> None:
         self.stepfunctions = stepfunctions
         self.state_machine_arn = state_machine_arn
         self.store = store
-        self.capacity = capacity or PassCapacity(store, max_concurrent_runs)
+        self.slots = slots
+        self.clock: Clock = clock or SystemClock()
 
     async def __call__(self, run: RunRecord) -> Resumed:
         attempt = run.attempt + 1
         takeover = run.status is RunStatus.RUNNING
-        full = None if takeover else self.capacity.refusal()
-        if full is not None:
-            raise AtCapacity(f"left queued: {full}")
-        started = start_attempt(self.stepfunctions, self.state_machine_arn, self.store,
-                                run.run_id, attempt, takeover=takeover)
+        if self.slots is not None:
+            full = self.slots.admit(run.run_id, attempt, now=self.clock.now())
+            if full is not None:
+                raise AtCapacity(f"left as it is: {full}")
+        try:
+            started = start_attempt(self.stepfunctions, self.state_machine_arn, self.store,
+                                    run.run_id, attempt, takeover=takeover)
+        except BaseException:
+            if self.slots is not None:
+                self.slots.release(run.run_id, attempt)  # not started: not used
+            raise
         if not started.new:
             raise LostRace(f"execution {started.name} of attempt {attempt} was already started")
-        if not takeover:  # a takeover replaces a running run: it takes no place
-            self.capacity.count_start()
         return Resumed(attempt, None, detail=started.execution_arn)
 
 

@@ -6,8 +6,8 @@
 
 Put on the stack's own bus by the Advance function when an attempt ends the
 run `completed`, `failed` or `cancelled`, or `suspended` it; by the reconciler
-when it fails a run (`crash_loop`); by the HTTP API when a client cancels one. `reason` is the
-suspension's reason (`approval`, `sub-run`, `token-budget`, ...) or a failure's
+when it suspends a run as `crash-loop`; by the HTTP API when a client cancels one.
+`reason` is the suspension's reason (`approval`, `sub-run`, `token-budget`, ...) or a failure's
 error type; `tenant` is the run's, when it has one. Ids, status and codes
 only: a client reads the output (or the error) from the store or the HTTP API.
 A client subscribes with a rule on the bus matching `source` and

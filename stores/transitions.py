@@ -94,9 +94,25 @@ def reserve_attempt(run: RunRecord | None, run_id: str, *, owner: str, now: date
         "resume_reason": None,
         "lease_owner": owner,
         "lease_expires_at": now + timedelta(seconds=lease_seconds),
-        "takeovers": run.takeovers + (run.status is RunStatus.RUNNING),
+        "takeovers": _takeovers_after_reserving(run),
         "updated_at": now,
     })
+
+
+# The suspension a reconciler gives a run whose owners keep dying before any
+# checkpoint (agent_runtime/reconcile.py): an operator resumes it after a fix.
+CRASH_LOOP = "crash-loop"
+
+
+def _takeovers_after_reserving(run: RunRecord) -> int:
+    """A takeover counts one more; resuming a crash-loop suspension starts the count
+    again (an operator resumed it after a fix), any other resume keeps it."""
+    if run.status is RunStatus.RUNNING:
+        return run.takeovers + 1
+    if run.status is RunStatus.SUSPENDED and run.suspension is not None \
+            and run.suspension.reason == CRASH_LOOP:
+        return 0
+    return run.takeovers
 
 
 def renew(run: RunRecord | None, run_id: str, *, expected_attempt: int, now: datetime,

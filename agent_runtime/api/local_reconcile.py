@@ -86,11 +86,12 @@ class ReconcileLoop:
         summary = self.reconciler.reconcile_sync()
         counts = summary.counts()
         if counts["candidates"]:
-            logger.info("reconcile: %d candidates, %d resumed, %d skipped, %d failed, "
-                        "%d errors", counts["candidates"], counts["resumed"], counts["skipped"],
-                        counts["failed_runs"], counts["errors"])
+            logger.info("reconcile: %d candidates, %d resumed, %d skipped, "
+                        "%d suspended as crash loops, %d errors", counts["candidates"],
+                        counts["resumed"], counts["skipped"],
+                        counts["suspended_runs"], counts["errors"])
         for outcome in summary.outcomes:
-            if outcome.detail and outcome.action.value in ("error", "failed-run"):
+            if outcome.detail and outcome.action.value in ("error", "suspended-run"):
                 logger.warning("reconcile: run %s: %s: %s", outcome.run_id,
                                outcome.action.value, outcome.detail)
             elif outcome.action is Action.RESUMED and outcome.reason in _REQUESTED:

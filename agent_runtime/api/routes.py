@@ -48,6 +48,7 @@ from agent_runtime.api.wire import (
     Caller,
     CheckpointEnvelope,
     CheckpointList,
+    CrashLoopResumes,
     CreateRunRequest,
     EffectList,
     ForkRequest,
@@ -64,6 +65,7 @@ from agent_runtime.api.wire import (
     to_json,
 )
 from agent_runtime.console import CONSOLE_HEADERS, console_page
+from agent_runtime.crash_loops import crash_looped_page
 from agent_runtime.limits import use_limits
 from agent_runtime.run_ids import idempotent_run_id
 from agent_runtime.run_options import REQUEST_SHA256
@@ -290,6 +292,21 @@ class RunRoutes:
         def resume_run(runId: RunId,
                        body: Annotated[ResumeRequest | None, Body()] = None) -> Response[str]:
             return self.resume_run(runId, body or ResumeRequest())
+
+        @self._route("POST", "/runs/resume-crash-looped", operation_id="resumeCrashLooped",
+                     summary="Resume the caller's runs suspended as crash-loop (after a fix)",
+                     responses=_responses(200, CrashLoopResumes, "The runs resumed"),
+                     description="Reads the caller's next `limit` suspended runs and resumes "
+                                 "those the reconciler suspended because their owners kept "
+                                 "dying (reason `crash-loop`), each with its takeover count "
+                                 "started again. Call again with `cursor` until it is null.")
+        def resume_crash_looped(limit: Limit = 100, cursor: Cursor = None) -> Response[str]:
+            page = crash_looped_page(self.services.store, tenant=self.tenant(),
+                                     cursor=decode_cursor(cursor), limit=limit)
+            for run in page.runs:
+                self.services.launcher.resume(run, reason="resume-requested")
+            return json_response(200, CrashLoopResumes(
+                resumed=[run.run_id for run in page.runs], cursor=encode_cursor(page.cursor)))
 
         @self._route("POST", "/runs/<runId>/cancel", operation_id="cancelRun",
                      summary="Cancel a run",

@@ -181,6 +181,14 @@ class RunList(WireModel):
                                                           "null on the last page")
 
 
+class CrashLoopResumes(WireModel):
+    resumed: list[str] = Field(description="The runs of this page that were suspended as "
+                                           "`crash-loop` and are now resumed")
+    cursor: str | None = Field(default=None, description="Pass as `cursor` to go on through "
+                                                          "the suspended runs; null when all "
+                                                          "were read")
+
+
 class RunOutput(WireModel):
     run_id: str
     status: RunStatus

@@ -215,16 +215,19 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--format", choices=("pretty", "ndjson"), default="pretty")
 
     reconcile = _command(
-        commands, "reconcile", "resume runs whose owner died; fail runs that keep dying",
+        commands, "reconcile", "resume runs whose owner died; suspend runs that keep dying",
         "Resume runs whose owner died (on this host: at once when its process is gone; "
         "elsewhere: once the lease expired), resume suspended runs whose resume was "
-        "requested, and fail runs that keep killing their owner.")
+        "requested, and suspend (reason crash-loop) runs that keep killing their owner; "
+        "--resume-crash-looped resumes those once the cause is fixed.")
     passes = reconcile.add_mutually_exclusive_group()
+    passes.add_argument("--resume-crash-looped", action="store_true",
+                        help="resume every run suspended as crash-loop (after a fix), then exit")
     passes.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
     passes.add_argument("--interval", type=seconds, metavar="SECONDS",
                         help="a pass every SECONDS until interrupted")
     reconcile.add_argument("--max-takeovers", type=count(0), default=DEFAULT_MAX_TAKEOVERS,
-                           metavar="N", help="fail a run that died again after N takeovers "
+                           metavar="N", help="suspend a run that died again after N takeovers "
                            f"instead of resuming it (default: {DEFAULT_MAX_TAKEOVERS})")
     reconcile.add_argument("--resume-grace", type=seconds,
                            default=DEFAULT_RESUME_GRACE_SECONDS, metavar="SECONDS",

@@ -1,12 +1,15 @@
 """`agent-runtime reconcile`: finish local runs whose owner died (DESIGN section 7).
 
 On this host a run's owner is `host:pid`, so a run whose process is gone is
-taken over at once, without waiting for its lease to expire.
+taken over at once, without waiting for its lease to expire. With
+`--resume-crash-looped` it instead resumes every run the reconciler suspended
+as `crash-loop` (once the cause is fixed), and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 
 from agent_runtime.cli.errors import EXIT_COMPLETED, EXIT_FAILED
@@ -36,6 +39,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
                 runtime_for=lambda record: build_runtime(run_args, store,
                                                          run_options(run_args, record.options),
                                                          extra_sinks=sinks)[0])
+            if args.resume_crash_looped:
+                summary = asyncio.run(reconciler.resume_crash_looped())
+                print_reconcile_summary(summary, args.format, out)
+                return EXIT_FAILED if summary.errors else EXIT_COMPLETED
             if args.interval is None:
                 summary = reconciler.reconcile_sync()
                 print_reconcile_summary(summary, args.format, out)

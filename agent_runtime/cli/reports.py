@@ -181,7 +181,8 @@ def print_reconcile_summary(summary: ReconcileSummary, fmt: str, out: TextIO) ->
             out.write(_reconciled(outcome) + "\n")
         counts = summary.counts()
         out.write(f"reconcile: {counts['candidates']} candidates, {counts['resumed']} resumed, "
-                  f"{counts['skipped']} skipped, {counts['failed_runs']} failed, "
+                  f"{counts['skipped']} skipped, "
+                  f"{counts['suspended_runs']} suspended as crash loops, "
                   f"{counts['errors']} errors\n")
     out.flush()
 
@@ -196,6 +197,6 @@ def _reconciled(outcome: RunOutcome) -> str:
         return f"resumed {run}: attempt {outcome.attempt} ended {outcome.status.value}"
     if outcome.action is Action.SKIPPED:
         return f"skipped {run}: {outcome.reason} ({detail})"
-    if outcome.action is Action.FAILED_RUN:
-        return f"failed {run}: crash_loop: {detail}"
+    if outcome.action is Action.SUSPENDED_RUN:
+        return f"suspended {run}: crash-loop: {detail}"
     return f"error {run}: {detail}"

@@ -8,14 +8,15 @@ while Step Functions says RUNNING (`ExecutionLiveness`) and the run is then
 left alone. A run whose execution ended (failed, timed out, aborted, or
 succeeded without finishing the run) is taken over by starting the next
 attempt's execution, which reserves with `takeover` (`StartExecution`); a run
-taken over `max_takeovers` times is failed as `crash_loop`, with the last
-execution's end (status and error name) recorded in the error. The pass
+taken over `max_takeovers` times is suspended as `crash-loop` (never
+failed: an operator resumes it after a fix), with the last execution's end
+(status and error name) in the suspension's details. The pass
 also works the resume outbox: `suspended` runs whose resume request is older
 than `AGENT_RUNTIME_RESUME_GRACE_SECONDS` (the start function failed, the
 event was lost, the resume execution's Reserve failed) and `sub-run` parents
 whose child finished are resumed by starting their next attempt's execution,
 as the start function does (`ReconcileResumedRequested` counts them).
-A run failed as `crash_loop` is announced with a run-finished event. A pass
+A run suspended as `crash-loop` is announced with a run-finished event. A pass
 takes no new run once the function has less than `PASS_MARGIN_SECONDS` left
 (the Lambda context's remaining time), so it never runs into its timeout;
 the next pass picks up what it left.
@@ -23,9 +24,15 @@ the next pass picks up what it left.
 What a pass reads follows what is due: the store's status index holds a
 suspended run's resume request as its due time, and a sub-run's end files one
 on its parent, so runs waiting on a human or a child are never read.
-Resumes come before new starts, and `MaxConcurrentRuns` is counted once per
-pass (`PassCapacity`): a pass lists no more suspended or queued runs than
-there is room for, so a backlog costs it nothing run by run.
+Resumes come before new starts, and the capacity slots are read once per
+pass (`CapacitySlots.room`): a pass lists no more suspended or queued runs
+than there are slots free, so a backlog costs it nothing run by run.
+
+Invoked with `{"resumeCrashLooped": true}` (an operator, once the cause is
+fixed), it resumes every run suspended as `crash-loop` instead of a pass:
+each resume request is filed, then its next attempt started as above (one
+refused for capacity is started by a later pass); `deferred` set in the
+answer means it ran out of time: invoke it again.
 
 Parents suspended on a child that ended before this release filed requests
 are found by a one-time sweep that reads every suspended run: invoke the
@@ -51,14 +58,14 @@ from agent_runtime.reconcile import (
     ReconcileSummary,
 )
 from functions import environment
-from functions.capacity import PassCapacity
+from functions.capacity import slots_of
 from functions.executions import ExecutionLiveness, StartExecution
 from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
 from stores.records import RunRecord
 
 _METRICS = {Action.RESUMED: "ReconcileResumed", Action.SKIPPED: "ReconcileSkipped",
-            Action.FAILED_RUN: "ReconcileFailedRun", Action.ERROR: "ReconcileError"}
+            Action.SUSPENDED_RUN: "ReconcileSuspendedRun", Action.ERROR: "ReconcileError"}
 OUTBOX_REASONS = frozenset({RESUME_REQUESTED, CHILD_FINISHED})
 # Time a pass keeps in hand: the run in progress (a Step Functions call or two,
 # a store write) and the summary finish well inside it.
@@ -70,15 +77,23 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     services = environment.services()
     settings = services.settings
     stepfunctions = services.stepfunctions
-    capacity = PassCapacity(services.store, settings.max_concurrent_runs)
+    slots = slots_of(services)
     reconciler = _TimedReconciler(
         context, services.store,
         resume=StartExecution(stepfunctions, settings.require_state_machine(), services.store,
-                              capacity=capacity),
+                              slots=slots, clock=services.clock),
         liveness=ExecutionLiveness(stepfunctions), max_takeovers=settings.max_takeovers,
         queued_seconds=settings.queued_seconds,
         resume_grace=settings.resume_grace_seconds, event_sinks=[LogEventSink()],
-        clock=services.clock, room=capacity.room, sweep_sub_run_parents=False)
+        clock=services.clock, room=lambda: slots.room(services.clock.now()),
+        sweep_sub_run_parents=False)
+    if event.get("resumeCrashLooped") is True:  # an operator's, after a fix
+        summary = asyncio.run(reconciler.resume_crash_looped())
+        count("ReconcileResumedCrashLooped", summary.count(Action.RESUMED))
+        return {"reconcile_id": summary.reconcile_id, "counts": summary.counts(),
+                "deferred": summary.deferred,
+                "resumed": [outcome.run_id for outcome in summary.outcomes
+                            if outcome.action is Action.RESUMED]}
     swept = None
     if event.get("sweepSubRunParents") is True:
         after = event.get("sweepAfter")
@@ -88,7 +103,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count(metric, summary.count(action))
     count("ReconcileResumedRequested", _resumed_from_outbox(summary))
     for outcome in summary.outcomes:
-        if outcome.action is Action.FAILED_RUN:  # crash_loop: clients hear of it too
+        if outcome.action is Action.SUSPENDED_RUN:  # crash-loop: clients hear of it too
             announce_record_finished(services.events, services.store, outcome.run_id,
                                      bus=settings.event_bus)
     answer: dict[str, Any] = {"reconcile_id": summary.reconcile_id,

@@ -23,7 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions import environment
-from functions.capacity import at_capacity
+from functions.capacity import slots_of
 from functions.executions import start_attempt
 from functions.resume_requests import SUB_RUN_FINISHED, ResumeRequested, request_resume
 from functions.run_events import FINISHED_STATUSES, announce_run_finished
@@ -120,6 +120,9 @@ def reserve(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 
 def _skipped(request: ReserveRequest, current: RunRecord | None, why: str) -> dict[str, Any]:
+    # The execution ends without an attempt: the capacity slot its starter took
+    # for it is free again (functions/capacity.py).
+    slots_of(environment.services()).release(request.run_id, request.attempt)
     count("ReserveSkipped")
     logger.info("run not reserved", extra={
         "reason": why, "run_status": None if current is None else current.status.value,
@@ -147,6 +150,8 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     owner = slices.slice_owner(request.execution_arn, context.aws_request_id)
     refused = _claim(services, request, owner)
     if refused is not None:
+        if refused == SUPERSEDED:
+            _free_slot(services, request)
         count(_ADVANCE_METRICS[refused])
         logger.info("advance ended", extra={"status": refused})
         return _result(request.run_id, request.attempt, refused)
@@ -156,6 +161,8 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     status = _step_status(result, request.attempt)
     if status == CONTINUE:
         _release(services, request, owner)
+    else:
+        _free_slot(services, request)
     count(_ADVANCE_METRICS[status])
     logger.info("advance ended", extra={"status": status, "usage": result.usage,
                                         "error_type": (result.error or {}).get("type")})
@@ -225,6 +232,19 @@ def _release(services: environment.Services, request: AdvanceSlice, owner: str) 
     except StoreError as error:
         logger.warning("the slice's lease was not handed back; the next Advance waits for "
                        "it to expire", extra={"error_type": type(error).__name__})
+
+
+def _free_slot(services: environment.Services, request: AdvanceSlice) -> None:
+    """The attempt ended (suspended, finished, superseded): its capacity slot is free
+    for a queued run. Conditional on this attempt holding it, so a slot a takeover
+    moved to a newer attempt stays. Not done (the write failed), it frees itself
+    once the run's lease has expired (functions/capacity.py)."""
+    try:
+        slots_of(services).release(request.run_id, request.attempt)
+    except (ClientError, BotoCoreError) as error:
+        count("CapacitySlotNotReleased")
+        logger.warning("the capacity slot was not released; it frees itself after the lease",
+                       extra={"error_type": type(error).__name__})
 
 
 def _advance(runtime: AgentRuntime, request: AdvanceSlice,
@@ -297,8 +317,8 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     The event names the attempt the run is at; the execution reserves the
     next one and is named after it, so a repeated event starts nothing new.
     A request for a run that has moved on (another attempt, running, or
-    finished) is skipped; one beyond `MaxConcurrentRuns` is left queued for
-    the reconciler (functions/capacity.py).
+    finished) is skipped; one that gets no capacity slot (`MaxConcurrentRuns`
+    attempts execute) is left queued for the reconciler (functions/capacity.py).
     """
     request = ResumeRequested.model_validate(event.get("detail"))
     logger.append_keys(run_id=request.run_id, attempt=request.attempt)
@@ -310,16 +330,22 @@ def start(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count("StartSkipped")
         logger.info("resume request skipped", extra={"reason": request.reason, "why": stale})
         return {"run_id": request.run_id, "attempt": attempt, "status": SKIPPED}
-    full = at_capacity(services.store, services.settings.max_concurrent_runs)
+    slots = slots_of(services)
+    full = slots.admit(request.run_id, attempt, now=services.clock.now())
     if full is not None:
         # Not failed, not lost: the run stays created (or its resume request stays
         # in the outbox) and the reconciler starts it once capacity frees.
         count("StartQueued")
         logger.info("left queued for capacity", extra={"reason": request.reason, "why": full})
         return {"run_id": request.run_id, "attempt": attempt, "status": QUEUED}
-    started = start_attempt(services.stepfunctions, services.settings.require_state_machine(),
-                            services.store, request.run_id, attempt, takeover=False,
-                            max_total_tokens=request.max_total_tokens)
+    try:
+        started = start_attempt(services.stepfunctions,
+                                services.settings.require_state_machine(), services.store,
+                                request.run_id, attempt, takeover=False,
+                                max_total_tokens=request.max_total_tokens)
+    except BaseException:
+        slots.release(request.run_id, attempt)  # not started: the slot is not used
+        raise
     count("ExecutionStarted" if started.new else "StartDuplicate")
     logger.info("execution started" if started.new else "execution already started",
                 extra={"reason": request.reason, "execution": started.name})

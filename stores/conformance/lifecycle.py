@@ -165,6 +165,17 @@ class LifecycleConformance:
                           at=at(5001), checkpoint=make_checkpoint(seq=3, attempt=4))
         assert observe_takeovers(store) == 0
 
+    def test_resuming_a_crash_loop_suspension_starts_the_takeover_count_again(
+            self, store: RunStore) -> None:
+        # A reconciler suspends a run whose owners keep dying; an operator's resume
+        # after the fix gets the full allowance of takeovers again.
+        start_run(store, attempts=3)
+        store.suspend_run(RUN, expected_attempt=3, reason="crash-loop", details={},
+                          at=at(5000))
+        assert observe_takeovers(store) == 2
+        run = store.resume_run(RUN, owner="o", now=at(5001), lease_seconds=60)
+        assert run.takeovers == observe_takeovers(store) == 0
+
     def test_resume_run_from_suspended_is_not_a_takeover(self, store: RunStore) -> None:
         suspend_for_approval(store)
         run = store.resume_run(RUN, owner="o", now=at(100), lease_seconds=60)

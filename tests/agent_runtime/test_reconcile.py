@@ -153,7 +153,7 @@ def test_a_run_whose_owner_died_resumes_from_its_checkpoint() -> None:
     assert ("run.resumed", 2) in [(e.type, e.attempt) for e in h.events.events]
     # `first` was checkpointed before the crash: not asked again
     assert [r.step_id for r in model.requests[asked_before:]] == ["second", "third"]
-    assert summary.counts() == {"candidates": 1, "resumed": 1, "skipped": 0, "failed_runs": 0,
+    assert summary.counts() == {"candidates": 1, "resumed": 1, "skipped": 0, "suspended_runs": 0,
                                 "errors": 0}
     assert reconcile_types(h) == ["reconcile.started", "reconcile.completed",
                                   "reconcile.started", "reconcile.resumed",
@@ -204,40 +204,109 @@ def test_a_live_owner_and_an_unknown_owner_are_left_alone_even_with_expired_leas
     assert sorted(owners.asked, key=str) == [ALIVE, "host-b:333"]
 
 
-def test_a_run_taken_over_up_to_the_bound_fails_as_a_crash_loop_instead() -> None:
+def test_a_run_taken_over_up_to_the_bound_is_suspended_as_a_crash_loop_not_failed() -> None:
     h = Harness(three_step_model())
     stranded(h, "looping", DEAD, takeovers=3)
     stranded(h, "unlucky", DEAD, takeovers=2)
     summary = reconciler(h, max_takeovers=3).reconcile_sync()
 
     outcomes = by_run(summary)
-    assert outcomes["looping"].action is Action.FAILED_RUN
+    assert outcomes["looping"].action is Action.SUSPENDED_RUN
     assert outcomes["looping"].takeovers == 3
     record = h.store.load_run("looping")
-    assert record is not None and record.status is RunStatus.FAILED
-    assert record.error is not None and record.error.type == "crash_loop"
-    assert "died 4 times" in record.error.message
-    assert "taken over 3 times, the limit is 3" in record.error.message
-    assert record.error.details["last_owner"] == DEAD
-    failed = next(e for e in h.events.events if e.type == "reconcile.failed-run")
-    assert (failed.run_id, failed.data["takeovers"]) == ("looping", 3)
+    assert record is not None and record.status is RunStatus.SUSPENDED
+    assert record.error is None and record.suspension is not None
+    assert record.suspension.reason == "crash-loop"
+    details = record.suspension.details
+    assert "died 4 times" in details["message"]
+    assert "taken over 3 times, the limit is 3" in details["message"]
+    assert details["last_owner"] == DEAD
+    suspended = next(e for e in h.events.events if e.type == "reconcile.suspended-run")
+    assert (suspended.run_id, suspended.data["takeovers"]) == ("looping", 3)
     # one takeover below the bound: resumed once more
     assert outcomes["unlucky"].action is Action.RESUMED
     assert outcomes["unlucky"].status is RunStatus.COMPLETED
-    assert summary.counts()["failed_runs"] == 1
+    assert summary.counts()["suspended_runs"] == 1
+    # A later pass leaves it alone: nothing is due until an operator resumes it.
+    assert "looping" not in by_run(reconciler(h, max_takeovers=3).reconcile_sync())
 
 
-def test_a_bound_of_zero_fails_a_run_the_first_time_its_owner_dies() -> None:
+def test_a_bound_of_zero_suspends_a_run_the_first_time_its_owner_dies() -> None:
     h = Harness(three_step_model())
     stranded(h, "r", DEAD)
     outcome = by_run(reconciler(h, max_takeovers=0).reconcile_sync())["r"]
-    assert outcome.action is Action.FAILED_RUN
+    assert outcome.action is Action.SUSPENDED_RUN
     record = h.store.load_run("r")
-    assert record is not None and record.error is not None
-    assert "died 1 times" in record.error.message
+    assert record is not None and record.suspension is not None
+    assert "died 1 times" in record.suspension.details["message"]
 
 
-def test_the_crash_loop_failure_is_fenced_by_the_attempt_that_died() -> None:
+def test_a_crash_looped_run_resumed_after_a_fix_completes_with_its_count_reset() -> None:
+    h = Harness(three_step_model())
+    stranded(h, "r", DEAD, takeovers=3)
+    assert by_run(reconciler(h, max_takeovers=3).reconcile_sync())["r"].action \
+        is Action.SUSPENDED_RUN
+    record = h.store.load_run("r")
+    assert record is not None and record.takeovers == 3
+
+    # The operator's resume (the fix deployed): a new attempt, the count at 0,
+    # and the run goes on from where it was (no checkpoint: from the start).
+    result = h.make_runtime(owner="host-a:1").run_sync(run_id="r", resume=True)
+    assert (result.status, result.attempt) == (RunStatus.COMPLETED, 5)
+    record = h.store.load_run("r")
+    assert record is not None and record.takeovers == 0
+
+
+def test_resume_crash_looped_resumes_every_crash_looped_run_and_no_other() -> None:
+    h = Harness(three_step_model())
+    for run_id in ("loop-a", "loop-b"):
+        stranded(h, run_id, DEAD, takeovers=3)
+    stranded(h, "alive", ALIVE, takeovers=3)
+    rec = reconciler(h, max_takeovers=3)
+    assert by_run(rec.reconcile_sync())["loop-b"].action is Action.SUSPENDED_RUN
+    # Another run suspended for another reason is not the operator's to resume here.
+    h.store.suspend_run("alive", expected_attempt=4, reason="approval",
+                        details={"approval_id": "a1"}, at=h.clock.now())
+
+    summary = asyncio.run(rec.resume_crash_looped())
+
+    outcomes = by_run(summary)
+    assert sorted(outcomes) == ["loop-a", "loop-b"]
+    for run_id in ("loop-a", "loop-b"):
+        assert (outcomes[run_id].action, outcomes[run_id].reason) == (Action.RESUMED,
+                                                                      "crash-loop")
+        record = h.store.load_run(run_id)
+        assert record is not None
+        assert (record.status, record.takeovers) == (RunStatus.COMPLETED, 0)
+    waiting = h.store.load_run("alive")
+    assert waiting is not None and waiting.status is RunStatus.SUSPENDED
+    assert waiting.suspension is not None and waiting.suspension.reason == "approval"
+    # Nothing crash-looped is left: a second call finds nothing.
+    assert asyncio.run(rec.resume_crash_looped()).outcomes == []
+
+
+def test_a_crash_looped_run_whose_resume_is_refused_keeps_its_request_for_a_later_pass(
+        ) -> None:
+    h = Harness(three_step_model())
+    stranded(h, "r", DEAD, takeovers=3)
+    rec = reconciler(h, max_takeovers=3)
+    rec.reconcile_sync()
+
+    async def at_capacity(run: RunRecord) -> Resumed:
+        raise LostRace("left as it is: no capacity slot")
+
+    refused = Reconciler(h.store, liveness=Owners(), clock=h.clock, resume=at_capacity)
+    outcome = by_run(asyncio.run(refused.resume_crash_looped()))["r"]
+    assert (outcome.action, outcome.reason) == (Action.SKIPPED, "lost-race")
+    record = h.store.load_run("r")
+    assert record is not None and record.resume_requested_at is not None
+    # The request is the reconciler's outbox: a pass past the grace resumes it.
+    h.clock.advance(rec.resume_grace + 1)
+    outcome = by_run(rec.reconcile_sync())["r"]
+    assert (outcome.action, outcome.status) == (Action.RESUMED, RunStatus.COMPLETED)
+
+
+def test_the_crash_loop_suspension_is_fenced_by_the_attempt_that_died() -> None:
     h = Harness(three_step_model())
     stranded(h, "r", DEAD, takeovers=3)
 
@@ -357,7 +426,7 @@ def test_summary_json_has_counts_and_per_run_outcomes() -> None:
     stranded(h, "a", DEAD)
     stranded(h, "b", ALIVE)
     body = reconciler(h).reconcile_sync().to_json()
-    assert body["counts"] == {"candidates": 2, "resumed": 1, "skipped": 1, "failed_runs": 0,
+    assert body["counts"] == {"candidates": 2, "resumed": 1, "skipped": 1, "suspended_runs": 0,
                               "errors": 0}
     assert body["runs"][0] == {"run_id": "a", "action": "resumed", "attempt": 2,
                                "status": "completed", "takeovers": 1}
@@ -579,8 +648,8 @@ def test_takeovers_each_followed_by_progress_never_fail_the_run() -> None:
         assert h.store.load_run("r").takeovers == takeovers  # type: ignore[union-attr]
         h.clock.advance(31)
     outcome = by_run(rec.reconcile_sync())["r"]
-    assert (outcome.action, outcome.takeovers) == (Action.FAILED_RUN, 3)
+    assert (outcome.action, outcome.takeovers) == (Action.SUSPENDED_RUN, 3)
     record = h.store.load_run("r")
-    assert record is not None and record.error is not None
-    assert (record.status, record.error.type) == (RunStatus.FAILED, "crash_loop")
-    assert "in a row without saving a checkpoint" in record.error.message
+    assert record is not None and record.suspension is not None
+    assert (record.status, record.suspension.reason) == (RunStatus.SUSPENDED, "crash-loop")
+    assert "in a row without saving a checkpoint" in record.suspension.details["message"]

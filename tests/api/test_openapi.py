@@ -22,12 +22,17 @@ ROUTES = {
     "/runs/{runId}/approvals/{approvalId}": {"post"},
     "/runs/{runId}/resume": {"post"},
     "/runs/{runId}/cancel": {"post"},
+    "/runs/resume-crash-looped": {"post"},
     "/runs/{runId}/fork": {"post"},
     "/runs/{runId}/effects": {"get"},
     "/runs/{runId}/effects/{key}": {"post"},
     "/whoami": {"get"},
     "/openapi.json": {"get"},
 }
+
+
+# POST routes that take no body.
+BODILESS = ("/cancel", "/resume-crash-looped")
 
 
 def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -57,7 +62,7 @@ def test_every_route_is_documented_with_its_parameters_and_bodies() -> None:
                  if parameter["in"] == "path"}
         assert named == {part[1:-1] for part in path.split("/") if part.startswith("{")}, path
         assert ("requestBody" in operation) == (
-            method == "post" and not path.endswith("/cancel")), (method, path)
+            method == "post" and not path.endswith(BODILESS)), (method, path)
     create = document["paths"]["/runs"]["post"]
     assert create["requestBody"]["required"] is True
     assert [p["name"].lower() for p in create["parameters"]] == ["idempotency-key"]
@@ -78,8 +83,9 @@ def test_every_route_documents_its_problems_as_problem_json() -> None:
             continue
         expected = {"400", "401", "404", "413", "422", "500"}
         if method == "post":
-            expected |= {"415"} if not path.endswith("/cancel") else set()
-            expected |= {"409"}
+            expected |= {"415"} if not path.endswith(BODILESS) else set()
+            # A conflict with a run's state: on one run, or a run to create.
+            expected |= {"409"} if "{runId}" in path or path == "/runs" else set()
         assert expected <= set(responses), (method, path)
         for status in expected:
             content = responses[status]["content"]

@@ -222,3 +222,43 @@ def test_sub_runs_belong_to_their_parents_tenant_and_list_under_it(api: Api) -> 
     assert children[0]["tenant"] == "alice"
     assert children[0]["parent"] == {"runId": run["runId"], "stepPath": "child"}
     assert api.get(f"/runs/{child_id}", token="bob-token").status == 404
+
+
+def test_resume_crash_looped_resumes_the_callers_crash_looped_runs_a_page_at_a_time(
+        api: Api) -> None:
+    def crash_looped(token: str) -> str:
+        run = api.start("approval.agent.yaml", token=token)
+        # Suspended for its approval; make it look as the reconciler leaves a run
+        # whose owners kept dying: suspended again, reason crash-loop.
+        record = api.store.load_run(run["runId"])
+        assert record is not None
+        api.store.resume_run(record.run_id, owner="dead:1", now=record.updated_at,
+                             lease_seconds=30)
+        api.store.suspend_run(record.run_id, expected_attempt=record.attempt + 1,
+                              reason="crash-loop", details={"takeovers": 3},
+                              at=record.updated_at)
+        return str(run["runId"])
+
+    mine = [crash_looped("alice-token") for _ in range(3)]
+    theirs = crash_looped("bob-token")
+    waiting = api.start("approval.agent.yaml")  # suspended for its approval: not touched
+
+    resumed: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        query = {"limit": 2} | ({} if cursor is None else {"cursor": cursor})
+        reply = api.post("/runs/resume-crash-looped", query=query)
+        assert reply.status == 200, reply
+        resumed += reply.body["resumed"]
+        pages += 1
+        cursor = reply.body["cursor"]
+        if cursor is None:
+            break
+    assert pages == 2  # alice's 4 suspended runs, 2 a page
+    assert sorted(resumed) == sorted(mine)
+    assert sorted(run_id for run_id, reason, _ in api.launcher.resumed
+                  if reason == "resume-requested") == sorted(mine)
+    for run_id in [theirs, waiting["runId"]]:
+        record = api.store.load_run(run_id)
+        assert record is not None and record.status.value == "suspended"

@@ -116,7 +116,7 @@ def test_reconcile_once_finishes_a_run_whose_owner_was_killed(workdir: Path) -> 
     summary = _reconcile(workdir, "--lease-seconds", "5")
 
     assert summary["counts"] == {"candidates": 1, "resumed": 1, "skipped": 0,
-                                 "failed_runs": 0, "errors": 0}
+                                 "suspended_runs": 0, "errors": 0}
     assert summary["runs"] == [{"run_id": "killed", "action": "resumed", "attempt": 2,
                                 "status": "completed", "takeovers": 1}]
     record = _record(workdir, "killed")
@@ -162,7 +162,7 @@ def test_reconcile_leaves_a_live_owner_alone_even_after_its_lease_expired(
 
 
 @pytest.mark.slow
-def test_a_run_killed_again_past_the_takeover_bound_ends_failed(workdir: Path) -> None:
+def test_a_run_killed_again_past_the_takeover_bound_is_suspended_not_failed(workdir: Path) -> None:
     _kill_at_second_step(workdir, "doomed")
     _wait_for_lease_to_expire(workdir, "doomed")
     # The first takeover is allowed (bound 1): the reconciler resumes the run
@@ -184,16 +184,27 @@ def test_a_run_killed_again_past_the_takeover_bound_ends_failed(workdir: Path) -
     summary = _reconcile(workdir, "--max-takeovers", "1")
 
     [outcome] = summary["runs"]
-    assert (outcome["action"], outcome["takeovers"]) == ("failed-run", 1)
+    assert (outcome["action"], outcome["takeovers"]) == ("suspended-run", 1)
     record = _record(workdir, "doomed")
-    assert record.status is RunStatus.FAILED
-    assert record.error is not None and record.error.type == "crash_loop"
-    assert "died 2 times" in record.error.message
+    assert record.status is RunStatus.SUSPENDED and record.error is None
+    assert record.suspension is not None and record.suspension.reason == "crash-loop"
+    assert "died 2 times" in record.suspension.details["message"]
     assert _steps(workdir) == ["first", "second", "second"]  # not started a third time
-    inspect = _cli(workdir, "inspect", "doomed")
-    assert "crash_loop: the run's owner died 2 times" in inspect.stdout
-    failed = _events(workdir, "reconcile.failed-run")
-    assert [(e.run_id, e.data["takeovers"]) for e in failed] == [("doomed", 1)]
+    suspended = _events(workdir, "reconcile.suspended-run")
+    assert [(e.run_id, e.data["takeovers"]) for e in suspended] == [("doomed", 1)]
+    # A later pass leaves it waiting for an operator.
+    assert _reconcile(workdir, "--max-takeovers", "1")["runs"] == []
+
+    # The cause fixed, the operator resumes every crash-looped run at once: it
+    # completes with its count at zero, and `first` (checkpointed) is not asked again.
+    done = _cli(workdir, "reconcile", "--resume-crash-looped", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    [outcome] = json.loads(done.stdout)["runs"]
+    assert (outcome["run_id"], outcome["action"], outcome["reason"], outcome["status"]) == (
+        "doomed", "resumed", "crash-loop", "completed")
+    record = _record(workdir, "doomed")
+    assert (record.status, record.takeovers) == (RunStatus.COMPLETED, 0)
+    assert _steps(workdir) == ["first", "second", "second", "second", "third", "fourth"]
 
 
 @pytest.mark.slow
@@ -283,4 +294,4 @@ def test_reconcile_decides_by_the_owner_process(tmp_path: Path,
         f"skipped alive: owner-alive (process {os.getpid()} on {host} is running)",
         f"skipped remote: owner-unknown (owner on host 'another-{host}', not this host "
         f"({host!r}))",
-        "reconcile: 2 candidates, 0 resumed, 2 skipped, 0 failed, 0 errors"]
+        "reconcile: 2 candidates, 0 resumed, 2 skipped, 0 suspended as crash loops, 0 errors"]

@@ -35,6 +35,12 @@ context (`get_remaining_time_in_millis` as the test sets it). A handler that
 raises answers as Lambda does (`FunctionError: Unhandled`, `errorType`); a
 `LambdaCrash` (BaseException: the function's process died) answers
 `Runtime.ExitError`, which the state machine does not retry.
+
+Throttling as Lambda does it: a function given a reserved concurrency
+(`Lambdas.reserved`) answers an invocation beyond it with
+`TooManyRequestsException` (HTTP 429), which the state machine sees as
+`Lambda.TooManyRequestsException`; `Lambdas.throttle_next` throttles the next
+invocations of a function regardless. `Lambdas.throttled` counts both.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import boto3
+from moto.core.exceptions import JsonRESTError
 
 from agent_runtime.testing import FakeClock
 from functions import environment
@@ -76,6 +83,19 @@ DEFINITION = REPO / "statemachine" / "run.asl.json"
 MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True},
                     "lambda": {"use_docker": False}}
 FUNCTION = "AWS::Serverless::Function"
+
+
+class Throttled(Exception):
+    """Lambda refused the invocation: the function is at its reserved concurrency."""
+
+
+class TooManyRequests(JsonRESTError):
+    """Lambda's answer to a throttled invocation."""
+
+    code = 429
+
+    def __init__(self, message: str) -> None:
+        super().__init__("TooManyRequestsException", message)
 
 
 class LambdaCrash(BaseException):
@@ -181,10 +201,19 @@ class Lambdas:
         self.invocations: list[Invocation] = []
         # A function whose gate is set waits at it before its handler runs.
         self.gates: dict[str, threading.Event] = {}
+        # How long (real seconds) a gate holds at most: a test that forgets to
+        # open one still ends.
+        self.gate_seconds = 60.0
         # Errors to answer after a function's handler ran (its response lost),
         # as Lambda's service errors (`Lambda.ServiceException`) answer.
         self.faults: dict[str, list[str]] = {}
         self.waiting = threading.Semaphore(0)
+        # Reserved concurrency: invocations beyond it are throttled.
+        self.reserved: dict[str, int] = {}
+        self.throttle_next: dict[str, int] = {}
+        self.throttled: dict[str, int] = {}
+        self.running: dict[str, int] = {}
+        self.most_running: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def register(self, name: str, handler: str, timeout_s: int) -> None:
@@ -197,11 +226,28 @@ class Lambdas:
             return [call for call in self.invocations if call.function == function]
 
     def invoke(self, function: str, event: Any) -> tuple[Any, str | None]:
-        """Run a handler as Lambda would: its result, or its error payload and kind."""
+        """Run a handler as Lambda would: its result, or its error payload and kind.
+        Raises `Throttled` when Lambda would refuse to run it."""
+        with self._lock:
+            running = self.running.get(function, 0)
+            forced = self.throttle_next.get(function, 0)
+            if forced or running >= self.reserved.get(function, running + 1):
+                self.throttle_next[function] = max(0, forced - 1)
+                self.throttled[function] = self.throttled.get(function, 0) + 1
+                raise Throttled(function)
+            self.running[function] = running + 1
+            self.most_running[function] = max(self.most_running.get(function, 0), running + 1)
+        try:
+            return self._run(function, event)
+        finally:
+            with self._lock:
+                self.running[function] -= 1
+
+    def _run(self, function: str, event: Any) -> tuple[Any, str | None]:
         gate = self.gates.get(function)
         if gate is not None:
             self.waiting.release()
-            gate.wait(timeout=60)
+            gate.wait(timeout=self.gate_seconds)
         call = Invocation(function, event)
         with self._lock:
             self.invocations.append(call)
@@ -223,7 +269,11 @@ class Lambdas:
     def moto_invoke(self, name: str, body: Any, response_headers: dict[str, str]) -> bytes:
         """What moto's LambdaSimpleBackend.invoke answers: our handler's result."""
         event = json.loads(body) if body else {}
-        payload, error = self.invoke(name, event)
+        try:
+            payload, error = self.invoke(name, event)
+        except Throttled as throttled:
+            raise TooManyRequests(f"Rate exceeded: {throttled} is at its reserved "
+                                  "concurrency") from None
         if error is not None:
             response_headers["x-amz-function-error"] = error
         return json.dumps(payload).encode()

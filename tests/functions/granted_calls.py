@@ -151,6 +151,10 @@ def _covers(grant: Grant, call: Call) -> bool:
         wanted = ({"Fn::GetAtt": ["RunsTable", "Arn"]} if index is None
                   else {"Fn::Sub": f"${{RunsTable.Arn}}/index/{index}"})
         return wanted in grant.resources
+    leading = grant.condition.get("ForAllValues:StringEquals", {}).get("dynamodb:LeadingKeys")
+    if call.service == "dynamodb" and leading is not None:
+        # Only items whose partition key is listed (the capacity slots).
+        return params.get("Key", {}).get("pk", {}).get("S") in as_list(leading)
     if call.service == "s3" and call.operation in ("GetObject", "PutObject", "DeleteObjects"):
         keys = ([entry["Key"] for entry in params["Delete"]["Objects"]]
                 if call.operation == "DeleteObjects" else [params["Key"]])

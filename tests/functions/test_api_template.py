@@ -18,6 +18,7 @@ ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
           ("GET", "/runs/{runId}/checkpoints"), ("GET", "/runs/{runId}/checkpoints/{seq}"),
           ("POST", "/runs/{runId}/approvals/{approvalId}"), ("POST", "/runs/{runId}/resume"),
           ("POST", "/runs/{runId}/cancel"), ("POST", "/runs/{runId}/fork"),
+          ("POST", "/runs/resume-crash-looped"),
           ("GET", "/runs/{runId}/effects"), ("POST", "/runs/{runId}/effects/{key}"),
           ("GET", "/whoami"), ("GET", "/openapi.json")}
 # The web console's files (agent_runtime/console): served by the same function,

@@ -1,7 +1,7 @@
 """Runs that end outside Advance are announced too, and a reconciler pass ends in time.
 
 A client subscribed to `run-finished` (the README's rule, here delivering to
-a queue) hears of a run the reconciler failed as `crash_loop` and of a run
+a queue) hears of a run the reconciler suspended as `crash-loop` and of a run
 cancelled through the HTTP API, as of any run Advance ends. The reconciler
 takes no new run once its Lambda has less than `PASS_MARGIN_SECONDS` left;
 the next pass picks up what it left.
@@ -28,7 +28,7 @@ GONE = "arn:aws:states:us-east-1:123456789012:execution:run:never-started-a1"
 pytestmark = pytest.mark.slow
 
 
-def test_a_run_the_reconciler_fails_is_announced(deployment: Deployment) -> None:
+def test_a_run_the_reconciler_suspends_is_announced(deployment: Deployment) -> None:
     deployment.configure(max_takeovers=0)
     client = subscribe(deployment, RUN_FINISHED)
     store, clock = deployment.services.store, deployment.clock
@@ -40,10 +40,10 @@ def test_a_run_the_reconciler_fails_is_announced(deployment: Deployment) -> None
 
     answer = deployment.stack.invoke("ReconcilerFunction",
                                      sample_event("scheduled-reconcile.json"))
-    assert answer["counts"]["failed_runs"] == 1
+    assert answer["counts"]["suspended_runs"] == 1
     (event,) = messages(deployment.stack.sqs, client)
-    assert event["detail"] == {"run_id": run_id, "attempt": 1, "status": "failed",
-                               "reason": "crash_loop"}
+    assert event["detail"] == {"run_id": run_id, "attempt": 1, "status": "suspended",
+                               "reason": "crash-loop"}
 
 
 def test_a_run_cancelled_through_the_api_is_announced(deployment: Deployment) -> None:

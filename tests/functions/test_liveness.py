@@ -81,7 +81,7 @@ def test_the_start_function_fails_after_the_approval_was_recorded(
     assert reconcile(deployment)["counts"]["candidates"] == 0
     past_the_grace(deployment)
     assert reconcile(deployment)["counts"] == {"candidates": 1, "resumed": 1, "skipped": 0,
-                                               "failed_runs": 0, "errors": 0}
+                                               "suspended_runs": 0, "errors": 0}
     assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
     assert_completed(deployment, run_id, attempt=2)
 

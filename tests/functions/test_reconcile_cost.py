@@ -120,7 +120,7 @@ def one_pass(monkeypatch: pytest.MonkeyPatch, waiting: int,
 def every_due_run_started(deployment: Deployment, answer: dict[str, Any]) -> None:
     assert answer["cut_short"] is False
     assert answer["counts"] == {"candidates": DUE + 1, "resumed": DUE + 1, "skipped": 0,
-                                "failed_runs": 0, "errors": 0}
+                                "suspended_runs": 0, "errors": 0}
     stack = deployment.stack
     started = [execution["name"] for page in stack.stepfunctions.get_paginator(
         "list_executions").paginate(stateMachineArn=stack.state_machine_arn)
@@ -170,7 +170,7 @@ def test_a_parent_an_earlier_release_left_without_a_request_is_found_by_the_swee
     answer = deployment.stack.invoke("ReconcilerFunction", {**sweep, "sweepAfter": None})
     assert answer["sweep"] == {"filed": 1, "complete": True, "after": PARENT}
     assert answer["counts"] == {"candidates": 1, "resumed": 1, "skipped": 0,
-                                "failed_runs": 0, "errors": 0}
+                                "suspended_runs": 0, "errors": 0}
     parent = deployment.services.store.load_run(PARENT)
     assert parent is not None and parent.resume_reason == "sub-run-finished"
     assert list(deployment.stack.executions()) == [execution_name(PARENT, 2)]

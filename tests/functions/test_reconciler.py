@@ -117,7 +117,7 @@ def test_a_crash_inside_advance_is_taken_over_and_no_effect_runs_twice(
     assert reconcile(deployment)["counts"]["candidates"] == 0
     deployment.clock.advance(deployment.services.settings.lease_seconds + 1)
     assert reconcile(deployment)["counts"] == {"candidates": 1, "resumed": 1, "skipped": 0,
-                                               "failed_runs": 0, "errors": 0}
+                                               "suspended_runs": 0, "errors": 0}
 
     assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
     (takeover,) = [call for call in stack.lambdas.calls("ReserveFunction")
@@ -148,7 +148,7 @@ def test_a_live_execution_is_left_alone(deployment: Deployment,
 
     answer = reconcile(deployment)
     assert answer["counts"] == {"candidates": 1, "resumed": 0, "skipped": 1,
-                                "failed_runs": 0, "errors": 0}
+                                "suspended_runs": 0, "errors": 0}
     assert stack.executions() == {execution_name(run_id, 1): "RUNNING"}
     gate.set()
     assert stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
@@ -156,7 +156,7 @@ def test_a_live_execution_is_left_alone(deployment: Deployment,
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 1
 
 
-def test_a_run_that_keeps_dying_is_failed_as_a_crash_loop(
+def test_a_run_that_keeps_dying_is_suspended_as_a_crash_loop_never_failed(
         deployment: Deployment, orders: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> None:
     deployment.configure(max_takeovers=0)
@@ -165,14 +165,23 @@ def test_a_run_that_keeps_dying_is_failed_as_a_crash_loop(
     assert deployment.stack.wait_for(execution_name(run_id, 1))["status"] == "FAILED"
     deployment.clock.advance(deployment.services.settings.lease_seconds + 1)
 
-    assert reconcile(deployment)["counts"]["failed_runs"] == 1
-    failed = deployment.services.store.load_run(run_id)
-    assert failed is not None and failed.status is RunStatus.FAILED
-    assert failed.error is not None and failed.error.type == "crash_loop"
-    # The engine's verdict on the dead execution is recorded with the failure.
-    assert failed.error.details["owner_status"] == (
+    assert reconcile(deployment)["counts"]["suspended_runs"] == 1
+    looped = deployment.services.store.load_run(run_id)
+    assert looped is not None and looped.status is RunStatus.SUSPENDED and looped.error is None
+    assert looped.suspension is not None and looped.suspension.reason == "crash-loop"
+    # The engine's verdict on the dead execution is recorded with the suspension.
+    assert looped.suspension.details["owner_status"] == (
         "the owner execution ended FAILED (Runtime.ExitError)")
     assert deployment.stack.executions() == {execution_name(run_id, 1): "FAILED"}
+
+    # The cause fixed (the crash happens once), the operator resumes every
+    # crash-looped run: its next attempt's execution completes it, count reset.
+    answer = deployment.stack.invoke("ReconcilerFunction", {"resumeCrashLooped": True})
+    assert (answer["resumed"], answer["deferred"]) == ([run_id], None)
+    assert deployment.stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
+    done = deployment.services.store.load_run(run_id)
+    assert done is not None
+    assert (done.status, done.attempt, done.takeovers) == (RunStatus.COMPLETED, 2, 0)
 
 
 def test_a_run_created_but_never_started_is_started_by_the_reconciler(
@@ -186,11 +195,10 @@ def test_a_run_created_but_never_started_is_started_by_the_reconciler(
     assert done is not None and done.status is RunStatus.COMPLETED and done.takeovers == 0
 
 
-def test_a_crash_looping_sub_run_is_failed_with_a_check_of_its_running_parent(
+def test_a_crash_looping_sub_run_is_suspended_and_its_running_parent_left_alone(
         idle_deployment: Deployment) -> None:
-    """Failing a child fences it against its parent's suspension on it: the pass's
-    transaction checks the running parent's META (a call its role must be granted:
-    the `calls_are_granted` fixture checks every call)."""
+    """A crash-looped child is suspended, not ended: its parent, still running, is
+    not touched and gets no resume request (a child's end would file one)."""
     deployment = idle_deployment
     store, clock = deployment.services.store, deployment.clock
     gone = deployment.stack.execution_arn("never-started")
@@ -205,10 +213,10 @@ def test_a_crash_looping_sub_run_is_failed_with_a_check_of_its_running_parent(
         "parent": ParentRef(run_id="parent", step_path="delegate")})
     seed(store, [parent, child])
     answer = reconcile(deployment)
-    assert answer["counts"]["failed_runs"] == 1
-    failed = store.load_run("parent.sub-child")
-    assert failed is not None and failed.error is not None
-    assert failed.error.type == "crash_loop"
+    assert answer["counts"]["suspended_runs"] == 1
+    looped = store.load_run("parent.sub-child")
+    assert looped is not None and looped.status is RunStatus.SUSPENDED
+    assert looped.suspension is not None and looped.suspension.reason == "crash-loop"
     still = store.load_run("parent")
     assert still is not None and still.status is RunStatus.RUNNING
     assert still.resume_requested_at is None

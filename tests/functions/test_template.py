@@ -98,9 +98,18 @@ def test_the_state_machine_gets_its_functions_and_retries_lambda_service_errors(
     tasks = {name: state for name, state in states.items() if state["Type"] == "Task"}
     assert set(tasks) == {"Reserve", "Advance"}
     for name, task in tasks.items():
-        (retry,) = task["Retry"]
-        assert set(retry["ErrorEquals"]) == SERVICE_ERRORS, name
-        assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] > 1, name
+        throttled, service = task["Retry"]
+        assert set(throttled["ErrorEquals"]) | set(service["ErrorEquals"]) == SERVICE_ERRORS
+        assert throttled["ErrorEquals"] == ["Lambda.TooManyRequestsException"], name
+        for retry in (throttled, service):
+            assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] > 1, name
+        # Throttled past its retries: a Wait, then the same task again, without
+        # end (a throttle never fails the execution: DESIGN 10).
+        (catch,) = task["Catch"]
+        assert catch["ErrorEquals"] == ["Lambda.TooManyRequestsException"], name
+        assert catch["ResultPath"] is None, name  # the task's input, unchanged
+        wait = states[catch["Next"]]
+        assert (wait["Type"], wait["Next"]) == ("Wait", name), name
         # Only ids and a status come back from a task.
         assert set(task["ResultSelector"]) == {"run_id.$", "attempt.$", "status.$"}, name
 

@@ -42,12 +42,13 @@ ALARMS: dict[str, tuple[str, str, dict[str, Any], int]] = {
        for alarm, queue in (("ResumeRequestedDeadLettersAlarm", "ResumeRequestedDeadLetterQueue"),
                             ("StartFailuresAlarm", "StartFailedQueue"),
                             ("RetentionFailuresAlarm", "RetentionFailedQueue"))},
-    "RunsFailedByReconcilerAlarm": ("AgentRuntime", reconciler._METRICS[Action.FAILED_RUN],
-                                    STACK_METRIC, 0),
+    "RunsSuspendedByReconcilerAlarm": ("AgentRuntime",
+                                       reconciler._METRICS[Action.SUSPENDED_RUN],
+                                       STACK_METRIC, 0),
     "ReconcilePassCutShortAlarm": ("AgentRuntime", "ReconcilePassCutShort", STACK_METRIC, 0),
 }
 # Alarms that fire on one datapoint, each with its reason in a comment beside it.
-SINGLE_DATAPOINT = {"RunsFailedByReconcilerAlarm"}
+SINGLE_DATAPOINT = {"RunsSuspendedByReconcilerAlarm"}
 
 
 def properties(name: str) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def test_the_reconciler_alarms_watch_what_the_functions_publish() -> None:
     dimension service = POWERTOOLS_SERVICE_NAME (the stack's name)."""
     variables = load_template()["Globals"]["Function"]["Environment"]["Variables"]
     assert variables["POWERTOOLS_SERVICE_NAME"] == {"Ref": "AWS::StackName"}
-    for name in ("RunsFailedByReconcilerAlarm", "ReconcilePassCutShortAlarm"):
+    for name in ("RunsSuspendedByReconcilerAlarm", "ReconcilePassCutShortAlarm"):
         alarm = properties(name)
         assert alarm["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"], name
         assert _dimensions(alarm) == {"service": variables["POWERTOOLS_SERVICE_NAME"]}, name

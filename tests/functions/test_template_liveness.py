@@ -44,7 +44,7 @@ def test_every_put_events_is_scoped_to_the_stacks_bus_and_source() -> None:
         assert statement["Condition"]["StringEquals"]["events:source"] == "agent-runtime", name
     detail_types = {name: statement["Condition"]["StringEquals"]["events:detail-type"]
                     for name, statement in puts}
-    # run-finished from the API (a cancel) and the reconciler (a crash_loop failure) too.
+    # run-finished from the API (a cancel) and the reconciler (a crash-loop suspension) too.
     assert detail_types == {"AdvanceRole": ["resume-requested", "run-finished"],
                             "ApiRole": ["resume-requested", "run-finished"],
                             "ReconcilerRole": "run-finished"}
@@ -108,18 +108,17 @@ def test_the_functions_get_their_margins_limits_and_grace_from_the_template() ->
     margin = parameters["AdvanceMarginSeconds"]
     # Room for at least some work within Advance's 900 s timeout.
     assert margin["MaxValue"] < properties("AdvanceFunction")["Timeout"]
-    env = {name: properties(name)["Environment"]["Variables"]
-           for name in ("AdvanceFunction", "StartFunction", "ReconcilerFunction")}
+    # Who takes (start, reconciler) and frees (Reserve, Advance) capacity slots
+    # knows how many there are.
+    slot_users = ("AdvanceFunction", "ReserveFunction", "StartFunction", "ReconcilerFunction")
+    env = {name: properties(name)["Environment"]["Variables"] for name in slot_users}
     assert env["AdvanceFunction"]["AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS"] == {
         "Ref": "AdvanceMarginSeconds"}
-    for name in ("StartFunction", "ReconcilerFunction"):
+    for name in slot_users:
         assert env[name]["AGENT_RUNTIME_MAX_CONCURRENT_RUNS"] == {"Ref": "MaxConcurrentRuns"}
+    assert properties("AdvanceFunction")["ReservedConcurrentExecutions"] == {
+        "Ref": "MaxConcurrentRuns"}
     assert float(env["ReconcilerFunction"]["AGENT_RUNTIME_RESUME_GRACE_SECONDS"]) > 0
-    # The start function counts running runs on the status index.
-    (runs,) = [statement for policy in properties("StartRole")["Policies"]
-               for statement in policy["PolicyDocument"]["Statement"]
-               if statement.get("Sid") == "RunIndexes"]
-    assert runs["Resource"] == [{"Fn::Sub": "${RunsTable.Arn}/index/by-status-shard"}]
 
 
 def test_a_held_attempt_waits_and_advances_again() -> None:

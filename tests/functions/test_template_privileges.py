@@ -21,15 +21,15 @@ WRITE_RUNS = READ_RUNS | {"dynamodb:PutItem", "s3:PutObject", "kms:GenerateDataK
 CONFIG = {"ssm:GetParameter"}  # the runtime config parameter (HasRuntimeConfig)
 SECRETS = {"secretsmanager:GetSecretValue"}  # provider keys (UsesProviderSecrets)
 EXECUTIONS = {"states:StartExecution", "states:DescribeExecution"}
+SLOTS = {"dynamodb:UpdateItem"}  # capacity slots only (functions/capacity.py)
 
 GRANTED = {
-    "ReserveFunction": LOGS | WRITE_RUNS,
+    "ReserveFunction": LOGS | WRITE_RUNS | SLOTS,
     "AdvanceFunction": LOGS | WRITE_RUNS | CONFIG | SECRETS | {
         "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "events:PutEvents",
         "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"},
-    "StartFunction": LOGS | READ_RUNS | EXECUTIONS | {"dynamodb:BatchGetItem",
-                                                     "sqs:SendMessage"},
-    "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | {
+    "StartFunction": LOGS | READ_RUNS | EXECUTIONS | SLOTS | {"sqs:SendMessage"},
+    "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | SLOTS | {
         "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "events:PutEvents"},
     "ApiFunction": LOGS | WRITE_RUNS | CONFIG | SECRETS | {
         "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem",
@@ -113,12 +113,12 @@ def test_indexes_are_queried_only_where_the_code_lists_runs() -> None:
                 if grant.actions == ("dynamodb:Query",) for resource in grant.resources
                 if isinstance(resource, dict) and "Fn::Sub" in resource}
 
-    # GET /runs by tenant, status or parent; the capacity count and the
-    # reconciler's candidates by status; nothing else lists runs.
+    # GET /runs by tenant, status or parent; the reconciler's candidates by
+    # status; nothing else lists runs (capacity is slots, not a count).
     assert indexes("ApiFunction") == {"by-status-shard", "by-parent", "by-tenant"}
-    assert indexes("StartFunction") == {"by-status-shard"}
     assert indexes("ReconcilerFunction") == {"by-status-shard"}
-    for function in ("ReserveFunction", "AdvanceFunction", "RetentionFunction"):
+    for function in ("ReserveFunction", "AdvanceFunction", "RetentionFunction",
+                     "StartFunction"):
         assert indexes(function) == set(), function
 
 
@@ -133,3 +133,13 @@ def test_events_are_put_only_on_the_stack_s_bus_with_its_source_and_types() -> N
                 assert condition["events:source"] == "agent-runtime", function
                 putters[function] = as_list(condition["events:detail-type"])
     assert putters == EVENTS_PUT
+
+
+def test_starters_and_reserve_write_only_the_capacity_slots() -> None:
+    """Their UpdateItem is for the slots alone (dynamodb:LeadingKeys), not runs."""
+    for function in ("StartFunction", "ReserveFunction", "ReconcilerFunction"):
+        (grant,) = [grant for grant in grants(role_of(function))
+                    if "dynamodb:UpdateItem" in grant.actions]
+        assert grant.actions == ("dynamodb:UpdateItem",), function
+        assert grant.condition == {"ForAllValues:StringEquals": {
+            "dynamodb:LeadingKeys": ["CAPACITY"]}}, function

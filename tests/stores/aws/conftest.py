@@ -20,6 +20,7 @@ from moto.server import ThreadedMotoServer
 
 from stores.dynamodb.s3 import S3BlobStore
 from stores.dynamodb.store import DynamoDbRunStore
+from tests import moto_dynamodb
 
 FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -97,46 +98,6 @@ def open_store(aws: AwsResources, *, client: Any = None, prefix: str = "checkpoi
 
 @pytest.fixture
 def item_rollback() -> Iterator[None]:
-    """moto's TransactWriteItems rolling back by item, not by copying the table.
-
-    To undo a cancelled transaction moto deep-copies every table it touches
-    before each one, so N transactions on a growing table cost O(N^2): a
-    1,000-checkpoint run takes minutes. This keeps a copy of only the items
-    the transaction names (the only ones it can change) and puts them back if
-    it is cancelled, so what moto emulates is unchanged; it just stays linear.
-    """
-    from moto.dynamodb import models
-    from moto.dynamodb.models.dynamo_type import DynamoType
-
-    stdlib_copy = models.copy
-    transact = models.DynamoDBBackend.transact_write_items
-
-    class TablesByReference:
-        copy = staticmethod(stdlib_copy.copy)
-
-        @staticmethod
-        def deepcopy(value: Any, memo: Any = None) -> Any:
-            return value if isinstance(value, models.Table) else stdlib_copy.deepcopy(value, memo)
-
-    def transact_with_item_rollback(backend: Any, transact_items: list[dict[str, Any]]) -> None:
-        saved = []
-        for entry in transact_items:
-            (_, op), = entry.items()
-            table = backend.get_table(op["TableName"])
-            keys = op.get("Key") or op["Item"]
-            at = (DynamoType(keys[table.hash_key_attr]), DynamoType(keys[table.range_key_attr]))
-            saved.append((table, at, stdlib_copy.deepcopy(table.get_item(*at))))
-        try:
-            transact(backend, transact_items)
-        except Exception:
-            for table, (hash_key, range_key), item in saved:
-                if item is None:
-                    table.items[hash_key].pop(range_key, None)
-                else:
-                    table.items[hash_key][range_key] = item
-            raise
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(models, "copy", TablesByReference)
-        patch.setattr(models.DynamoDBBackend, "transact_write_items", transact_with_item_rollback)
+    """moto's TransactWriteItems rolling back by item (tests/moto_dynamodb.py)."""
+    with moto_dynamodb.item_rollback():
         yield
