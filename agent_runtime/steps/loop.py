@@ -105,12 +105,17 @@ class LoopContinuation(TypedDict, total=False):
     goalMet: bool
     goalMetAtIteration: int
     lastOutput: JsonValue  # the last child output seen in the current iteration
-    # The last and the one before it completed iterations, and the seq of the
-    # checkpoint that ended each: `loop.previous` (and `current`) after a resume.
+    # The last and the one before it completed iterations, and the checkpoint
+    # that ended each: `loop.previous` (and `current`) after a resume. The
+    # checkpoint is named by its run and seq: a fork starts from a copy of one
+    # checkpoint under new numbering, and the ones before it stay in the run
+    # forked from (a frame saved before runs were named: this run's).
     previousIndex: int | None
     previousSeq: int | None
+    previousRun: str | None
     olderIndex: int | None
     olderSeq: int | None
+    olderRun: str | None
 
 
 def _continuation(frame: Frame) -> LoopContinuation:
@@ -199,8 +204,9 @@ class LoopStepExecutor:
                             step_path=iteration_path, iteration=index)
             self._advance(frame, state["count"] if goal_met else index + 1)
             # The checkpoint below holds the variables `previous` snapshots.
-            state["olderSeq"] = state.get("previousSeq")
-            state["previousSeq"] = ctx.state.seq + 1
+            state["olderSeq"], state["olderRun"] = (state.get("previousSeq"),
+                                                    state.get("previousRun"))
+            state["previousSeq"], state["previousRun"] = ctx.state.seq + 1, ctx.run_id
             await ctx.checkpoint()
         # One copy of the results, both `loop.outputs` and the loop's output: values
         # are replaced, never changed in place, and a checkpoint then stores the
@@ -241,14 +247,21 @@ class LoopStepExecutor:
         """The last (`previous`) or the one before it (`older`) completed iteration
         when a loop resumes, with the variables saved by the checkpoint that ended it."""
         if which == "previous":
-            seq, done, back = state.get("previousSeq"), state.get("previousIndex"), 1
+            seq, run_id = state.get("previousSeq"), state.get("previousRun")
+            done, back = state.get("previousIndex"), 1
         else:
-            seq, done, back = state.get("olderSeq"), state.get("olderIndex"), 2
+            seq, run_id = state.get("olderSeq"), state.get("olderRun")
+            done, back = state.get("olderIndex"), 2
         if seq is None or done is None or len(outputs) < back:
             return None
-        saved = ctx.store.load_checkpoint(ctx.run_id, seq)
-        snapshot = {} if saved is None else {key: value for key, value in
-                                             saved.variables.items() if key != "loop"}
+        run_id = run_id or ctx.run_id
+        saved = ctx.store.load_checkpoint(run_id, seq)
+        if saved is None:
+            # Never silently empty: the run this one was forked from was deleted.
+            raise StepFailed("checkpoint_unavailable", (
+                f"loop.{which} cannot be rebuilt: checkpoint {seq} of run {run_id}, which "
+                "holds its variables, no longer exists"), {"run_id": run_id, "seq": seq})
+        snapshot = {key: value for key, value in saved.variables.items() if key != "loop"}
         return {"index": done, "iteration": done + 1, "output": outputs[-back],
                 "variables": snapshot}
 
