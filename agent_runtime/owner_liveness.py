@@ -1,5 +1,5 @@
 """Is the owner of a running run's lease still there? The reconciler asks before it
-takes a run over (DESIGN section 7): only an owner confirmed gone is replaced.
+takes a run over (docs/design.md section 7): only an owner confirmed gone is replaced.
 
 `ProcessLiveness` answers for the local engine's owners (`host:pid`); the AWS
 reconciler asks Step Functions (functions/executions.py `ExecutionLiveness`).

@@ -2,7 +2,7 @@
 
 A key that lives in AWS Secrets Manager or in an SSM SecureString parameter is
 named in the config instead of being copied into an environment variable, so
-no deployment has to hold it in plain text (DESIGN section 10, Secrets):
+no deployment has to hold it in plain text (docs/design.md section 10, Secrets):
 
     providers:
       openai:

@@ -2,7 +2,7 @@
 
     step/app.py        reserve, advance: the state machine's tasks; start: the
                        EventBridge rule's target, which starts executions
-    reconciler/app.py  the scheduled reconciler (DESIGN section 7)
+    reconciler/app.py  the scheduled reconciler (docs/design.md section 7)
 
 Handlers are thin: parse the event, call the engine or the store, shape the
 result. What they share lives beside them: `environment` (settings, clients,

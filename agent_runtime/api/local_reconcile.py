@@ -1,6 +1,6 @@
 """The reconciler loop of `agent-runtime serve`: a pass at start, then every interval.
 
-Each pass runs the `Reconciler` (DESIGN section 7) with the local liveness
+Each pass runs the `Reconciler` (docs/design.md section 7) with the local liveness
 check, so runs stranded by a crash of an earlier server (or of any local
 process) are taken over once their lease expired and their owner's pid is
 gone, and `created` runs nobody started are started. The same pass resumes

@@ -1,6 +1,6 @@
 """How the `agent-runtime` command reports an error: its exit code and one line.
 
-Exit codes (DESIGN section 9), and what raises them:
+Exit codes (docs/design.md section 9), and what raises them:
 
 - 0 completed (or nothing to do);
 - 10 suspended: waiting for an approval, a sub-run, a budget;

@@ -26,7 +26,7 @@ DEFAULT_RESUME_GRACE_SECONDS = 30.0
 
 STORE_DRIVERS = ("memory", "file", "sqlite", "dynamodb")
 RUN_STATUSES = ("created", "running", "suspended", "completed", "failed", "cancelled")
-# Where a store is chosen when no flag says (DESIGN section 9).
+# Where a store is chosen when no flag says (docs/design.md section 9).
 STORE_VARIABLE = "AGENT_RUNTIME_STORE"
 CONFIG_FILE = "agent-runtime.config.yaml"
 

@@ -1,4 +1,4 @@
-"""Graceful interrupts of a CLI run (DESIGN section 6).
+"""Graceful interrupts of a CLI run (docs/design.md section 6).
 
 The first SIGINT (Ctrl-C) or SIGTERM asks the runtime to stop
 (`AgentRuntime.interrupt`): no new model request, tool call or step starts;

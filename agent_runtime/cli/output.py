@@ -1,6 +1,6 @@
 """Where the CLI writes: stdout and stderr that a closed pipe cannot break, and colour.
 
-Output is not the run (DESIGN section 6): `agent-runtime run ... | head -1`
+Output is not the run (docs/design.md section 6): `agent-runtime run ... | head -1`
 closes stdout after one line, and the run must go on to its end regardless.
 `TerminalStream` wraps a stream so that a write to a reader that went away
 (`BrokenPipeError`, any `OSError` of the stream) marks it closed and is

@@ -1,4 +1,4 @@
-"""The CLI commands that only read a store: list, inspect, effects (DESIGN section 9).
+"""The CLI commands that only read a store: list, inspect, effects (docs/design.md section 9).
 
 They never create a store: a missing one is exit 3 naming it. `list` is
 newest first (run ids are time-ordered) and says, with the cursor to pass,

@@ -1,4 +1,4 @@
-"""`agent-runtime reconcile`: finish local runs whose owner died (DESIGN section 7).
+"""`agent-runtime reconcile`: finish local runs whose owner died (docs/design.md section 7).
 
 On this host a run's owner is `host:pid`, so a run whose process is gone is
 taken over at once, without waiting for its lease to expire. With

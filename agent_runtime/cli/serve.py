@@ -1,4 +1,4 @@
-"""`agent-runtime serve`: the HTTP API on this machine (DESIGN section 12).
+"""`agent-runtime serve`: the HTTP API on this machine (docs/design.md section 12).
 
     agent-runtime serve [--host 127.0.0.1] [--port 8000] [--workers 4] [--tenant-workers N]
                         [--token T | --tokens FILE] [--reconcile-interval 30]
@@ -15,7 +15,7 @@ Auth: every request carries `Authorization: Bearer <token>`. Without
 written to `.agent-runtime/serve.token` (mode 0600); the token itself is
 never printed or logged, only where to read it.
 
-Clients are not trusted (DESIGN section 14): connections are capped, a
+Clients are not trusted (docs/design.md section 14): connections are capped, a
 request's head and body, an idle connection and a client that does not read
 its answer are each timed out (`agent_runtime.api.connections`), and the
 workers are shared fairly between tenants (`agent_runtime.api.local_launcher`).

@@ -1,4 +1,4 @@
-"""Which store a command uses (DESIGN section 9), decided once, before anything opens.
+"""Which store a command uses (docs/design.md section 9), decided once, before anything opens.
 
 In order: `--store-driver`/`--store`; else `AGENT_RUNTIME_STORE=DRIVER:LOCATION`;
 else the `store:` of `agent-runtime.config.yaml` in the current directory;

@@ -53,7 +53,7 @@ MAX_MODEL_ROUNDS = 64
 # engine's bound, this much later, covers those that do not.
 DRIVER_TIMEOUT_GRACE = 0.25
 # The share of a whole Advance slice that must be left to start a tool that is
-# not idempotent (DESIGN 10, Time): one cut mid-call suspends as effect-unknown.
+# not idempotent (docs/design.md section 10, Time): one cut mid-call suspends as effect-unknown.
 NON_IDEMPOTENT_SHARE = 0.5
 
 
@@ -144,7 +144,7 @@ def _check_completion(step: PromptStep, response: ModelResponse, step_path: str)
 def _tool_fields(index: int, name: str) -> JsonObject:
     """How events name a tool call: its position in the model's response, and
     its tool by a fingerprint and length. The model chose the name and the
-    call id, so events carry neither (DESIGN 8: events hold ids, timings,
+    call id, so events carry neither (docs/design.md section 8: events hold ids, timings,
     counts and error codes)."""
     return {"call": index, "tool_sha256": fingerprint(name), "tool_length": len(name)}
 

@@ -1,7 +1,7 @@
 """The HTTP API on AWS: API Gateway (HTTP API, payload format 2.0) -> the routes.
 
 The routes are agent_runtime.api's, the same ones `agent-runtime serve`
-serves (DESIGN section 12). What this function adds is the AWS side of their
+serves (docs/design.md section 12). What this function adds is the AWS side of their
 seam (`ApiServices`): the container's store and runtime
 (functions/environment.py), a launcher that starts and resumes runs through
 the state machine (`AwsLauncher`), and the tenant API Gateway's authorizer

@@ -6,7 +6,7 @@ or a resume durable is the store: a new run is stored `created`, and a resume
 is recorded with `request_resume` (the outbox the reconciler reads) before
 the event is put. The event is the fast path. When EventBridge refuses it or
 cannot be reached, the request stays recorded and the reconciler starts the
-run (DESIGN section 7: `created` runs queued too long, `suspended` runs whose
+run (docs/design.md section 7: `created` runs queued too long, `suspended` runs whose
 resume was requested), so the client's request succeeded and gets no 5xx;
 the failure is logged and counted (`ResumeEventFailed`).
 

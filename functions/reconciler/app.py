@@ -1,4 +1,4 @@
-"""The scheduled reconciler: DESIGN section 7 on Step Functions.
+"""The scheduled reconciler: docs/design.md section 7 on Step Functions.
 
 Each invocation (an EventBridge schedule) is one pass of
 `agent_runtime.reconcile.Reconciler` over the run store: `running` runs whose

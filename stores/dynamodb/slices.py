@@ -13,7 +13,7 @@ stops before doing anything.
 A slice that died holding the lease (its Lambda killed after its response
 was lost and a retry took its place) is a crash: a tool it dispatched has an
 unknown outcome, which only a new attempt's effect ledger check reports
-(DESIGN 6). So no slice claims a lease a sibling left to expire; the
+(docs/design.md section 6). So no slice claims a lease a sibling left to expire; the
 execution ends (`superseded`) and the reconciler, finding the lease expired
 and the execution ended, takes the run over with the next attempt. The
 decisions are pure functions of the run as read; `DynamoDbRunStore` writes

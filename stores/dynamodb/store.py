@@ -199,7 +199,7 @@ class _MetaWrite:
 
 
 class DynamoDbRunStore(StateChanges):
-    """A RunStore in one DynamoDB table (the layout of DESIGN section 10).
+    """A RunStore in one DynamoDB table (the layout of docs/design.md section 10).
 
     `blobs` keeps what is over `inline_limit` bytes (checkpoint bodies, large
     manifests or outputs); without it such a write raises `StoreError`. The

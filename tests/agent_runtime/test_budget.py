@@ -1,4 +1,4 @@
-"""Token budgets, one test per rule of DESIGN section 6.
+"""Token budgets, one test per rule of docs/design.md section 6.
 
 The scripted model's request list is the counter: where a rule says no model
 request may be issued, the test checks none was.

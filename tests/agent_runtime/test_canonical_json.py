@@ -1,5 +1,5 @@
 """The one canonical JSON form: what the manifest hash and the API's request
-fingerprint are computed over (DESIGN: keys sorted, no insignificant
+fingerprint are computed over (docs/design.md section 3: keys sorted, no insignificant
 whitespace, UTF-8)."""
 
 from __future__ import annotations

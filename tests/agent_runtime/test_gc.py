@@ -2,7 +2,7 @@
 
 Finished runs older than the cutoff go with everything they own (checkpoints,
 effects, approvals, artifacts); running, created and suspended runs stay;
-`--dry-run` changes nothing (DESIGN section 10, issue 16 acceptance 2)."""
+`--dry-run` changes nothing (docs/design.md section 10, issue 16 acceptance 2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`AgentRuntime.interrupt`: a run asked to stop finishes the call in flight, saves it,
 and suspends as `interrupted` with its lease released; a resume continues at once
-without repeating the call (DESIGN section 6)."""
+without repeating the call (docs/design.md section 6)."""
 
 from __future__ import annotations
 

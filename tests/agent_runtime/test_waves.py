@@ -1,4 +1,4 @@
-"""Parallel waves (DESIGN section 13): a parallel run's independent top-level prompts
+"""Parallel waves (docs/design.md section 13): a parallel run's independent top-level prompts
 run side by side, checkpoint as they go, resume only what did not finish, and
 share one token budget.
 

@@ -1,4 +1,4 @@
-"""Every CLI error path an operator meets, as a table (DESIGN section 9): the pinned
+"""Every CLI error path an operator meets, as a table (docs/design.md section 9): the pinned
 exit code, one line naming what and where (or one JSON object with `--format
 json`), no traceback, and nothing created or removed on disk."""
 

@@ -1,5 +1,5 @@
 """Interrupts and output of a real `agent-runtime` process on a real SQLite store
-(DESIGN section 6): a closed pipe never touches the run, the first SIGINT or
+(docs/design.md section 6): a closed pipe never touches the run, the first SIGINT or
 SIGTERM lets the tool call in flight finish and suspends the run as
 `interrupted` so `resume` continues at once, a second signal exits at once,
 and after a SIGKILL `reconcile --once` takes the run over without waiting
@@ -127,7 +127,7 @@ def test_a_second_signal_exits_at_once_and_the_run_is_recovered_as_after_a_crash
     assert "again: exiting now" in err and "Traceback" not in err + out
     assert _lines(workdir / "ship.log") == ["start A"]
     # Its owner is gone: taken over at once; the tool is not safe to repeat and
-    # its outcome is unknown, so an operator decides (DESIGN section 6).
+    # its outcome is unknown, so an operator decides (docs/design.md section 6).
     taken = cli(workdir, "resume", "ship-1", "--allow-running-takeover", "--format", "json")
     assert taken.returncode == 10, taken.stderr
     assert json.loads(taken.stdout)["suspension"]["reason"] == "effect-unknown"

@@ -1,4 +1,4 @@
-"""What `list`, `inspect` and `effects` show (DESIGN section 9): runs newest first with
+"""What `list`, `inspect` and `effects` show (docs/design.md section 9): runs newest first with
 their times and tokens and a "more" line carrying the cursor; a run's timeline
 with the step path and tokens of every checkpoint and one checkpoint's state;
 every effect key with its tool and step."""

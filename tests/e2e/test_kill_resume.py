@@ -33,7 +33,7 @@ def test_killed_run_resumes_at_once_without_repeating_finished_steps(
     assert "Traceback" not in refused.stderr
 
     # Its owner was a process of this host that is gone: confirmed dead, so the
-    # takeover needs no wait for the lease (DESIGN section 4).
+    # takeover needs no wait for the lease (docs/design.md section 4).
     done = resume("--allow-running-takeover")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.stores.aws.aws_template import load_template
 
-# DESIGN section 12's routes, as API Gateway names them.
+# docs/design.md section 12's routes, as API Gateway names them.
 ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
           ("GET", "/runs/{runId}/output"),
           ("GET", "/runs/{runId}/checkpoints"), ("GET", "/runs/{runId}/checkpoints/{seq}"),

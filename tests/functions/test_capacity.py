@@ -1,5 +1,5 @@
 """Capacity: admission is atomic, a run beyond `MaxConcurrentRuns` waits queued, and
-throttling is never a takeover and never fails a run (DESIGN 10, issue 32).
+throttling is never a takeover and never fails a run (docs/design.md section 10).
 
 Under moto with the real API, start function, reconciler and state machine.
 Advance has its reserved concurrency (`Lambdas.reserved`): an invocation

@@ -1,4 +1,4 @@
-"""Deadline-aware Advance (DESIGN 10, Time): no call outlives its slice.
+"""Deadline-aware Advance (docs/design.md section 10, Time): no call outlives its slice.
 
 Each test drives the real Reserve and Advance handlers under moto with the
 functions' fake clock, which does not move by itself: the slice's deadline is

@@ -6,7 +6,7 @@ for it too: the child's end filed one in the store), the resume execution's
 Reserve fails — and then only invokes the scheduled reconciler
 (events/scheduled-reconcile.json) with the fake clock moved past the grace:
 the run completes. The resume outbox is the store's `resume_requested_at`
-(DESIGN sections 5 and 7).
+(docs/design.md sections 5 and 7).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Retention on AWS: the table stream's TTL removal of a run's META, delivered to the
 real retention handler, deletes every item and object the run owned and nothing
-of another run, even one holding the same blob bytes (DESIGN section 10)."""
+of another run, even one holding the same blob bytes (docs/design.md section 10)."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_the_state_machine_gets_its_functions_and_retries_lambda_service_errors(
         for retry in (throttled, service):
             assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] > 1, name
         # Throttled past its retries: a Wait, then the same task again, without
-        # end (a throttle never fails the execution: DESIGN 10).
+        # end (a throttle never fails the execution: docs/design.md section 10).
         (catch,) = task["Catch"]
         assert catch["ErrorEquals"] == ["Lambda.TooManyRequestsException"], name
         assert catch["ResultPath"] is None, name  # the task's input, unchanged

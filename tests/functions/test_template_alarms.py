@@ -1,4 +1,4 @@
-"""template.yaml's alarms (DESIGN section 10), read from the template itself: what
+"""template.yaml's alarms (docs/design.md section 10), read from the template itself: what
 each watches, that none fires on one datapoint without a reason given beside it,
 and that the reconciler's alarms watch metrics the reconciler really publishes.
 

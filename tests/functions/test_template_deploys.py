@@ -1,4 +1,4 @@
-"""Safe deploys (DESIGN section 10), read from template.yaml and run under moto:
+"""Safe deploys (docs/design.md section 10), read from template.yaml and run under moto:
 every function is published as versions behind its `live` alias and deployed
 gradually, rolled back by an alarm on the new version's errors; the state
 machine invokes the aliases only, and CodeDeploy's role moves those aliases

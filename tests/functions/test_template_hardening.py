@@ -1,4 +1,4 @@
-"""template.yaml's hardening (DESIGN section 10), read from the template itself.
+"""template.yaml's hardening (docs/design.md section 10), read from the template itself.
 
 checkov (`make template-check`) finds no failed check; these are the rules it
 does not know: deletion protection, encrypted logs, the state machine's

@@ -1,4 +1,4 @@
-"""The data key's policy and the bucket that pins it (DESIGN section 10), read from
+"""The data key's policy and the bucket that pins it (docs/design.md section 10), read from
 template.yaml, and the run store's own writes checked against the bucket policy.
 
 Administration and use are separate: no principal that administers the key may

@@ -1,4 +1,4 @@
-"""What template.yaml promises about liveness and capacity (DESIGN section 10):
+"""What template.yaml promises about liveness and capacity (docs/design.md section 10):
 the stack's own event bus, dead letters, reserved concurrency and tracing, read
 from the template itself (the alarms: test_template_alarms.py).
 """

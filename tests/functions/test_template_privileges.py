@@ -1,4 +1,4 @@
-"""Least privilege (DESIGN section 10): each function's role grants exactly what its
+"""Least privilege (docs/design.md section 10): each function's role grants exactly what its
 code uses, on what it uses, read from template.yaml.
 
 `GRANTED` is the whole list of actions per function, so a broader grant (a

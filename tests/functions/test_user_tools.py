@@ -1,5 +1,5 @@
 """Users' Python tools on Lambda: the tools/ package that sam build ships beside the
-functions, named in the runtime config as `module:function` (DESIGN section 10)."""
+functions, named in the runtime config as `module:function` (docs/design.md section 10)."""
 
 from __future__ import annotations
 

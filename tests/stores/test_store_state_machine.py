@@ -1,6 +1,6 @@
 """Random operation sequences on every store, checked against a plain model of the contract.
 
-`Model` is written from the documented rules (DESIGN section 5 and the
+`Model` is written from the documented rules (docs/design.md section 5 and the
 docstrings of `stores/base.py`), independently of `stores/transitions.py`, with
 small dicts: a rule the shared transitions and a backend both got wrong the same
 way still disagrees with it. After every step the store and the model must

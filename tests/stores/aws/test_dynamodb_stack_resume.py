@@ -1,4 +1,4 @@
-"""The CLI on the DynamoDB store asks the stack to resume a run (DESIGN sections 7, 10):
+"""The CLI on the DynamoDB store asks the stack to resume a run (docs/design.md sections 7, 10):
 `approve --resume`, `resume` and `effects resolve` record the request in the
 store (the reconciler's outbox) and put the `resume-requested` event the
 stack's rule routes to its start function, instead of executing the run on
