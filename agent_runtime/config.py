@@ -249,11 +249,15 @@ class RuntimeConfig(_Strict):
     @field_validator("store")
     @classmethod
     def _store(cls, value: str | None) -> str | None:
-        driver, separator, location = (value or "").partition(":")
-        if value is not None and not (driver == "memory" or (
-                driver in ("file", "sqlite", "dynamodb") and separator and location)):
-            raise ValueError("must be DRIVER:LOCATION with DRIVER memory, file, sqlite or "
-                             "dynamodb, e.g. sqlite:./runs.sqlite")
+        if value is None:
+            return value
+        from stores.drivers import driver_names  # noqa: PLC0415 - a metadata scan, when used
+
+        driver, separator, location = value.partition(":")
+        names = driver_names()
+        if not (driver == "memory" or (driver in names and separator and location)):
+            raise ValueError(f"must be DRIVER:LOCATION with DRIVER one of {', '.join(names)}, "
+                             "e.g. sqlite:./runs.sqlite")
         return value
 
     @field_validator("providers", "models", "connections")

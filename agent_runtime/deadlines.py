@@ -1,4 +1,5 @@
-"""Deadline-aware calls: no model, tool or webhook call outlives its slice (docs/design.md section 10, Time).
+"""Deadline-aware calls: no model, tool or webhook call outlives its slice
+(docs/design.md section 10, Time).
 
 `advance` runs an attempt in slices, each with a deadline (on AWS, the Lambda's
 time left less `AdvanceMarginSeconds`). Every call a step makes is bounded by

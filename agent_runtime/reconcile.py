@@ -1,4 +1,5 @@
-"""Reconciliation: finish the runs whose owner died, resume the runs asked to (docs/design.md section 7).
+"""Reconciliation: finish the runs whose owner died, resume the runs asked to
+(docs/design.md section 7).
 
     reconciler = Reconciler(store, runtime_for=lambda run: AgentRuntime(store=store, ...))
     summary = reconciler.reconcile_sync()      # one pass; `agent-runtime reconcile`

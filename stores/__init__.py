@@ -1,12 +1,11 @@
 """Run stores: the RunStore contract, its records, and every backend.
 
 `open_store(driver, location)` builds one by name, as the CLI's
-`--store-driver memory|file|sqlite|dynamodb --store LOCATION` does.
+`--store-driver NAME --store LOCATION` does: a built-in driver (memory, file,
+sqlite, dynamodb) or one an installed distribution adds (`stores.drivers`).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from stores.base import (
     ApprovalConflict,
@@ -23,6 +22,7 @@ from stores.base import (
     StoreError,
     StoreUnavailable,
 )
+from stores.drivers import BUILT_IN, open_store
 from stores.memory import MemoryRunStore
 from stores.records import (
     ArtifactRef,
@@ -37,7 +37,8 @@ from stores.records import (
     RunStatus,
 )
 
-DRIVERS = ("memory", "file", "sqlite", "dynamodb")
+# The built-in store drivers (stores.drivers also finds installed ones).
+DRIVERS = BUILT_IN
 
 # What a store raises when the run's state refuses a well-formed request (a lease
 # held, a run already terminal, an answer already given, a run id taken, a
@@ -78,23 +79,3 @@ __all__ = [
 ]
 
 
-def open_store(driver: str, location: str | Path | None = None) -> RunStore:
-    """A store by driver name: `memory`, `file` (a directory), `sqlite` (a file) or
-    `dynamodb` (`TABLE?bucket=B&kms_key=K`, see `stores.dynamodb.location`)."""
-    if driver == "memory":
-        return MemoryRunStore()
-    if location is None or str(location) == "":
-        raise ValueError(f"the {driver} store needs a location")
-    if driver == "sqlite":
-        from stores.sqlite import SqliteRunStore  # noqa: PLC0415 - load backends on demand
-
-        return SqliteRunStore(Path(location))
-    if driver == "file":
-        from stores.file import FileRunStore  # noqa: PLC0415 - load backends on demand
-
-        return FileRunStore(Path(location))
-    if driver == "dynamodb":
-        from stores.dynamodb.location import open_dynamodb_store  # noqa: PLC0415 - needs boto3
-
-        return open_dynamodb_store(str(location))
-    raise ValueError(f"unknown store driver {driver!r}; choose one of {', '.join(DRIVERS)}")

@@ -24,7 +24,6 @@ DEFAULT_PAGE = 50
 DEFAULT_MAX_TAKEOVERS = 3
 DEFAULT_RESUME_GRACE_SECONDS = 30.0
 
-STORE_DRIVERS = ("memory", "file", "sqlite", "dynamodb")
 RUN_STATUSES = ("created", "running", "suspended", "completed", "failed", "cancelled")
 # Where a store is chosen when no flag says (docs/design.md section 9).
 STORE_VARIABLE = "AGENT_RUNTIME_STORE"
@@ -32,6 +31,18 @@ CONFIG_FILE = "agent-runtime.config.yaml"
 
 MAX_SECONDS = 7 * 24 * 3600.0  # a lease or an interval past a week is a typo
 MAX_COUNT = 2**53 - 1  # the largest integer every store and JSON reader keeps exactly
+
+
+def store_driver(text: str) -> str:
+    """`--store-driver`: a built-in driver or one an installed distribution declares
+    (stores.drivers; read only when the flag is given, so `--help` costs no scan)."""
+    from stores.drivers import driver_names  # noqa: PLC0415 - a metadata scan, when used
+
+    names = driver_names()
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"invalid choice: {excerpt(text)} (choose from "
+                                          f"{', '.join(names)})")
+    return text
 
 
 def seconds(text: str) -> float:

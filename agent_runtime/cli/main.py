@@ -33,11 +33,11 @@ from agent_runtime.cli.flags import (
     DEFAULT_RESUME_GRACE_SECONDS,
     DEFAULT_STORE,
     RUN_STATUSES,
-    STORE_DRIVERS,
     STORE_VARIABLE,
     count,
     grace_seconds,
     seconds,
+    store_driver,
 )
 from agent_runtime.cli.help import EXAMPLES, add_completion_parser
 from agent_runtime.errors import InvalidInput
@@ -62,8 +62,10 @@ def _command(commands: argparse._SubParsersAction[_Parser], name: str, help_text
 
 
 def _store_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store-driver", choices=STORE_DRIVERS, default=None,
-                        help=f"where runs live (default: ${STORE_VARIABLE}, else the store: of "
+    parser.add_argument("--store-driver", type=store_driver, default=None, metavar="DRIVER",
+                        help="where runs live: memory, file, sqlite, dynamodb, or a driver an "
+                             "installed package adds (entry point group agent_runtime.stores; "
+                             f"default: ${STORE_VARIABLE}, else the store: of "
                              "agent-runtime.config.yaml, else sqlite)")
     parser.add_argument("--store", metavar="LOCATION",
                         help=f"the store's file, directory or table (default: {DEFAULT_STORE}; "

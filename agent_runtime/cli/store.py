@@ -17,7 +17,6 @@ from agent_runtime.cli.flags import (
     CONFIG_FILE,
     DEFAULT_FILE_STORE,
     DEFAULT_STORE,
-    STORE_DRIVERS,
     STORE_VARIABLE,
 )
 from agent_runtime.errors import InvalidInput
@@ -28,10 +27,13 @@ _DEFAULT_LOCATIONS = {"sqlite": DEFAULT_STORE, "file": DEFAULT_FILE_STORE}
 
 def parse_store_text(text: str, *, source: str) -> tuple[str, str | None]:
     """`DRIVER:LOCATION` (or a bare `memory`) as (driver, location)."""
+    from stores.drivers import driver_names  # noqa: PLC0415 - a metadata scan, when used
+
     driver, separator, location = text.partition(":")
-    if driver not in STORE_DRIVERS:
+    names = driver_names()
+    if driver not in names:
         raise InvalidInput(f"expected DRIVER:LOCATION with DRIVER one of "
-                           f"{', '.join(STORE_DRIVERS)}, got {excerpt(text)}", source=source)
+                           f"{', '.join(names)}, got {excerpt(text)}", source=source)
     if driver != "memory" and (not separator or not location):
         raise InvalidInput(f"the {driver} driver needs a location: {driver}:LOCATION",
                            source=source)

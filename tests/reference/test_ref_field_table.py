@@ -1,6 +1,6 @@
 """Every field of the manifest, run-manifest and runtime-config models, and the test that
-shows its effect (or that it is refused by name). docs/design.md section 3: a field that is accepted has
-its effect; nothing is parsed and ignored.
+shows its effect (or that it is refused by name). docs/design.md section 3: a field that
+is accepted has its effect; nothing is parsed and ignored.
 
 `test_the_table_names_every_field` fails when a model gains a field the table lacks. Kinds:
 
