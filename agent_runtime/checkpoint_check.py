@@ -15,7 +15,7 @@ from stores.base import CorruptRecord
 from stores.records import Checkpoint, Frame, RunRecord
 
 from agent_runtime.errors import AgentRuntimeError
-from agent_runtime.manifest import AgentManifest, LoopStep
+from agent_runtime.manifest import AgentManifest
 from agent_runtime.step_kinds import Step
 
 
@@ -63,7 +63,7 @@ def cursor_problem(cursor: Sequence[Frame], steps: Sequence[Step]) -> str | None
         if frame.step_id != step.id:
             return (f"cursor frame {depth} names step {frame.step_id!r}, and the step at "
                     f"index {frame.step_index} is {step.id!r}")
-        level = step.steps if isinstance(step, LoopStep) else None
+        level = step.child_steps() or None
     return None
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -277,6 +277,7 @@ def _unique_step_ids(steps: Sequence[StepBase]) -> None:
 
 class LoopStep(StepBase):
     type: Literal["loop"] = "loop"
+    child_steps_field: ClassVar[str | None] = "steps"
     loop: LoopSpec
     steps: list[Step]
 
@@ -417,14 +418,17 @@ def iter_steps(steps: Sequence[Step], prefix: str = "steps", *,
                into_sub_runs: bool = False) -> Iterator[tuple[str, Step]]:
     """Every step, depth first, with its field path (`steps[0].steps[1]`).
 
-    Loop children run in the same run and are always visited; inline sub-run
-    manifests are separate runs and are visited only with `into_sub_runs`.
+    A step's children (a loop's body, any kind's `child_steps`) run in the same
+    run and are always visited; inline sub-run manifests are separate runs and
+    are visited only with `into_sub_runs`.
     """
     for index, step in enumerate(steps):
         path = f"{prefix}[{index}]"
         yield path, step
-        if isinstance(step, LoopStep):
-            yield from iter_steps(step.steps, f"{path}.steps", into_sub_runs=into_sub_runs)
+        children = step.child_steps()
+        if children:
+            yield from iter_steps(children, f"{path}.{step.child_steps_field}",
+                                  into_sub_runs=into_sub_runs)
         elif into_sub_runs and isinstance(step, SubRunStep) and step.manifest is not None:
             yield from iter_steps(step.manifest.steps, f"{path}.manifest.steps",
                                   into_sub_runs=True)

@@ -14,7 +14,8 @@ reading a manifest never loads the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args, get_origin
+from collections.abc import Sequence
+from typing import Annotated, ClassVar, Literal, get_args, get_origin
 
 from pydantic import PlainValidator, SerializeAsAny, ValidationInfo, field_validator
 from pydantic_core import PydanticKnownError
@@ -52,7 +53,20 @@ class StepBase(SchemaModel):
     metadata: JsonObject | None = None
     extensions: JsonObject | None = None
 
+    # The field holding the steps this step runs in the same run, in order (a
+    # loop's body, a group's members), or None. The engine goes down into them
+    # on resume (the checkpoint cursor's frames), `iter_steps` visits them (and
+    # so `maxSteps` counts them), and nothing else needs to know the kind.
+    child_steps_field: ClassVar[str | None] = None
+
     _check_when = field_validator("when")(check_condition)
+
+    def child_steps(self) -> Sequence[StepBase]:
+        """The steps this step runs in the same run (`child_steps_field`); none by default."""
+        if self.child_steps_field is None:
+            return ()
+        children: Sequence[StepBase] = getattr(self, self.child_steps_field)
+        return children
 
     def model_post_init(self, context: object, /) -> None:
         # `type` has a default for Python callers but is always dumped, so

@@ -4,6 +4,9 @@
     model = scripted(responses=[{"text": "hi"}])
     runtime = AgentRuntime(store=MemoryRunStore(), models={"scripted": model}, clock=clock)
     result = await runtime.run(manifest=..., options={"model": "scripted/test"})
+
+The crash kit (`agent_runtime.crash_kit`, its names re-exported here) kills a
+run at every commit point and checks it ends as it does uninterrupted.
 """
 
 from __future__ import annotations
@@ -12,6 +15,13 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agent_runtime.crash_kit import (
+    CrashTrial,
+    DyingStore,
+    ProcessDied,
+    assert_crash_safe,
+    crash_at_every_commit,
+)
 from agent_runtime.models.scripted import Script, ScriptedModel
 
 SCRIPT_NAME = "test"
@@ -40,3 +50,7 @@ def scripted(responses: list[dict[str, Any]] | None = None,
     model = ScriptedModel()
     model.add_script(name, Script(responses=list(responses or []), by_step=dict(by_step or {})))
     return model
+
+
+__all__ = ["SCRIPT_NAME", "CrashTrial", "DyingStore", "FakeClock", "ProcessDied",
+           "assert_crash_safe", "crash_at_every_commit", "scripted"]
