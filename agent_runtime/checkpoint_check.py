@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from stores.base import CorruptRecord
 from stores.records import Checkpoint, Frame, RunRecord
 
+from agent_runtime.continuations import check_versions
 from agent_runtime.errors import AgentRuntimeError
 from agent_runtime.manifest import AgentManifest
 from agent_runtime.step_kinds import Step
@@ -28,7 +29,8 @@ def check_checkpoint(record: RunRecord, checkpoint: Checkpoint | None,
                      manifest: AgentManifest) -> None:
     """Raise `CorruptCheckpoint` naming the run and seq when `checkpoint` cannot be
     `record`'s latest: another run's, an attempt after the run's, or a cursor that
-    points past the manifest's steps."""
+    points past the manifest's steps; `CheckpointVersionRefused` when this release
+    cannot read its format or a frame's continuation (agent_runtime/continuations.py)."""
     if checkpoint is None:
         return
     where = f"run {record.run_id}: checkpoint {checkpoint.seq}"
@@ -43,6 +45,7 @@ def check_checkpoint(record: RunRecord, checkpoint: Checkpoint | None,
     problem = cursor_problem(checkpoint.cursor, manifest.steps)
     if problem is not None:
         raise CorruptCheckpoint(f"{where}: {problem}")
+    check_versions(checkpoint, manifest.steps, where)
 
 
 def cursor_problem(cursor: Sequence[Frame], steps: Sequence[Step]) -> str | None:

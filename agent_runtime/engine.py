@@ -41,6 +41,7 @@ from stores.records import (
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
+from agent_runtime.continuations import migrated
 from agent_runtime.errors import (
     InvalidInput,
     ManifestMismatch,
@@ -341,6 +342,8 @@ class AgentRuntime(HostServices):
             state = RunState.initial(record.variables, record.budget.max_total_tokens)
             cursor = []
         else:
+            checkpoint = migrated(checkpoint, agent.steps,
+                                  f"run {record.run_id}: checkpoint {checkpoint.seq}")
             state = RunState.from_checkpoint(checkpoint)
             cursor = list(checkpoint.cursor)
         if budget is not None:

@@ -204,7 +204,9 @@ class Execution(StepContext):
         return [Frame(step_path=frame.step_path, step_id=frame.step_id,
                       step_index=frame.step_index, loop_iteration=frame.loop_iteration,
                       child_index=frame.child_index,
-                      continuation=json_copy(frame.continuation)) for frame in self.stack]
+                      continuation=json_copy(frame.continuation),
+                      continuation_version=frame.continuation_version)
+                for frame in self.stack]
 
     async def guarded(self, call: Awaitable[T]) -> T:
         """Await a long model or tool call while a heartbeat keeps the lease alive."""
@@ -299,7 +301,8 @@ class Execution(StepContext):
                          loop_iteration=loop_iteration)
         step = steps[index]
         return Frame(step_path=join_path(prefix, step.id), step_id=step.id, step_index=index,
-                     loop_iteration=loop_iteration)
+                     loop_iteration=loop_iteration,
+                     continuation_version=step.continuation_version)
 
     async def run_step(self, step: StepBase, frame: Frame, resume: list[Frame]) -> None:
         fresh = not frame.continuation and not resume

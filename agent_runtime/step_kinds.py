@@ -58,6 +58,11 @@ class StepBase(SchemaModel):
     # on resume (the checkpoint cursor's frames), `iter_steps` visits them (and
     # so `maxSteps` counts them), and nothing else needs to know the kind.
     child_steps_field: ClassVar[str | None] = None
+    # The shape of the continuation this kind keeps in its frame. Bump it when
+    # the shape changes, and override `migrate_continuation` to bring a frame
+    # saved by an earlier release up to it: the engine calls it on resume
+    # (agent_runtime/continuations.py) and refuses a frame from a later release.
+    continuation_version: ClassVar[int] = 1
 
     _check_when = field_validator("when")(check_condition)
 
@@ -67,6 +72,15 @@ class StepBase(SchemaModel):
             return ()
         children: Sequence[StepBase] = getattr(self, self.child_steps_field)
         return children
+
+    @classmethod
+    def migrate_continuation(cls, continuation: JsonObject, version: int) -> JsonObject:
+        """`continuation`, saved at `version` (older than `continuation_version`), in
+        the current shape. A kind that bumps its version overrides this; left as
+        it is, a frame of an older version cannot be resumed, and says so."""
+        raise NotImplementedError(
+            f"{cls.__name__} cannot migrate a continuation from version {version} "
+            f"to {cls.continuation_version}")
 
     def model_post_init(self, context: object, /) -> None:
         # `type` has a default for Python callers but is always dumped, so

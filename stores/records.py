@@ -25,6 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+# The checkpoint body's format ("major.minor"), written into every checkpoint and
+# read on resume (agent_runtime/continuations.py): a newer one is refused, an
+# older one migrated. RUNTIME_VERSION names the release that wrote it.
 CONTRACT_VERSION = "1.0"
 RUNTIME_VERSION = "0.1.0"
 
@@ -153,7 +156,8 @@ class Frame(_Record):
     `step_index` is the step's position among its siblings; `loop_iteration`
     is the iteration of the enclosing loop the step runs in; `child_index` is,
     for a step with children, the child being executed. `continuation` is the
-    step's own resumable state, opaque to stores.
+    step's own resumable state, opaque to stores, in the shape its kind's
+    `continuation_version` names (older frames are migrated on resume).
     """
 
     step_path: str
@@ -162,6 +166,7 @@ class Frame(_Record):
     loop_iteration: int | None = None
     child_index: int | None = None
     continuation: JsonObject = Field(default_factory=dict)
+    continuation_version: int = Field(default=1, ge=1)
 
 
 class ArtifactRef(_Record):
