@@ -18,10 +18,13 @@ cancel their host task when the transport breaks, so the run's task only sends
 requests and awaits their answers.
 
 Idempotency: every call carries the run's stable key in the request's `_meta`
-(`{"idempotencyKey": key}`), so a server can deduplicate a call repeated
-after a crash. MCP tools therefore count as idempotent (re-called with the
-same key on recovery) unless the host lists them in `nonIdempotentTools`, in
-which case an unsettled call suspends the run with `effect-unknown`.
+under `agent-runtime/idempotency-key` (the reference implementation's key,
+so a server written to its contract deduplicates our calls too; also under
+`idempotencyKey`, the key this project sent before), so a server can
+deduplicate a call repeated after a crash. MCP tools therefore count as
+idempotent (re-called with the same key on recovery) unless the host lists
+them in `nonIdempotentTools`, in which case an unsettled call suspends the
+run with `effect-unknown`.
 
 Input schemas: a tool's schema comes from its server and is checked like
 any schema (`agent_runtime.schemas`) before the tool is offered. One the
@@ -62,7 +65,9 @@ if TYPE_CHECKING:
 
     from agent_runtime.events import EventEmitter
 
-IDEMPOTENCY_META_KEY = "idempotencyKey"
+IDEMPOTENCY_META_KEY = "agent-runtime/idempotency-key"
+# The key's name in this project's releases before it followed the reference.
+FORMER_IDEMPOTENCY_META_KEY = "idempotencyKey"
 # A server that ignores the stop request is cancelled after this long.
 CLOSE_TIMEOUT_SECONDS = 5.0
 MAX_LISTING_PAGES = 100
@@ -206,7 +211,8 @@ class McpTool:
         self.check_arguments(arguments)
         session = await self._connections.session(self.grant, context.run_id, context.attempt)
         result = await session.call(self.server_name, arguments,
-                                    meta={IDEMPOTENCY_META_KEY: context.idempotency_key})
+                                    meta={IDEMPOTENCY_META_KEY: context.idempotency_key,
+                                          FORMER_IDEMPOTENCY_META_KEY: context.idempotency_key})
         return tool_output(result)
 
     def __repr__(self) -> str:

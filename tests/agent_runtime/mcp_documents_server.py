@@ -3,7 +3,8 @@
 Run as a stdio server (`python mcp_documents_server.py LOG`), or build it with
 `documents_server(LOG)` and serve `streamable_http_app()` over HTTP. Every
 call appends one JSON line to LOG — the tool, its arguments and the
-`idempotencyKey` the client put in the request's `_meta` — so a test can see
+idempotency key the client put in the request's `_meta`
+(`agent-runtime/idempotency-key`) — so a test can see
 what the server received.
 """
 
@@ -17,6 +18,8 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
+
+KEY = "agent-runtime/idempotency-key"  # where the client puts its key in `_meta`
 
 DOCUMENTS = {
     "doc-1": ("Checkpoint recovery", "A run resumes from its latest checkpoint after a crash."),
@@ -41,7 +44,7 @@ def documents_server(log: Path) -> MCPServer:
         meta = dict(ctx.request_context.meta or {})
         with log.open("a", encoding="utf-8") as out:
             out.write(json.dumps({"tool": tool, "arguments": arguments,
-                                  "idempotencyKey": meta.get("idempotencyKey")}) + "\n")
+                                  "idempotencyKey": meta.get(KEY)}) + "\n")
 
     @server.tool()
     def search(query: str, ctx: Context) -> SearchResult:

@@ -1,7 +1,7 @@
 """A local stdio MCP server standing in for Context7: one `query-docs` tool.
 
 `python context7_stand_in.py LOG` serves it over stdio. Every call appends one
-JSON line to LOG (the tool, its arguments and the `idempotencyKey` in the
+JSON line to LOG (the tool, its arguments and the idempotency key in the
 request's `_meta`), so a test sees what the server received. No network.
 """
 
@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
+
+KEY = "agent-runtime/idempotency-key"  # where the client puts its key in `_meta`
 
 SNIPPETS = {
     "/python/cpython": "asyncio.timeout() bounds an await; on expiry the task is cancelled "
@@ -29,7 +31,7 @@ def context7_server(log: Path) -> MCPServer:
         with log.open("a", encoding="utf-8") as out:
             out.write(json.dumps({"tool": "query-docs",
                                   "arguments": {"libraryId": libraryId, "query": query},
-                                  "idempotencyKey": meta.get("idempotencyKey")}) + "\n")
+                                  "idempotencyKey": meta.get(KEY)}) + "\n")
         return SNIPPETS.get(libraryId, f"No documentation for {libraryId}.")
 
     return server
