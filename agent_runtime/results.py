@@ -40,6 +40,7 @@ def finished_result(record: RunRecord) -> RunResult:
     return RunResult(run_id=record.run_id, status=record.status, attempt=record.attempt,
                      output=record.output,
                      suspension=None if record.suspension is None
+                     or record.status is not RunStatus.SUSPENDED
                      else record.suspension.model_dump(mode="json"),
                      error=None if record.error is None else record.error.model_dump(mode="json"),
                      executed=False)

@@ -66,6 +66,7 @@ from agent_runtime.api.wire import (
 )
 from agent_runtime.console import CONSOLE_HEADERS, console_page
 from agent_runtime.crash_loops import crash_looped_page
+from agent_runtime.effect_owners import effect_owners
 from agent_runtime.limits import use_limits
 from agent_runtime.run_ids import idempotent_run_id
 from agent_runtime.run_options import REQUEST_SHA256
@@ -272,8 +273,9 @@ class RunRoutes:
                      responses=_responses(200, EffectList, "The run's effects, oldest first"))
         def list_effects(runId: RunId) -> Response[str]:
             record = self.visible_run(runId)
-            return json_response(200, effect_list(
-                self.services.store.list_effects(record.run_id), record))
+            store = self.services.store
+            return json_response(200, effect_list(store.list_effects(record.run_id), record,
+                                                  effect_owners(store, record)))
 
     def _register_actions(self) -> None:
         @self._route("POST", "/runs/<runId>/approvals/<approvalId>", operation_id="answerApproval",

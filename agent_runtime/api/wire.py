@@ -31,8 +31,10 @@ from stores.records import (
     EffectStatus,
     RunRecord,
     RunStatus,
+    Suspension,
 )
 
+from agent_runtime.effect_owners import EffectOwner, owner_of
 from agent_runtime.run_options import FORKED_FROM
 
 # A run id in a URL: what the runtime generates (`run_<hex>`, a sub-run's
@@ -151,7 +153,12 @@ class RunView(WireModel):
     manifest_hash: str
     agent: Agent | None = None
     parent: Parent | None = None
-    suspension: SuspensionView | None = None
+    suspension: SuspensionView | None = Field(
+        default=None, description="What the run waits on; set only while it is suspended")
+    last_suspension: SuspensionView | None = Field(
+        default=None, description=(
+            "Once it is no longer suspended: what it last waited on, with the answer "
+            "(`decision`: who answered an approval, when, and how)"))
     output: Any = Field(default=None, description="The run's output, when its JSON text is "
                                                   "small; else null, and `outputRef` names it")
     output_ref: str | None = Field(
@@ -254,7 +261,10 @@ class EffectView(WireModel):
     key: str
     status: EffectStatus
     attempt: int
-    tool: str | None = Field(default=None, description="Known while the run waits on it")
+    tool: str | None = Field(default=None, description=(
+        "The tool whose call made it, or `webhook` for a webhook step's; null when "
+        "not known"))
+    step_path: str | None = Field(default=None, description="The step that made it")
     created_at: datetime
     completed_at: datetime | None = None
     result: Any = None
@@ -304,7 +314,9 @@ def run_view(record: RunRecord, *, max_output_bytes: int) -> RunView:
             output, ref, size = None, output_ref(record.run_id), encoded
     agent_id, agent_name = manifest.get("id"), manifest.get("name")
     origin = record.options.get(FORKED_FROM)
-    suspension = record.suspension
+    # What the run waits on, only while it waits; once it moved on, the last one is
+    # kept apart (a record keeps it, with the answer, for the step that asked).
+    waiting = record.status is RunStatus.SUSPENDED
     return RunView(
         run_id=record.run_id, status=record.status, attempt=record.attempt,
         tenant=record.tenant, manifest_hash=record.manifest_hash,
@@ -313,14 +325,8 @@ def run_view(record: RunRecord, *, max_output_bytes: int) -> RunView:
                    name=agent_name if isinstance(agent_name, str) else None),
         parent=None if record.parent is None
         else Parent(run_id=record.parent.run_id, step_path=record.parent.step_path),
-        suspension=None if suspension is None else SuspensionView(
-            # An approval's `details` is the step's metadata, the user's value: kept as written.
-            reason=suspension.reason, details={
-                **camel_keys({k: v for k, v in suspension.details.items() if k != "details"}),
-                **{k: v for k, v in suspension.details.items() if k == "details"}},
-            # The decision's `response` is the user's value: only its own keys change.
-            decision=None if suspension.decision is None
-            else _top_level_camel(suspension.decision)),
+        suspension=suspension_view(record.suspension) if waiting else None,
+        last_suspension=None if waiting else suspension_view(record.suspension),
         output=output, output_ref=ref, output_bytes=size,
         error=None if record.error is None else ErrorView(
             type=record.error.type, message=record.error.message,
@@ -416,15 +422,37 @@ def checkpoint_state(checkpoint: Checkpoint) -> CheckpointEnvelope:
                                     max_total_tokens=checkpoint.budget.max_total_tokens)))
 
 
-def effect_list(effects: list[EffectRecord], record: RunRecord) -> EffectList:
+def suspension_view(suspension: Suspension | None) -> SuspensionView | None:
+    if suspension is None:
+        return None
+    return SuspensionView(
+        # An approval's `details` is the step's metadata, the user's value: kept as written.
+        reason=suspension.reason, details={
+            **camel_keys({k: v for k, v in suspension.details.items() if k != "details"}),
+            **{k: v for k, v in suspension.details.items() if k == "details"}},
+        # The decision's `response` is the user's value: only its own keys change.
+        decision=None if suspension.decision is None
+        else _top_level_camel(suspension.decision))
+
+
+def effect_list(effects: list[EffectRecord], record: RunRecord,
+                owners: dict[str, EffectOwner]) -> EffectList:
+    """The run's effects, each named by the tool call or webhook step that made it
+    (`owners`, agent_runtime/effect_owners.py), else by the suspension waiting on it."""
     suspension = record.suspension
-    waiting_on = None
+    waiting_on = waiting_tool = None
     if suspension is not None and suspension.reason == "effect-unknown":
-        waiting_on = suspension.details.get("key")
-    tool = None if suspension is None else suspension.details.get("tool")
+        waiting_on, waiting_tool = suspension.details.get("key"), suspension.details.get("tool")
+
+    def owner(key: str) -> EffectOwner:
+        found = owner_of(key, owners, record.run_id)
+        if found.tool is None and key == waiting_on and waiting_tool is not None:
+            return EffectOwner(str(waiting_tool), found.step_path)
+        return found
+
     return EffectList(effects=[EffectView(
         key=effect.key, status=effect.status, attempt=effect.attempt,
-        tool=str(tool) if effect.key == waiting_on and tool is not None else None,
+        tool=owner(effect.key).tool, step_path=owner(effect.key).step_path,
         created_at=effect.created_at, completed_at=effect.completed_at, result=effect.result)
         for effect in effects])
 

@@ -24,6 +24,7 @@ from agent_runtime.cli.output import STATUS_COLOURS, guarded, paint
 from agent_runtime.cli.reports import TimelineEntry, print_record, to_json_text
 from agent_runtime.cli.runs import load_run
 from agent_runtime.cli.store import store_flags_text
+from agent_runtime.effect_owners import EffectOwner, effect_owners, owner_of
 from agent_runtime.errors import InvalidInput, NotFound
 from agent_runtime.excerpts import printable
 
@@ -167,27 +168,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # -- effects --------------------------------------------------------------------
 
 
-def effect_owners(store: RunStore, record: RunRecord) -> dict[str, tuple[str, str]]:
-    """Effect key -> (tool name, step path), from the tool calls the transcript records;
-    a webhook's key is the run id and its step path, unless the step set its own."""
-    owners: dict[str, tuple[str, str]] = {}
-    checkpoint = store.load_latest_checkpoint(record.run_id)
-    for item in checkpoint.transcript if checkpoint is not None else []:
-        for part in item.get("content") or []:
-            call = part.get("call") if isinstance(part, dict) else None
-            if isinstance(call, dict) and isinstance(call.get("idempotencyKey"), str):
-                owners[call["idempotencyKey"]] = (str(call.get("name")),
-                                                  str(item.get("step_path", "-")))
-    return owners
-
-
-def print_effects(effects: list[EffectRecord], owners: dict[str, tuple[str, str]], run_id: str,
+def print_effects(effects: list[EffectRecord], owners: dict[str, EffectOwner], run_id: str,
                   fmt: str, out: TextIO) -> None:
     def owner(key: str) -> tuple[str, str]:
-        if key in owners:
-            return owners[key]
-        prefix = f"{run_id}:"
-        return ("webhook", key[len(prefix):]) if key.startswith(prefix) else ("-", "-")
+        tool, step_path = owner_of(key, owners, run_id)
+        return (tool or "-", step_path or "-")
 
     if fmt in ("json", "ndjson"):
         out.write(to_json_text([{**effect.model_dump(mode="json"), "tool": owner(effect.key)[0],

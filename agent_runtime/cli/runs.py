@@ -84,6 +84,7 @@ def recorded_result(record: RunRecord) -> RunResult:
     return RunResult(run_id=record.run_id, status=record.status, attempt=record.attempt,
                      output=record.output,
                      suspension=None if record.suspension is None
+                     or record.status is not RunStatus.SUSPENDED
                      else record.suspension.model_dump(mode="json"),
                      usage={"consumed_tokens": record.consumed_tokens},
                      error=None if record.error is None else record.error.model_dump(mode="json"))

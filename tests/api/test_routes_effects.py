@@ -77,12 +77,16 @@ def test_an_unknown_effect_is_listed_settled_and_the_run_completes(
     reply = api.post(f"/runs/pay-1/effects/{key}", settle)
     assert reply.status == 200, reply
     assert reply.run["status"] == "completed" and reply.run["output"] == "paid"
+    # Finished: it waits on nothing, so no suspension is shown (the record keeps the last).
+    assert reply.run["suspension"] is None
+    assert reply.run["lastSuspension"]["reason"] == "effect-unknown"
     assert len(payments.calls) == tool_calls
     assert set(payments.calls) == {key}  # one idempotency key throughout
     assert api.launcher.resumed == [("pay-1", "effect-settled", None)]
     settled = api.get("/runs/pay-1/effects").body["effects"]
-    assert [(e["status"], e["result"], e["tool"]) for e in settled] == [
-        ("completed", seen, "charge")]
+    # Named by the tool call the transcript records, waiting on it or not.
+    assert [(e["status"], e["result"], e["tool"], e["stepPath"]) for e in settled] == [
+        ("completed", seen, "charge", "pay")]
     assert settled[0]["completedAt"] is not None
 
 

@@ -31,9 +31,12 @@ def test_a_run_suspends_at_its_approval_and_completes_once_approved(store: RunSt
     done = reply.run
     assert done["status"] == "completed" and done["attempt"] == 2
     assert isinstance(done["output"], str) and done["output"]
-    assert done["suspension"]["decision"]["approved"] is True
-    assert done["suspension"]["decision"]["response"] == {"note": "ship it"}
-    assert done["suspension"]["decision"]["respondedBy"] == "alice"
+    # It waits on nothing now; what it waited on, and the answer, are kept apart.
+    assert done["suspension"] is None
+    assert done["lastSuspension"]["details"]["approvalId"] == approval_id
+    assert done["lastSuspension"]["decision"]["approved"] is True
+    assert done["lastSuspension"]["decision"]["response"] == {"note": "ship it"}
+    assert done["lastSuspension"]["decision"]["respondedBy"] == "alice"
     assert api.launcher.resumed == [(run["runId"], "approval-recorded", None)]
     assert api.get(f"/runs/{run['runId']}").run == done
 
@@ -46,8 +49,8 @@ def test_the_run_shows_what_a_client_needs(api: Api) -> None:
     assert reply.headers["location"] == f"/runs/{reply.run['runId']}"
     run = reply.run
     assert set(run) == {"runId", "status", "attempt", "tenant", "manifestHash", "agent", "parent",
-                        "suspension", "output", "outputRef", "outputBytes", "error", "usage",
-                        "checkpointSeq", "createdAt", "updatedAt", "forkedFrom"}
+                        "suspension", "lastSuspension", "output", "outputRef", "outputBytes",
+                        "error", "usage", "checkpointSeq", "createdAt", "updatedAt", "forkedFrom"}
     assert run["status"] == "completed" and run["manifestHash"].startswith("sha256:")
     assert run["usage"]["maxTotalTokens"] == 100_000 and run["usage"]["consumedTokens"] > 0
     assert "leases" in json.dumps(run["output"])

@@ -75,8 +75,8 @@ def test_start_from_the_form_wait_approve_and_see_the_output(
 
     run = run_of(client, run_id)
     assert run["status"] == "completed"
-    assert run["suspension"]["decision"]["approved"] is True
-    assert run["suspension"]["decision"]["response"] == "ship it"
+    assert run["lastSuspension"]["decision"]["approved"] is True
+    assert run["lastSuspension"]["decision"]["response"] == "ship it"
     assert "the Atlas 2 launch" in str(run["output"])
 
     page.get_by_role("link", name="Runs", exact=True).click()
@@ -164,7 +164,7 @@ def test_approve_by_keyboard_alone(page: Any, server: Serve, client: httpx.Clien
     assert page.evaluate("() => document.activeElement.closest('section.suspension') !== null")
     page.keyboard.press("Enter")
     expect(status_of(page)).to_have_text("completed")
-    decision = run_of(client, run_id)["suspension"]["decision"]
+    decision = run_of(client, run_id)["lastSuspension"]["decision"]
     assert decision["approved"] is True
     assert decision["response"] == "approved from the keyboard"
 
