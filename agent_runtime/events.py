@@ -7,9 +7,10 @@ variable values — so events can go to logs and metrics safely.
 
 Nor anything else a model chose: a tool call is named by its position in the
 model's response (`call`) and its tool by `tool_sha256` (the first 12 hex
-digits of the name's SHA-256, `excerpts.fingerprint`) and `tool_length`,
-never by the name or the model's call id; a provider's finish reason outside
-the known ones is `other`.
+digits of the name's SHA-256, `excerpts.fingerprint`) and `tool_length`;
+by its name (`tool`) only when the step offered that tool, a name the
+manifest and host declared; never by the model's call id; a provider's
+finish reason outside the known ones is `other`.
 """
 
 from __future__ import annotations

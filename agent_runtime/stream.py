@@ -32,10 +32,14 @@ def _ms(value: object) -> str:
 
 
 def _tool(data: dict[str, object]) -> str:
-    # events name a tool only by a fingerprint of its name: the model chose it
+    # A tool the step offered is named in events; one the model made up only by a
+    # fingerprint of its name (agent_runtime/events.py).
     call = data.get("call")
     number = f" {call + 1}" if isinstance(call, int) else ""
-    return f"tool call{number} [{data.get('tool_sha256', '?')}]"
+    name = data.get("tool")
+    if isinstance(name, str):
+        return f"tool call{number} {name}"
+    return f"tool call{number} [unknown tool {data.get('tool_sha256', '?')}]"
 
 
 class StreamView:

@@ -141,12 +141,18 @@ def _check_completion(step: PromptStep, response: ModelResponse, step_path: str)
                          {"finish_reason": _event_finish_reason(response.finish_reason)})
 
 
-def _tool_fields(index: int, name: str) -> JsonObject:
-    """How events name a tool call: its position in the model's response, and
-    its tool by a fingerprint and length. The model chose the name and the
-    call id, so events carry neither (docs/design.md section 8: events hold ids, timings,
-    counts and error codes)."""
-    return {"call": index, "tool_sha256": fingerprint(name), "tool_length": len(name)}
+def _tool_fields(index: int, name: str, *, offered: bool) -> JsonObject:
+    """How events name a tool call: its position in the model's response, and its
+    tool. A tool the step offered is named (`tool`): the manifest and the host
+    declared that name, so it says nothing the model made up. Any other name the
+    model chose, so it is only fingerprinted and measured; nor is the model's call
+    id ever carried (docs/design.md section 8: events hold ids, timings, counts and
+    error codes)."""
+    fields: JsonObject = {"call": index, "tool_sha256": fingerprint(name),
+                          "tool_length": len(name)}
+    if offered:
+        fields["tool"] = name
+    return fields
 
 
 # What `model.completed` says about why the model stopped; a provider's own
@@ -362,6 +368,7 @@ class PromptStepExecutor:
                         tool_calls=len(response.tool_calls),
                         finish_reason=_event_finish_reason(response.finish_reason))
         if response.tool_calls:
+            offered = {spec.name for spec in request.tools}
             state = _continuation(frame)
             state["pending"] = [
                 PendingCall(call_id=call.call_id, name=call.name, arguments=call.arguments,
@@ -369,7 +376,8 @@ class PromptStepExecutor:
             state["next"] = 0
             for index, call in enumerate(response.tool_calls):
                 ctx.events.emit("model.tool.requested", step_id=request.step_id,
-                                step_path=frame.step_path, **_tool_fields(index, call.name))
+                                step_path=frame.step_path,
+                                **_tool_fields(index, call.name, offered=call.name in offered))
         return response
 
     async def _run_tools(self, step: PromptStep, frame: Frame, ctx: Execution,
@@ -401,7 +409,7 @@ class PromptStepExecutor:
         if tool is None:
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
                             step_path=frame.step_path, error_type="unknown_tool",
-                            **_tool_fields(call["index"], name))
+                            **_tool_fields(call["index"], name, offered=False))
             return {"error": {"type": "unknown_tool",
                               "message": f"tool {excerpt(name)} is not available to this "
                                          "step"}}
@@ -416,7 +424,7 @@ class PromptStepExecutor:
             # Dispatched and recorded by an earlier attempt that died before its checkpoint.
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
                             step_path=frame.step_path, replayed=True,
-                            **_tool_fields(call["index"], name))
+                            **_tool_fields(call["index"], name, offered=True))
             result: JsonObject = effect.result
             return result
         if effect.attempt != ctx.attempt:
@@ -433,7 +441,7 @@ class PromptStepExecutor:
                       tool: StepTool) -> JsonObject:
         name, key = call["name"], call["key"]
         ctx.events.emit("model.tool.started", step_id=frame.step_id, step_path=frame.step_path,
-                        **_tool_fields(call["index"], name))
+                        **_tool_fields(call["index"], name, offered=True))
         started = time.monotonic()
         context = ToolContext(run_id=ctx.run_id, step_path=frame.step_path, idempotency_key=key,
                               attempt=ctx.attempt, tool_name=name,
@@ -464,7 +472,7 @@ class PromptStepExecutor:
         ctx.settle_effect(key, result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         duration_ms=round((time.monotonic() - started) * 1000),
-                        error_type=error_type, **_tool_fields(call["index"], name))
+                        error_type=error_type, **_tool_fields(call["index"], name, offered=True))
         return result
 
     async def _settle(self, resolution: JsonObject, call: ToolCall, frame: Frame,
@@ -479,5 +487,6 @@ class PromptStepExecutor:
                                 "message": "an operator skipped this tool call"}}
         ctx.settle_effect(call["key"], result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
-                        resolved=resolution["action"], **_tool_fields(call["index"], call["name"]))
+                        resolved=resolution["action"], **_tool_fields(call["index"], call["name"],
+                                                                  offered=True))
         return result

@@ -158,8 +158,11 @@ def test_events_logs_and_errors_carry_no_canary(tmp_path: Path,
     assert [e.result["error"]["message"] for e in effects if e.result] == [
         f"ValueError: {excerpt(f'nothing matches {ARGUMENT}')}"]
 
-    # events: the tool by a fingerprint and a length, the call by its position
+    # events: the tool by a fingerprint and a length, the call by its position; the
+    # offered tool by its name too, the made-up one never
     tool_events = [e for e in events.events if e.type.startswith("model.tool.")]
+    assert [e.data.get("tool") for e in tool_events] == [None, "lookup", None, "lookup",
+                                                         "lookup"]
     assert [(e.type, e.data["call"], e.data["tool_sha256"], e.data["tool_length"])
             for e in tool_events] == [
         ("model.tool.requested", 0, fingerprint(TOOL_NAME), len(TOOL_NAME)),
@@ -192,6 +195,7 @@ def test_events_logs_and_errors_carry_no_canary(tmp_path: Path,
     live = terminal.getvalue()
     assert raw_controls(live) == [] and printable(ESCAPES) in live
     assert TOOL_NAME not in live and not any(call in live for call in CALL_IDS)
+    assert "tool call 2 lookup" in live and f"unknown tool {fingerprint(TOOL_NAME)}" in live
     # the printed results: no canary beyond an excerpt, the answer escaped
     printed = io.StringIO()
     for result in (done, wrong, not_json):
