@@ -46,6 +46,7 @@ from agent_runtime.config import WebhookPolicy
 from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import excerpt
 from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
+from agent_runtime.js_json import js_json
 from agent_runtime.manifest import WebhookStep, header_name_problem, header_value_problem
 from agent_runtime.serde import json_value
 from agent_runtime.steps.webhook_destinations import (
@@ -225,8 +226,9 @@ class WebhookStepExecutor:
         method = step.method or DEFAULT_METHOD
         timeout_ms = step.timeout_ms or DEFAULT_TIMEOUT_MS
         attempts = (DEFAULT_RETRIES if step.retries is None else step.retries) + 1
-        content = (json.dumps(step.body, ensure_ascii=False).encode() if step.has_body
-                   else None)
+        # The bytes the reference sends (JSON.stringify), so a receiver that signs
+        # or hashes the body sees the same ones.
+        content = js_json(step.body).encode() if step.has_body else None
         cap = policy.max_response_bytes
         ctx.events.emit("webhook.started", step_id=step.id, step_path=frame.step_path,
                         method=method, host=destination.host)

@@ -158,7 +158,7 @@ def test_the_allowlist_applies_to_local_destinations_too(receiver: Receiver) -> 
 def test_the_request_is_sent_as_declared_with_the_idempotency_key(receiver: Receiver) -> None:
     receiver.answer(201, {"received": True}, headers={"X-Request-Id": "r-1", "ETag": "v1"})
     h = Harness(config=ALLOW_LOCAL)
-    body = {"status": "done", "note": "{{ not templated }}", "items": [1, 2]}
+    body = {"status": "done", "note": "{{ not templated }}", "items": [1, 2.0], "é": 1e21}
     result = h.run(manifest(hook(f"{receiver.url}/hook?x=1", method="PUT", body=body,
                                  headers={"X-Source": "agent", "idempotency-key": "ignored"})))
 
@@ -166,6 +166,9 @@ def test_the_request_is_sent_as_declared_with_the_idempotency_key(receiver: Rece
     request, = receiver.requests
     assert (request.method, request.path) == ("PUT", "/hook?x=1")
     assert json.loads(request.body) == body
+    # The bytes JSON.stringify writes, as the reference sends them.
+    assert request.body == ('{"status":"done","note":"{{ not templated }}","items":[1,2],'
+                            '"é":1e+21}').encode()
     assert request.headers["content-type"] == "application/json"
     assert request.headers["x-source"] == "agent"
     assert request.headers["idempotency-key"] == f"{result.run_id}:notify"
