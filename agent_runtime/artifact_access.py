@@ -20,8 +20,10 @@ never reads the bytes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from stores.base import ArtifactStore, RunStore
-from stores.records import RunRecord
+from stores.records import ArtifactRef, RunRecord
 
 from agent_runtime.errors import AgentRuntimeError
 from agent_runtime.run_options import FORKED_FROM
@@ -39,11 +41,20 @@ class ArtifactRefused(AgentRuntimeError):
 class ArtifactReader:
     """The artifacts `run` may read from `store` (`runs` tells its fork sources)."""
 
-    def __init__(self, store: ArtifactStore, runs: RunStore, run: RunRecord) -> None:
+    def __init__(self, store: ArtifactStore, runs: RunStore, run: RunRecord,
+                 recorded: Sequence[ArtifactRef] = ()) -> None:
         self._store = store
         self._runs = runs
         self._run = run
+        self._recorded = recorded
         self._lineage: set[str] | None = None
+
+    def uri_of(self, artifact_id: str) -> str | None:
+        """The uri of the artifact the run recorded under `artifact_id`, or None. An
+        artifact's id is the SHA-256 of its bytes (hex, `sha256:` optional), the
+        name the runtime gave it when a tool saved it (or a fork's source did)."""
+        digest = artifact_id.removeprefix("sha256:").lower()
+        return next((ref.uri for ref in self._recorded if ref.sha256 == digest), None)
 
     def read(self, uri: str) -> bytes:
         """The artifact's bytes; `ArtifactRefused` for another run's, ValueError for a

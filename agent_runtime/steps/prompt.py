@@ -250,7 +250,7 @@ class PromptStepExecutor:
                 [_as_message(item) for item in ctx.state.transcript[state["from"]:]
                  if item.get("step_path", frame.step_path) == frame.step_path],
                 None if ctx.artifacts is None
-                else ArtifactReader(ctx.artifacts, ctx.store, ctx.run),
+                else ArtifactReader(ctx.artifacts, ctx.store, ctx.run, ctx.state.artifacts),
                 step_path=frame.step_path)
             if limits and limits.max_messages_per_prompt is not None \
                     and len(messages) > limits.max_messages_per_prompt:

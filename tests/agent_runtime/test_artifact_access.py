@@ -9,13 +9,14 @@ while a run's own artifacts and its fork sources' still reach the model.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_harness import Harness, manifest
 
-from agent_runtime import RunStatus
+from agent_runtime import RunStatus, ToolContext, tool
 from agent_runtime.testing import scripted
 from stores.artifacts import LocalArtifactStore
 
@@ -149,3 +150,51 @@ def test_a_local_artifact_uri_names_the_run_it_was_put_for(tmp_path: Path, run_i
     uri, _ = artifacts.put(b"bytes", media_type="text/plain", run_id=run_id)
     assert artifacts.run_of(uri) == run_id
     assert artifacts.get(uri) == b"bytes"
+
+
+def by_id(artifact_id: str) -> dict[str, Any]:
+    """A prompt step whose history names an artifact by its id alone, as the reference allows."""
+    return {"id": "look", "type": "prompt", "includeInFinalOutput": True, "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "What does this say?"},
+            {"type": "file", "artifact": {"id": artifact_id, "name": "note.txt",
+                                          "mediaType": "text/plain"}}]}]}
+
+
+def saving_harness(tmp_path: Path) -> Harness:
+    @tool
+    def keep(ctx: ToolContext) -> str:
+        """Keep a note."""
+        ref = ctx.save_artifact(b"kept by a tool", media_type="text/plain")
+        return ref.sha256
+
+    h = Harness(scripted(responses=[{"toolCalls": [{"name": "keep", "arguments": {}}]},
+                                    {"text": "kept"}, {"text": "it says: kept by a tool"}]),
+                tools=[keep])
+    h.runtime.artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    return h
+
+
+def test_an_artifact_the_run_recorded_is_found_by_its_id_without_a_uri(tmp_path: Path) -> None:
+    digest = hashlib.sha256(b"kept by a tool").hexdigest()
+    h = saving_harness(tmp_path)
+    agent = manifest({"id": "save", "type": "prompt", "prompt": "Keep it.", "tools": ["keep"]},
+                     by_id(f"sha256:{digest}"))
+    result = h.run(agent)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "a2VwdCBieSBhIHRvb2w=" in sent_bytes(h)  # base64 of the bytes, inlined
+
+
+def test_an_id_the_run_did_not_record_is_unavailable_and_nothing_is_read(tmp_path: Path) -> None:
+    h = saving_harness(tmp_path)
+    # Another run's bytes in the same store: its id is not one this run recorded.
+    _, other = LocalArtifactStore(tmp_path / "artifacts").put(
+        SECRET, media_type="text/plain", run_id="run-of-another")
+    assert other == hashlib.sha256(SECRET).hexdigest()
+    agent = manifest({"id": "save", "type": "prompt", "prompt": "Keep it.", "tools": ["keep"]},
+                     by_id(other))
+    result = h.run(agent)
+    assert result.status is RunStatus.FAILED
+    assert result.error["type"] == "artifact_unavailable"
+    assert repr(other) in result.error["message"] and "SHA-256" in result.error["message"]
+    assert "quarterly" not in sent_bytes(h)
