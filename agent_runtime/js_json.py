@@ -74,9 +74,17 @@ def _array_index(key: Any) -> bool:
 
 
 def _number(value: float) -> str:
-    """Number::toString of a double (ECMA-262 6.1.6.1.20), from its shortest digits."""
-    if math.isnan(value) or math.isinf(value):
-        return "null"
+    # JSON has no NaN or infinities: JSON.stringify writes null for them.
+    return "null" if math.isnan(value) or math.isinf(value) else number_text(value)
+
+
+def number_text(value: float) -> str:
+    """`String(value)` of a double: Number::toString (ECMA-262 6.1.6.1.20), from the
+    shortest digits that read back as the same double (Python's repr gives them)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
     if value == 0:
         return "0"  # -0 too
     sign = "-" if value < 0 else ""
@@ -97,4 +105,4 @@ def _number(value: float) -> str:
     return sign + text
 
 
-__all__ = ["js_json"]
+__all__ = ["js_json", "number_text"]

@@ -7,11 +7,11 @@ renders the same text on either runtime.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+from agent_runtime.js_json import js_json, number_text
 
 __all__ = [
     "MISSING",
@@ -89,7 +89,8 @@ def _step(value: Any, segment: str, case_insensitive: bool) -> Any:
 
 
 def to_text(value: Any) -> str:
-    """Format `value` for text the way JavaScript's String() would, objects as JSON."""
+    """Format `value` for text the way JavaScript's String() would, objects as
+    JSON.stringify writes them (agent_runtime/js_json.py)."""
     if isinstance(value, str):
         return value
     if value is None or value is MISSING:
@@ -99,41 +100,10 @@ def to_text(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return _js_number(value)
+        return number_text(value)
     if isinstance(value, dict | list | tuple):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return js_json(value)  # as the reference's JSON.stringify writes it
     return str(value)
-
-
-def _js_number(value: float) -> str:
-    # ECMAScript Number::toString: shortest round-trip digits (Python's repr gives the
-    # same digits), placed without an exponent for 1e-6 <= |x| < 1e21.
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "0"  # also -0.0, which JavaScript prints as "0"
-    if value < 0:
-        return "-" + _js_number(-value)
-    mantissa, _, exponent = repr(value).partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    point = len(whole) + int(exponent or 0)  # digits[:point] is the integer part
-    significant = digits.lstrip("0")
-    point -= len(digits) - len(significant)
-    significant = significant.rstrip("0")
-    count = len(significant)
-    if count <= point <= 21:
-        return significant + "0" * (point - count)
-    if 0 < point <= 21:
-        return f"{significant[:point]}.{significant[point:]}"
-    if -6 < point <= 0:
-        return "0." + "0" * -point + significant
-    power = point - 1
-    sign = "+" if power >= 0 else "-"
-    head = significant[0] + ("." + significant[1:] if count > 1 else "")
-    return f"{head}e{sign}{abs(power)}"
 
 
 def render(text: str, scope: Mapping[str, Any]) -> str:

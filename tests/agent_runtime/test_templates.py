@@ -188,3 +188,9 @@ def test_render_without_placeholders_is_identity(text: str) -> None:
     if not template_paths(text):
         assert render(text, {}) == text
 
+
+
+def test_an_object_renders_as_json_stringify_writes_it() -> None:
+    # Integer-like keys first, 2.0 as 2, no spaces: the reference's JSON.stringify.
+    scope = {"score": {"b": 2.0, "10": [1e21, 0.5], "2": None}}
+    assert render("{{ score }}", scope) == '{"2":null,"10":[1e+21,0.5],"b":2}'
