@@ -239,7 +239,8 @@ def answer_tool_response(request: ModelRequest, *, text: str | None,
             text = json.dumps(data, ensure_ascii=False)
         elif not calls:
             data = parse_json_answer(text)
-    raw_finish = None if stop == "tool_use" and not calls else stop
+    ended_for_tools = finish_reason(stop, tool_calls=False) == "tool-calls"
+    raw_finish = None if ended_for_tools and not calls else stop
     return ModelResponse(text=text, data=data, tool_calls=calls, usage=usage,
                          finish_reason=finish_reason(raw_finish, tool_calls=bool(calls)),
                          model=model)

@@ -19,13 +19,17 @@ third-party server.
 - One SDK client per model call, closed when the call ends: a runtime may be
   driven by several event loops (`run_sync`), and a pooled connection must
   never outlive the loop it belongs to.
+- Other services that speak Chat Completions (the `xai` and `groq` drivers)
+  subclass `OpenAIChatModel` and set what differs as class attributes: the
+  default endpoint, whether structured outputs are on by default, the
+  maximum-tokens field, and where a streamed answer's usage arrives.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import openai
 
@@ -64,30 +68,39 @@ _OPTIONS = {"temperature": "temperature", "topP": "top_p", "seed": "seed",
 
 def create_adapter(provider: str, config: RuntimeConfig, *,
                    retry: RetryPolicy | None = None) -> OpenAIChatModel:
-    compatible = config.driver_of(provider) == "openai-compatible"
-    settings = provider_settings(provider, config,
-                                 key_env=None if compatible else DEFAULT_KEY_ENV)
-    return OpenAIChatModel(settings, compatible=compatible, retry=retry)
+    if config.driver_of(provider) == "openai-compatible":
+        return OpenAICompatibleChatModel(provider_settings(provider, config), retry=retry)
+    return OpenAIChatModel(provider_settings(provider, config, key_env=DEFAULT_KEY_ENV),
+                           retry=retry)
 
 
 class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
     errors = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
                        status=openai.APIStatusError, base=openai.OpenAIError)
     service = "the OpenAI API"
+    # The endpoint without a `baseURL`; None: the SDK's own (OpenAI's).
+    default_base_url: ClassVar[str | None] = None
+    # `response_format: json_schema` unless `supportsStructuredOutputs` says otherwise.
+    structured_outputs_default: ClassVar[bool] = True
+    # OpenAI's reasoning models refuse `max_tokens`; many other servers know only it.
+    max_tokens_field: ClassVar[str] = "max_completion_tokens"
 
-    def __init__(self, settings: ProviderSettings, *, compatible: bool,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None = None) -> None:
         super().__init__(settings, retry=retry)
-        self.compatible = compatible
         structured = settings.supports_structured_outputs
-        self.structured_outputs = (not compatible) if structured is None else structured
+        self.structured_outputs = (self.structured_outputs_default if structured is None
+                                   else structured)
         self.include_usage = True if settings.include_usage is None else settings.include_usage
 
     def _open_client(self, request: ModelRequest) -> openai.AsyncOpenAI:
         # Our retries govern (models/retry.py), so the SDK's own are off.
         return openai.AsyncOpenAI(api_key=self.settings.api_key or NO_KEY,
-                                  base_url=self.settings.base_url, max_retries=0,
-                                  default_headers=self.settings.headers or None)
+                                  base_url=self.settings.base_url or self.default_base_url,
+                                  max_retries=0, default_headers=self.settings.headers or None)
+
+    def _stream_usage(self, chunk: Any) -> Any:
+        """The usage a streamed chunk carries, if any (the last one, with `include_usage`)."""
+        return chunk.usage
 
     # -- request ---------------------------------------------------------------
 
@@ -116,9 +129,7 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
             extra[_OPTIONS.get(key, key)] = value
         max_tokens = request.max_output_tokens or request.options.get("maxOutputTokens")
         if max_tokens is not None:
-            # OpenAI's reasoning models refuse `max_tokens`; most other servers
-            # know only it.
-            extra["max_tokens" if self.compatible else "max_completion_tokens"] = max_tokens
+            extra[self.max_tokens_field] = max_tokens
         if extra:
             params["extra_body"] = extra
         if request.stream:
@@ -160,7 +171,7 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         async with stream:
             async for chunk in stream:
                 model = chunk.model or model
-                usage = chunk.usage or usage
+                usage = self._stream_usage(chunk) or usage
                 for choice in chunk.choices or []:
                     delta = choice.delta
                     if delta is not None and delta.content:
@@ -179,6 +190,16 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         return _response(request, text="".join(text) or None, raw_calls=calls,
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
 
+
+
+class OpenAICompatibleChatModel(OpenAIChatModel):
+    """`openai-compatible`: a key only when its entry names one (never
+    `OPENAI_API_KEY`), structured outputs only when `supportsStructuredOutputs`
+    says so, and `max_tokens`, which every compatible server knows."""
+
+    service = "the OpenAI-compatible server"
+    structured_outputs_default = False
+    max_tokens_field = "max_tokens"
 
 def _response(request: ModelRequest, *, text: str | None,
               raw_calls: Sequence[tuple[str, str, str | None]], raw_finish: str | None,

@@ -24,6 +24,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+import httpx
+
 from agent_runtime.excerpts import excerpt
 from agent_runtime.http_retry import Backoff, retry_after_seconds, status_retryable
 from agent_runtime.models.base import ModelError, ModelRequest, ModelResponse, TextListener
@@ -219,4 +221,17 @@ def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> M
                           code=code, message=message or status.message)
     if isinstance(error, errors.base):
         return ModelError("invalid_response", f"{type(error).__name__}: {excerpt(str(error))}")
+    return None
+
+
+def translate_httpx_error(error: Exception, *, where: str) -> ModelError | None:
+    """An httpx exception as a `ModelError`, for drivers whose SDK lets httpx's
+    own exceptions through (google-genai and cohere, given the driver's client);
+    None: not a transport failure."""
+    if isinstance(error, httpx.TimeoutException):
+        return ModelError("timeout", "the provider did not answer in time "
+                          "(limits.providerTimeoutMs)")
+    if isinstance(error, httpx.TransportError):
+        return ModelError("connection_error", f"cannot reach {where}: {excerpt(str(error))}",
+                          retryable=True)
     return None

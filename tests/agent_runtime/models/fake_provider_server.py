@@ -21,6 +21,7 @@ from agent_runtime.config import parse_config
 from agent_runtime.events import ListEventSink
 from agent_runtime.manifest import parse_agent_manifest
 from agent_runtime.models.base import ModelAdapter
+from agent_runtime.models.retry import RetryPolicy
 from stores.memory import MemoryRunStore
 
 
@@ -247,3 +248,18 @@ def driver_run(config: dict[str, Any], *, tools: list[Tool] | None = None,
                            if watch_text else None)
     return DriverRun(runtime=runtime, store=store, events=events, text=text)
 
+
+
+def recorded_retries(create_adapter: Any, provider: str,
+                     config: dict[str, Any]) -> tuple[ModelAdapter, list[float]]:
+    """A driver's adapter whose retry waits are recorded, not slept: `create_adapter`
+    is the driver module's, `config` the runtime config without its version."""
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    adapter = create_adapter(provider, parse_config({"version": "1.0", **config},
+                                                    source="test-config"),
+                             retry=RetryPolicy(sleep=record))
+    return adapter, waits

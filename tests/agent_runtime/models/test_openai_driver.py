@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from chat_completions_wire import chunk, completion
 from fake_provider_server import (
     PROMPT,
     FakeProviderServer,
@@ -35,30 +36,6 @@ def config(server: FakeProviderServer, **provider: Any) -> dict[str, Any]:
     entry = {"driver": "openai-compatible", "baseURL": f"{server.url}/v1",
              "apiKey": {"env": "LOCAL_TEST_KEY"}, **provider}
     return {"providers": {"local": entry}}
-
-
-def completion(content: str | None = "Hello there.", *, tool_calls: list[Any] | None = None,
-               usage: tuple[int, int] = (12, 5)) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "test-model",
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                      "total_tokens": sum(usage)}}
-
-
-def chunk(delta: dict[str, Any] | None = None, *, finish: str | None = None,
-          usage: tuple[int, int] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-                            "model": "test-model",
-                            "choices": [] if delta is None else
-                            [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    if usage is not None:
-        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                         "total_tokens": sum(usage)}
-    return body
 
 
 def test_plain_text_completes_the_run_and_usage_is_checkpointed(

@@ -57,6 +57,20 @@ def bedrock_reply() -> Reply:
                        "metrics": {"latencyMs": 1}})
 
 
+def google_reply() -> Reply:
+    return json_reply({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hello."}]},
+                                       "finishReason": "STOP"}],
+                       "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2,
+                                         "totalTokenCount": 5}})
+
+
+def cohere_reply() -> Reply:
+    return json_reply({"id": "c1", "finish_reason": "COMPLETE",
+                       "message": {"role": "assistant",
+                                   "content": [{"type": "text", "text": "Hello."}]},
+                       "usage": {"tokens": {"input_tokens": 3, "output_tokens": 2}}})
+
+
 # driver -> (provider entry without headers, given the server's URL; its reply)
 DRIVERS: dict[str, tuple[Any, Any]] = {
     "openai-compatible": (lambda url: {"baseURL": f"{url}/v1",
@@ -66,6 +80,14 @@ DRIVERS: dict[str, tuple[Any, Any]] = {
     "anthropic": (lambda url: {"baseURL": url, "apiKey": {"env": "PROVIDER_TEST_KEY"}},
                   anthropic_reply),
     "bedrock": (lambda url: {"baseURL": url, "region": "us-east-1"}, bedrock_reply),
+    "google": (lambda url: {"baseURL": f"{url}/v1beta", "apiKey": {"env": "PROVIDER_TEST_KEY"}},
+               google_reply),
+    "xai": (lambda url: {"baseURL": f"{url}/v1", "apiKey": {"env": "PROVIDER_TEST_KEY"}},
+            openai_reply),
+    "groq": (lambda url: {"baseURL": f"{url}/openai/v1", "apiKey": {"env": "PROVIDER_TEST_KEY"}},
+             openai_reply),
+    "cohere": (lambda url: {"baseURL": url, "apiKey": {"env": "PROVIDER_TEST_KEY"}},
+               cohere_reply),
 }
 
 
@@ -149,7 +171,8 @@ def test_a_timeout_fails_the_run_without_retrying(
     assert record is not None and record.status is RunStatus.FAILED
 
 
-@pytest.mark.parametrize("driver", ["anthropic", "openai", "openai-compatible"])
+@pytest.mark.parametrize("driver", ["anthropic", "openai", "openai-compatible", "google", "xai",
+                                    "groq", "cohere"])
 def test_a_429_is_retried_after_the_retry_after_it_names(
         driver: str, server: FakeProviderServer) -> None:
     server.add(json_reply({"error": {"message": "Rate limit reached", "type": "rate_limit"}},
