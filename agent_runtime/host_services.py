@@ -189,7 +189,10 @@ class HostServices:
                 self.resolve_model(step.model, manifest, options)
             except StepFailed as failure:
                 raise ConfigError(failure.message, source=source,
-                                  field=node.field(f"{path}.model")) from None
+                                  # The manifest's own model when the step names none.
+                                  field=node.field(f"{path}.model" if step.model is not None
+                                                   or manifest.model is None
+                                                   else "model")) from None
             problem = capability_problem(step, step_capabilities(step, manifest, self.config,
                                                                  options.get("model")))
             if problem is not None:
