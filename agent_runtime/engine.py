@@ -47,7 +47,14 @@ from agent_runtime.errors import (
     ManifestMismatch,
     NotFound,
 )
-from agent_runtime.events import EventEmitter, EventSink, TextSink
+from agent_runtime.events import (
+    CONTINUE,
+    Event,
+    EventEmitter,
+    EventSink,
+    SinkFailurePolicy,
+    TextSink,
+)
 from agent_runtime.excerpts import excerpt
 from agent_runtime.execution import Execution
 from agent_runtime.host_services import HostServices
@@ -127,13 +134,17 @@ class AgentRuntime(HostServices):
                  config: RuntimeConfig | None = None, steps: StepRegistry | None = None,
                  owner: str | None = None, lease_seconds: float = 60.0,
                  base_dir: Path | None = None, text_sink: TextSink | None = None,
-                 policy: HostPolicy | None = None) -> None:
+                 policy: HostPolicy | None = None,
+                 event_sink_failure_policy: str = CONTINUE,
+                 on_event_sink_error: Callable[[Exception, Event], None] | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
         self.models: dict[str, ModelAdapter] = dict(models or {})
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.approvals: ApprovalAdapter = approvals or StoreApprovals()
         self.artifacts = artifacts
         self.event_sinks = list(event_sinks)
+        # `fail-run`: a step whose event a sink cannot take fails the run (events.py).
+        self.sink_failure = SinkFailurePolicy(event_sink_failure_policy, on_event_sink_error)
         self.clock: Clock = clock or SystemClock()
         self.config = config or empty_config()
         self.steps = steps or default_steps()

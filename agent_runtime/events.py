@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from stores.records import JsonValue
 
+from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import escape_json_text
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,44 @@ _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
+class EventSinkFailed(StepFailed):
+    """A sink could not take an event the run required delivered (`fail-run`): the
+    step fails, and with it the run, as `event_sink_failed`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("event_sink_failed", message)
+
+
+FAIL_RUN = "fail-run"
+CONTINUE = "continue"
+SINK_FAILURE_POLICIES = (CONTINUE, FAIL_RUN)
+
+
+@dataclass(frozen=True)
+class SinkFailurePolicy:
+    """What a sink's failure does, as the reference's `eventSinkFailurePolicy`:
+    `continue` (the default) logs it and goes on; `fail-run` fails the run at the
+    step whose event was not delivered (error `event_sink_failed`). The run's own
+    `run.*` events never fail it: they follow commits a sink cannot undo, and
+    `run.started` precedes any step. `on_error(error, event)` hears every failure."""
+
+    policy: str = CONTINUE
+    on_error: Callable[[Exception, Event], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in SINK_FAILURE_POLICIES:
+            raise ValueError(f"event sink failure policy {self.policy!r}: expected one of "
+                             f"{', '.join(SINK_FAILURE_POLICIES)}")
+
+    def failed(self, error: Exception, event: Event) -> None:
+        if self.on_error is not None:
+            self.on_error(error, event)
+        if self.policy == FAIL_RUN and not event.type.startswith("run."):
+            raise EventSinkFailed(
+                f"event {event.type} of step {event.step_path or '-'} could not be "
+                f"delivered: {type(error).__name__}") from error
+
+
 class EventEmitter:
     """Numbers and timestamps events and fans them out: one execution's (its run and
     attempt), or a reconciler pass's (`emit_for` each run it acts on, `common` data
@@ -210,8 +249,10 @@ class EventEmitter:
 
     def __init__(self, sinks: Iterable[EventSink], *, run_id: str, attempt: int,
                  now: Callable[[], datetime], first_sequence: int = 1,
-                 common: Mapping[str, JsonValue] | None = None) -> None:
+                 common: Mapping[str, JsonValue] | None = None,
+                 failure: SinkFailurePolicy | None = None) -> None:
         self._sinks = list(sinks)
+        self._failure = failure or SinkFailurePolicy()
         self._run_id = run_id
         self._attempt = attempt
         self._now = now
@@ -252,9 +293,10 @@ class EventEmitter:
         for sink in self._sinks:
             try:
                 sink.emit(event)
-            except Exception:
-                # Events are observations, not the run's record: a sink that
-                # fails (a full disk, a closed pipe) must not fail or mask the run.
+            except Exception as error:
+                # By default events are observations, not the run's record: a sink
+                # that fails (a full disk, a closed pipe) must not fail or mask the run.
                 logger.warning("event sink %s failed on %s of run %s", type(sink).__name__,
                                type_, self._run_id, exc_info=True)
+                self._failure.failed(error, event)
         return event

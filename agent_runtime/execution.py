@@ -111,7 +111,8 @@ class Execution(StepContext):
         # attempt's events ordered by (attempt, sequence) across them.
         self.events = EventEmitter(runtime.event_sinks, run_id=run.run_id, attempt=run.attempt,
                                    now=runtime.clock.now,
-                                   first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1)
+                                   first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1,
+                                   failure=runtime.sink_failure)
         self._last_renewal = time.monotonic()
         self._lost: StoreError | None = None
         self.resolutions = {}

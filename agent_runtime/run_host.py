@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agent_runtime.capabilities import ResolvedModel
     from agent_runtime.clock import Clock
     from agent_runtime.config import RuntimeConfig
-    from agent_runtime.events import EventSink, TextSink
+    from agent_runtime.events import EventSink, SinkFailurePolicy, TextSink
     from agent_runtime.manifest import AgentManifest, ModelRef
     from agent_runtime.policy import HostPolicy
     from agent_runtime.results import RunResult
@@ -44,6 +44,11 @@ class RunHost(Protocol):
 
     @property
     def event_sinks(self) -> list[EventSink]: ...
+
+    @property
+    def sink_failure(self) -> SinkFailurePolicy:
+        """What a sink's failure does to the run (events.py)."""
+        ...
 
     @property
     def clock(self) -> Clock: ...

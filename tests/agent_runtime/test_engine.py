@@ -253,7 +253,7 @@ def test_unknown_model_provider_is_refused_before_a_run_exists() -> None:
     from agent_runtime.errors import ConfigError
 
     h = Harness()
-    with pytest.raises(ConfigError, match=r"steps\[0\]\.model: .*model provider 'openai'"):
+    with pytest.raises(ConfigError, match=r"manifest: model: .*model provider 'openai'"):
         h.run(manifest(prompt("a"), model={"provider": "openai", "model": "gpt-5.6"}),
               options={})
     assert h.store.list_runs().runs == []
