@@ -54,6 +54,7 @@ from agent_runtime.manifest import AgentManifest
 from agent_runtime.results import RunResult
 from agent_runtime.serde import json_copy, json_size
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
+from agent_runtime.state_projection import projected, projected_run_output, projects
 from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext
 from agent_runtime.step_kinds import StepBase
 from agent_runtime.waves import wave_runner
@@ -106,6 +107,7 @@ class Execution(StepContext):
         self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
         self.scopes: list[JsonObject] = []
+        self.projecting = projects(manifest.extensions)
         # One attempt may span several executions (`advance` in time slices):
         # numbering each one's events after its starting checkpoint keeps the
         # attempt's events ordered by (attempt, sequence) across them.
@@ -326,7 +328,9 @@ class Execution(StepContext):
                          kind=step.type, resumed=not fresh or None)
         output = await executor.execute(step, frame, self, resume)
         self._check_output_size(step, frame, output)
-        if step.output_variable:
+        if self.projecting:  # the manifest's stateProjection (state_projection.py)
+            self.state.variables.update(projected(step, self.stack[0].step_index, output))
+        elif step.output_variable:
             self.state.variables[step.output_variable] = output
         self.state.add_result({"kind": STEP, "step_path": frame.step_path, "step_id": step.id,
                                "depth": depth, "status": COMPLETED, "output": output,
@@ -364,6 +368,10 @@ class Execution(StepContext):
                             and entry["status"] == COMPLETED),
                            key=lambda entry: order.get(entry["step_id"], -1))
         chosen = [entry["output"] for entry in completed if entry["step_id"] in marked]
+        if chosen and self.projecting:
+            kinds = {step.id: step.type for step in self.manifest.steps}
+            return projected_run_output(chosen, [(kinds.get(entry["step_id"], ""),
+                                                  entry["output"]) for entry in completed])
         if chosen:
             return chosen[0] if len(chosen) == 1 else chosen
         return completed[-1]["output"] if completed else None

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeGuard
 
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import PromptStep
+from agent_runtime.state_projection import projects
 from agent_runtime.step_kinds import Step
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_CONCURRENCY = 4
 DEFAULT_HOST_MAX_CONCURRENCY = 8
-SEQUENTIAL_PROJECTION = "step-output-state-v1"
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,7 @@ def build_execution_waves(manifest: AgentManifest, start_step_index: int = 0,
 
 
 def _projects_step_state(manifest: AgentManifest) -> bool:
-    runtime = (manifest.extensions or {}).get("agentRuntime")
-    return isinstance(runtime, dict) and runtime.get("stateProjection") == SEQUENTIAL_PROJECTION
+    return projects(manifest.extensions)
 
 
 def _eligible(step: Step) -> TypeGuard[PromptStep]:

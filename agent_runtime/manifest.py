@@ -42,6 +42,7 @@ from agent_runtime.manifest_input import (
 )
 from agent_runtime.messages import PromptMessage, history_problem
 from agent_runtime.serde import canonical_json
+from agent_runtime.state_projection import projection_problem
 from agent_runtime.step_kinds import (
     FILE_SPELLING,
     Step,
@@ -398,6 +399,9 @@ class AgentManifest(SchemaModel):
                                  "connections", index, field)
             names.add(alias)
         _unique_step_ids(self.steps)
+        problem = projection_problem(self.extensions)
+        if problem is not None:
+            raise rule_error(problem, "extensions", "agentRuntime", "stateProjection")
         declared = sum(1 for _ in iter_steps(self.steps))
         if self.limits is not None and self.limits.max_steps is not None \
                 and declared > self.limits.max_steps:

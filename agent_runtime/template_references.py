@@ -7,8 +7,9 @@ name by field, as a warning (an error with `--strict`).
 
 A name is declared by the manifest's `variables`, any step's `outputVariable`
 (a loop may read, in a later iteration, what a step after it wrote), a loop's
-`resultVariable`, and, inside a loop, its `itemVariable`, `indexVariable` and
-`loop`. Lookups ignore case, as rendering does. Only a name's first segment
+`resultVariable`, `step-N`, `step-previous` and `stateKey`s under a state
+projection (state_projection.py), and, inside a loop, its `itemVariable`,
+`indexVariable` and `loop`. Lookups ignore case, as rendering does. Only a name's first segment
 is checked: what a value holds is known only when the run has it.
 
 An approval's `prompt` is not rendered (the reference shows it as written),
@@ -29,6 +30,7 @@ from agent_runtime.manifest import (
     PromptStep,
     iter_steps,
 )
+from agent_runtime.state_projection import PREVIOUS, projects, runtime_extension
 from agent_runtime.step_kinds import StepBase
 from agent_runtime.templates import RESERVED_SEGMENTS, template_paths
 
@@ -48,6 +50,13 @@ def undeclared_references(manifest: AgentManifest) -> list[TemplateFinding]:
     declared |= {name.lower() for name in _written(manifest.steps)}
     if any(isinstance(step, LoopStep) for _, step in iter_steps(manifest.steps)):
         declared.add(LOOP_SCOPE)  # a loop's scope stays readable after it ends
+    if projects(manifest.extensions):  # each output kept as step-N and step-previous
+        declared |= {PREVIOUS, *(f"step-{number}" for number in
+                                 range(1, len(manifest.steps) + 1))}
+        for _, step in iter_steps(manifest.steps):
+            key = (runtime_extension(step.extensions) or {}).get("stateKey")
+            if isinstance(key, str):
+                declared.add(key.lower())
     return list(_findings(manifest.steps, "steps", frozenset(declared)))
 
 
