@@ -367,7 +367,7 @@ class AgentRuntime(HostServices):
                       budget: Budget | None = None) -> RunResult:
         """Execute a reserved (running) attempt until the deadline, a suspension or the end.
 
-        The caller holds the attempt (the state machine's Reserve step); at the
+        The caller holds the attempt (on AWS, the slice holding its lease); at the
         deadline the result's status is `running` and a later call continues.
         `budget` replaces the token limit, as a resume's does; every slice of
         the attempt may pass the same one.

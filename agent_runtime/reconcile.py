@@ -83,7 +83,7 @@ from agent_runtime.owner_liveness import Liveness, LivenessCheck, OwnerStatus, P
 
 if TYPE_CHECKING:
     # Built only when a pass resumes a run: the Lambda functions that share this
-    # module's types (the start function, Reserve) never load the engine.
+    # module's types (the start function) never load the engine.
     from agent_runtime.engine import AgentRuntime
 
 DEFAULT_MAX_TAKEOVERS = 3

@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HANDLERS = {
-    "Reserve/Advance/Start (functions.step.app)": "functions.step.app",
+    "Advance/Start (functions.step.app)": "functions.step.app",
     "Reconciler (functions.reconciler.app)": "functions.reconciler.app",
     "API (functions.api.app)": "functions.api.app",
     "Retention (functions.retention.app)": "functions.retention.app",

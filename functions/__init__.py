@@ -1,7 +1,8 @@
 """The Lambda functions of the AWS deployment (template.yaml), and their shared glue.
 
-    step/app.py        reserve, advance: the state machine's tasks; start: the
-                       EventBridge rule's target, which starts executions
+    step/app.py        advance: the state machine's task, a slice of an attempt per
+                       execution (step/ownership.py: reserve, claim, hand over);
+                       start: the EventBridge rule's target, which starts executions
     reconciler/app.py  the scheduled reconciler (docs/design.md section 7)
 
 Handlers are thin: parse the event, call the engine or the store, shape the

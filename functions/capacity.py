@@ -14,9 +14,12 @@ resume request stays in the store's outbox, a dead owner's run stays as it
 is, and the reconciler tries again on a later pass.
 
 A slot is released (one conditional write) when the attempt ends: by Advance
-when the attempt suspends, finishes or is superseded, by Reserve when it
-finds nothing to reserve. A takeover of a run moves that run's own slot to
-the new attempt, so a dead attempt's slot is never lost to a crash.
+when the attempt suspends, finishes or is superseded, or when its first
+slice finds nothing to reserve. The slot is the attempt's, not an
+execution's: it passes unchanged from slice to slice as each hands the
+attempt to the next one's execution (functions/step/ownership.py). A
+takeover of a run moves that run's own slot to the new attempt, so a dead
+attempt's slot is never lost to a crash.
 
 A slot's `held_until` bounds how long a starter trusts it without asking
 the run: it is set to the lease's length past the start. Once it has

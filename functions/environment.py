@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from agent_runtime.events import EventSink
 
 # The engine, its config and its tools load when a path first builds a runtime
-# (Advance, the API, the reconciler's resumes): Reserve and the start function
-# never do, so their cold start skips them.
+# (Advance, the API, the reconciler's resumes): the start function never does,
+# so its cold start skips them.
 
 STORE = "AGENT_RUNTIME_STORE"
 STATE_MACHINE_ARN = "AGENT_RUNTIME_STATE_MACHINE_ARN"
@@ -146,7 +146,8 @@ class Services:
         """An AgentRuntime on this container's store (or `store`, the same one held by
         a slice: `DynamoDbRunStore.owned_by`) and config. `owner` (the execution ARN)
         holds the leases of the sub-runs it starts; a run's own attempt is leased by
-        Reserve. `kind` builds it (AgentRuntime, or a subclass with its arguments)."""
+        its slice (functions/step/ownership.py). `kind` builds it (AgentRuntime, or a
+        subclass with its arguments)."""
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415 - see the imports
         from agent_runtime.policy import HostPolicy  # noqa: PLC0415
         from agent_runtime.tools import configured_tools  # noqa: PLC0415

@@ -13,7 +13,7 @@ failed: an operator resumes it after a fix), with the last execution's end
 (status and error name) in the suspension's details. The pass
 also works the resume outbox: `suspended` runs whose resume request is older
 than `AGENT_RUNTIME_RESUME_GRACE_SECONDS` (the start function failed, the
-event was lost, the resume execution's Reserve failed) and `sub-run` parents
+event was lost, the resume execution failed before it reserved) and `sub-run` parents
 whose child finished are resumed by starting their next attempt's execution,
 as the start function does (`ReconcileResumedRequested` counts them).
 A run suspended as `crash-loop` is announced with a run-finished event. A pass

@@ -1,1 +1,1 @@
-"""The run state machine's tasks (Reserve, Advance) and the start function."""
+"""The run state machine's task (Advance, one slice per execution) and the start function."""

@@ -3,7 +3,10 @@
 A statement under `Fn::If` counts as granted (the grant when its condition
 holds: a runtime config, Bedrock models, provider secrets). Managed policies
 the role attaches are followed when the template defines them; the only other
-one a role may attach is AWS's X-Ray daemon policy, when tracing is on.
+one a role may attach is AWS's X-Ray daemon policy, when tracing is on. A
+policy of the template attached to the role from the policy's side
+(`AWS::IAM::Policy` naming it in `Roles`, where the role itself cannot name
+what it is granted on without a cycle) counts as the role's too.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ def grants(role: str, template: dict[str, Any] | None = None) -> list[Grant]:
         name = arn.get("Ref") if isinstance(arn, dict) else None
         assert name in resources, f"{role} attaches {arn!r}, which the template does not define"
         documents.append(resources[name]["Properties"]["PolicyDocument"])
+    documents += [resource["Properties"]["PolicyDocument"] for resource in resources.values()
+                  if resource["Type"] == "AWS::IAM::Policy"
+                  and {"Ref": role} in resource["Properties"]["Roles"]]
     found = []
     for document in documents:
         for entry in document["Statement"]:

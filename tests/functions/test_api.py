@@ -3,7 +3,7 @@
 API Gateway's events (events/api-*.json) go through the real
 `functions.api.app.handler` (invoked through Lambda's API, as API Gateway
 invokes it); the launcher's resume-requested events are delivered to the
-start function; the state machine runs the real Reserve and Advance.
+start function; the state machine runs the real Advance.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_a_run_started_over_http_completes_on_the_state_machine(
     assert done["output"] == reference_output(MANIFESTS / "hello.agent.yaml",
                                               variables=sample["variables"])
     assert [call.function for call in stack.lambdas.invocations] == [
-        "ApiFunction", "StartFunction", "ReserveFunction", "AdvanceFunction", "ApiFunction"]
+        "ApiFunction", "StartFunction", "AdvanceFunction", "ApiFunction"]
 
 
 def test_an_approval_answered_over_http_resumes_the_run_to_completion(
@@ -127,7 +127,7 @@ def test_a_resume_with_a_new_token_limit_reaches_advance(deployment: Deployment)
     assert started["status"] == "started" and started["attempt"] == 2
     assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
 
-    limits = [(call.event["attempt"], call.event["max_total_tokens"])
+    limits = [(call.event["input"]["attempt"], call.event["input"]["max_total_tokens"])
               for call in lambdas.calls("AdvanceFunction")]
     assert limits[0] == (1, None)
     assert set(limits[1:]) == {(2, 1_000_000)}

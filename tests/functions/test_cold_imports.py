@@ -1,7 +1,8 @@
-"""What a cold start loads: the run state machine's module serves Reserve and
-the start function too, which never build a runtime, so importing it must not
-load the engine, its steps, providers' HTTP client or JSON Schema (issue 16:
-a handler loads only what its path uses)."""
+"""What a cold start loads: the run state machine's module serves the start
+function too, which never builds a runtime (nor does an Advance that ends
+before it executes), so importing it must not load the engine, its steps,
+providers' HTTP client or JSON Schema (issue 16: a handler loads only what its
+path uses)."""
 
 from __future__ import annotations
 

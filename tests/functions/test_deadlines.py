@@ -1,11 +1,14 @@
 """Deadline-aware Advance (docs/design.md section 10, Time): no call outlives its slice.
 
-Each test drives the real Reserve and Advance handlers under moto with the
-functions' fake clock, which does not move by itself: the slice's deadline is
-the `remaining time` a test gives the Lambda context less
+Each test drives the real Advance handler, slice after slice, under moto with
+the functions' fake clock, which does not move by itself: the slice's deadline
+is the `remaining time` a test gives the Lambda context less
 `AdvanceMarginSeconds`, so a slice of 0.2 s is real time the event loop
 measures, and a call scripted to take longer (`delayMs`, or a slow tool) is
-cut by it. Real waits stay under half a second; no test asserts wall time.
+cut by it. A slice that stops hands the attempt to the next slice's execution
+and starts it; Step Functions here starts executions without running them, so
+the test runs the next slice itself. Real waits stay under half a second; no
+test asserts wall time.
 """
 
 from __future__ import annotations
@@ -15,15 +18,15 @@ from typing import Any
 
 import pytest
 import yaml
+from advance_slices import advance_event, slice_arn
 from aws_stack import Deployment, FakeContext
 
 from agent_runtime import RunStatus
+from functions.executions import execution_name
 from functions.step import app
 from tests.functions import lambda_tools
 
 pytestmark = pytest.mark.slow
-
-EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:run:deadlines-a1"
 TOOLS = {name: f"tests.functions.lambda_tools:{name}"
          for name in ("slow_order", "charge_card", "pass_time")}
 SHORT, LONG = 0.2, 5.0  # seconds of slice an Advance gets
@@ -37,6 +40,13 @@ def orders(tools: list[str], **limits: Any) -> dict[str, Any]:
     if limits:
         manifest["limits"] = limits
     return manifest
+
+
+@pytest.fixture
+def deployment(idle_deployment: Deployment) -> Deployment:
+    """The stack whose Step Functions starts executions and never runs them: the test
+    runs each slice's Advance itself."""
+    return idle_deployment
 
 
 @pytest.fixture
@@ -64,18 +74,27 @@ def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def reserved(deployment: Deployment, manifest: dict[str, Any], options: dict[str, Any]) -> str:
-    run_id = deployment.services.runtime().create_run(manifest=manifest, options=options).run_id
-    answer = app.reserve({"run_id": run_id, "attempt": 1, "execution_arn": EXECUTION},
-                         FakeContext("ReserveFunction", 30_000))
-    assert answer["status"] == "reserved"
+    """A run created; its first slice reserves attempt 1 (`advance`)."""
+    run_id: str = deployment.services.runtime().create_run(manifest=manifest,
+                                                           options=options).run_id
     return run_id
 
 
 def advance(deployment: Deployment, run_id: str, slice_seconds: float) -> str:
-    """One Advance with `slice_seconds` of time before its deadline; its status."""
+    """The attempt's next slice, with `slice_seconds` of time before its deadline; its
+    status. The first reserves the attempt; each later one runs in the execution
+    the one before it started."""
+    stack = deployment.stack
+    first = execution_name(run_id, 1)
+    # The first slice's execution is this test; each later one was started.
+    number = 1 + sum(name.startswith(f"{first}-s") for name in stack.executions())
+    event = (advance_event(run_id=run_id, execution_arn=stack.execution_arn(first))
+             if number == 1 else
+             advance_event("advance-next-slice.json", run_id=run_id, slice=number,
+                           execution_arn=slice_arn(stack, run_id, 1, number)))
     margin = deployment.services.settings.advance_margin_seconds
     context = FakeContext("AdvanceFunction", round((margin + slice_seconds) * 1000))
-    answer = app.advance({"run_id": run_id, "attempt": 1, "execution_arn": EXECUTION}, context)
+    answer = app.advance(event, context)
     status: str = answer["status"]
     return status
 
@@ -90,7 +109,9 @@ def test_a_model_call_longer_than_the_slice_is_reissued_by_the_next_slice(
     assert advance(deployment, run_id, SHORT) == "continue"
     cut = deployment.services.store.load_run(run_id)
     assert cut is not None and cut.status is RunStatus.RUNNING and cut.takeovers == 0
-    assert cut.lease_owner == EXECUTION
+    # handed to the next slice's execution, started
+    assert cut.lease_owner == slice_arn(deployment.stack, run_id, 1, 2)
+    assert deployment.stack.executions() == {execution_name(run_id, 1, slice_=2): "RUNNING"}
     assert [key for key, _ in lambda_tools.EXECUTIONS] == lambda_tools.STARTED
 
     assert advance(deployment, run_id, LONG) == "completed"

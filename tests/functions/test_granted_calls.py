@@ -2,7 +2,7 @@
 
 conftest's `calls_are_granted` checks every function test's calls against
 template.yaml's roles; here, a run whose state is large enough to live in S3
-blobs goes through the API, start, Reserve and Advance, and the check itself
+blobs goes through the API, start and Advance, and the check itself
 is shown to refuse what a role does not allow.
 """
 
@@ -63,7 +63,7 @@ def test_the_check_refuses_what_a_role_does_not_grant() -> None:
                                   {"Delete": {"TableName": "runs", "Key": {}}}]}
     assert _why("ApiFunction", "dynamodb", "TransactWriteItems", deletion) == [
         "dynamodb:DeleteItem is not granted"] * 2
-    assert _why("ReserveFunction", "dynamodb", "Query", {"IndexName": "by-status-shard"}) == [
+    assert _why("AdvanceFunction", "dynamodb", "Query", {"IndexName": "by-status-shard"}) == [
         "dynamodb:Query is granted, but not on what it touches: by-status-shard"]
     assert _why("ApiFunction", "s3", "PutObject", {"Key": "artifacts/run_1/a"}) == [
         "s3:PutObject is granted, but not on what it touches: artifacts/run_1/a"]

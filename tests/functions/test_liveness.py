@@ -3,7 +3,8 @@
 Each test breaks the fast path of a resume — the start function fails, the
 child's `PutEvents` for its parent fails (and the step function's own request
 for it too: the child's end filed one in the store), the resume execution's
-Reserve fails — and then only invokes the scheduled reconciler
+first slice fails before it reserves — and then only invokes the scheduled
+reconciler
 (events/scheduled-reconcile.json) with the fake clock moved past the grace:
 the run completes. The resume outbox is the store's `resume_requested_at`
 (docs/design.md sections 5 and 7).
@@ -131,19 +132,20 @@ def test_a_parent_whose_child_finished_is_resumed_when_put_events_fails(
     assert done is not None and done.output == child_done.output
 
 
-def test_the_resume_executions_reserve_fails(deployment: Deployment) -> None:
+def test_the_resume_executions_first_slice_fails_before_it_reserves(
+        deployment: Deployment) -> None:
     stack, lambdas, store = deployment.stack, deployment.lambdas, deployment.services.store
     run_id = suspended_for_approval(deployment)
-    reserve = lambdas.handlers["ReserveFunction"]
+    advance = lambdas.handlers["AdvanceFunction"]
     failures: list[int] = []
 
     def fails_once(event: Any, ctx: Any) -> Any:
         if not failures:
-            failures.append(event["attempt"])
-            raise RuntimeError("Reserve failed: the table was unavailable")
-        return reserve(event, ctx)
+            failures.append(event["input"]["attempt"])
+            raise RuntimeError("the table was unavailable")
+        return advance(event, ctx)
 
-    lambdas.handlers["ReserveFunction"] = fails_once
+    lambdas.handlers["AdvanceFunction"] = fails_once
     deployment.services.runtime().approve(run_id)
     stack.put_resume_request(run_id, attempt=1, reason="approval-recorded")
     (started,) = stack.deliver_resume_requests()
@@ -152,7 +154,7 @@ def test_the_resume_executions_reserve_fails(deployment: Deployment) -> None:
     assert failures == [2]
     stuck = store.load_run(run_id)
     assert stuck is not None and (stuck.status, stuck.attempt) == (RunStatus.SUSPENDED, 1)
-    assert stuck.resume_requested_at is not None  # Reserve never served the request
+    assert stuck.resume_requested_at is not None  # no slice served the request
 
     past_the_grace(deployment)
     assert reconcile(deployment)["counts"]["resumed"] == 1

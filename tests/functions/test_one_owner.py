@@ -7,10 +7,13 @@ claims the attempt's lease for itself before executing (its owner is
 makes is conditioned on holding it. The tests interleave a second invocation
 deterministically at every commit point of the first (every checkpoint and
 effect write, the second run to its end in another thread while the first
-waits): the second stops with `held`, having written nothing and dispatched
-no effect, and the first completes the run with the tool called once. A
-slice that died holding the lease is a crash: its execution ends and the
-reconciler takes the run over with a new attempt.
+waits): the second stops with `held`, ending its execution, having written
+nothing and dispatched no effect, and the first completes the run with the
+tool called once. A slice that died holding the lease is a crash: its
+execution ends and the reconciler takes the run over with a new attempt.
+
+Here the attempt is leased to the execution before its slice runs, as a
+hand-over from the slice before leaves it (the slice claims it from there).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from advance_slices import advance_event
 from aws_stack import Deployment, FakeContext, LambdaCrash, sample_event
 
 from agent_runtime import RunStatus
@@ -66,16 +70,17 @@ def options(deployment: Deployment, tmp_path: Path) -> dict[str, Any]:
 
 
 def reserved(deployment: Deployment, options: dict[str, Any]) -> str:
-    run_id = deployment.services.runtime().create_run(manifest=ORDERS, options=options).run_id
-    answer = app.reserve({"run_id": run_id, "attempt": 1, "execution_arn": EXECUTION},
-                         FakeContext("ReserveFunction", 30_000))
-    assert answer["status"] == "reserved"
+    """A run whose attempt 1 is leased to the execution EXECUTION (handed to it)."""
+    services = deployment.services
+    run_id = services.runtime().create_run(manifest=ORDERS, options=options).run_id
+    services.store.resume_run(run_id, owner=EXECUTION, now=deployment.clock.now(),
+                              lease_seconds=services.settings.lease_seconds)
     return run_id
 
 
 def advance(run_id: str, *, execution: str = EXECUTION) -> str:
     """One Advance invocation (its own request id) with a whole slice of time."""
-    answer = app.advance({"run_id": run_id, "attempt": 1, "execution_arn": execution},
+    answer = app.advance(advance_event(run_id=run_id, execution_arn=execution),
                          FakeContext("AdvanceFunction", 900_000))
     status: str = answer["status"]
     return status

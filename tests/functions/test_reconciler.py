@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from advance_slices import advance_event, slice_arn, wait_for_chain
 from aws_stack import Deployment, LambdaCrash, sample_event
 
 from agent_runtime import AgentRuntime, RunStatus
@@ -120,11 +121,11 @@ def test_a_crash_inside_advance_is_taken_over_and_no_effect_runs_twice(
                                                "suspended_runs": 0, "errors": 0}
 
     assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
-    (takeover,) = [call for call in stack.lambdas.calls("ReserveFunction")
-                   if call.event["attempt"] == 2]
-    assert takeover.event == sample_event("reserve-takeover.json", run_id=run_id,
-                                          execution_arn=stack.execution_arn(
-                                              execution_name(run_id, 2)))
+    (takeover,) = [call for call in stack.lambdas.calls("AdvanceFunction")
+                   if call.event["input"]["attempt"] == 2]
+    assert takeover.event == advance_event("advance-takeover.json", run_id=run_id,
+                                           execution_arn=stack.execution_arn(
+                                               execution_name(run_id, 2)))
     done = store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED
     # taken over once; the new attempt's checkpoints reset the count (takeovers in a row)
@@ -140,20 +141,37 @@ def test_a_crash_inside_advance_is_taken_over_and_no_effect_runs_twice(
 
 def test_a_live_execution_is_left_alone(deployment: Deployment,
                                         orders: dict[str, Any]) -> None:
+    """The attempt handed over to the next slice's execution, whose Advance has not
+    run yet (throttled, say): past the lease, that execution is a live owner."""
     stack, lambdas = deployment.stack, deployment.lambdas
-    gate = lambdas.gates["AdvanceFunction"] = threading.Event()
+    margin_ms = deployment.services.settings.advance_margin_seconds * 1000
+    lambdas.remaining_ms["AdvanceFunction"] = int(margin_ms) - 1  # a slice per commit point
+    advance = lambdas.handlers["AdvanceFunction"]
+    gate, waiting = threading.Event(), threading.Event()
+
+    def later_slices_wait(event: Any, context: Any) -> Any:
+        if event["input"].get("slice", 1) > 1:
+            waiting.set()
+            gate.wait(timeout=60)
+        return advance(event, context)
+
+    lambdas.handlers["AdvanceFunction"] = later_slices_wait
     run_id = start(deployment, orders)
-    assert lambdas.waiting.acquire(timeout=30)  # reserved; Advance not yet running
+    assert waiting.wait(timeout=30)  # handed over; the second slice not yet running
+    handed = deployment.services.store.load_run(run_id)
+    assert handed is not None and handed.lease_owner == slice_arn(stack, run_id, 1, 2)
     deployment.clock.advance(deployment.services.settings.lease_seconds + 1)
 
     answer = reconcile(deployment)
     assert answer["counts"] == {"candidates": 1, "resumed": 0, "skipped": 1,
                                 "suspended_runs": 0, "errors": 0}
-    assert stack.executions() == {execution_name(run_id, 1): "RUNNING"}
+    assert stack.executions() == {execution_name(run_id, 1): "SUCCEEDED",
+                                  execution_name(run_id, 1, slice_=2): "RUNNING"}
     gate.set()
-    assert stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
+    assert {ended["status"] for ended in wait_for_chain(stack, run_id, 1)} == {"SUCCEEDED"}
     done = deployment.services.store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 1
+    assert done.takeovers == 0
 
 
 def test_a_run_that_keeps_dying_is_suspended_as_a_crash_loop_never_failed(

@@ -1,4 +1,5 @@
-"""The run state machine end to end under moto: Reserve -> Advance (-> Advance ...) -> end.
+"""The run state machine end to end under moto: one slice of an attempt per execution,
+the first reserving it, each that stops with the run running starting the next.
 
 Runs are created in the store and started, and approvals answered, the way
 this deployment offers before the HTTP API exists: through the store and
@@ -13,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_stack import Deployment, sample_event
+from advance_slices import advance_event, transitions, wait_for_chain
+from aws_stack import Deployment
 
 from agent_runtime import AgentRuntime, RunStatus
 from functions.executions import execution_name
+from functions.step import app
 from stores.memory import MemoryRunStore
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
@@ -54,13 +57,12 @@ def test_an_approval_run_suspends_and_a_resume_requested_event_completes_it(
     suspended = store.load_run(run_id)
     assert suspended is not None and suspended.status is RunStatus.SUSPENDED
     assert suspended.suspension is not None and suspended.suspension.reason == "approval"
-    # Reserve leased the attempt to the execution; the tasks' payloads have
-    # events/reserve.json's and events/advance.json's shape.
+    # One slice reserved the attempt and ran it to its suspension: its payload
+    # has events/advance.json's shape, and it made one state transition.
     first = stack.execution_arn(execution_name(run_id, 1))
-    (reserve,) = stack.lambdas.calls("ReserveFunction")
-    assert reserve.event == sample_event("reserve.json", run_id=run_id, execution_arn=first)
     (advance,) = stack.lambdas.calls("AdvanceFunction")
-    assert advance.event == sample_event("advance.json", run_id=run_id, execution_arn=first)
+    assert advance.event == advance_event(run_id=run_id, execution_arn=first)
+    assert transitions(stack, first) == ["Advance"]
 
     AgentRuntime(store=store).approve(run_id)
     stack.put_resume_request(run_id, attempt=suspended.attempt, reason="approval-recorded")
@@ -72,8 +74,7 @@ def test_an_approval_run_suspends_and_a_resume_requested_event_completes_it(
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 2
     assert done.output == reference_output(MANIFESTS / "approval.agent.yaml", approve=True)
     functions = [call.function for call in stack.lambdas.invocations]
-    assert functions == ["StartFunction", "ReserveFunction", "AdvanceFunction",
-                         "StartFunction", "ReserveFunction", "AdvanceFunction"]
+    assert functions == ["StartFunction", "AdvanceFunction", "StartFunction", "AdvanceFunction"]
     assert stack.executions() == {execution_name(run_id, 1): "SUCCEEDED",
                                   execution_name(run_id, 2): "SUCCEEDED"}
 
@@ -87,21 +88,37 @@ def test_a_long_run_advances_in_slices_until_done(deployment: Deployment) -> Non
     run_id = create_run(deployment, manifest)
     stack.put_resume_request(run_id, attempt=0, reason="run-created")
     stack.deliver_resume_requests()
-    assert stack.wait_for(execution_name(run_id, 1))["status"] == "SUCCEEDED"
+    chain = wait_for_chain(stack, run_id, 1)
+    assert [execution["status"] for execution in chain] == ["SUCCEEDED"] * 3
 
     done = store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 1
     assert done.output == reference_output(manifest)
-    statuses = [call.result["status"] for call in lambdas.calls("AdvanceFunction")]
+    calls = lambdas.calls("AdvanceFunction")
+    statuses = [call.result["status"] for call in calls]
     assert statuses[-1] == "completed" and set(statuses[:-1]) == {"continue"}
     # One slice per commit point: each step's checkpoint, the last step's being the
     # final one (the prompt chain's three steps).
     assert len(statuses) == len(store.list_checkpoints(run_id))
     assert len(statuses) == 3
+    # Each slice its own execution, named after it and started by the one before
+    # it with the same input plus its number; one state transition each.
+    names = [execution_name(run_id, 1), execution_name(run_id, 1, slice_=2),
+             execution_name(run_id, 1, slice_=3)]
+    assert stack.executions() == dict.fromkeys(names, "SUCCEEDED")
+    assert [call.event for call in calls] == [
+        advance_event(run_id=run_id, execution_arn=stack.execution_arn(names[0])),
+        advance_event("advance-next-slice.json", run_id=run_id,
+                      execution_arn=stack.execution_arn(names[1])),
+        advance_event("advance-next-slice.json", run_id=run_id, slice=3,
+                      execution_arn=stack.execution_arn(names[2]))]
+    for name in names:
+        assert transitions(stack, stack.execution_arn(name)) == ["Advance"]
+    assert (done.takeovers, done.lease_owner) == (0, None)
 
 
 def test_a_duplicate_resume_requested_event_starts_no_second_execution(
-        deployment: Deployment) -> None:
+        deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
     stack, store, lambdas = deployment.stack, deployment.services.store, deployment.lambdas
     run_id = create_run(deployment, MANIFESTS / "approval.agent.yaml")
     stack.put_resume_request(run_id, attempt=0, reason="run-created")
@@ -113,20 +130,31 @@ def test_a_duplicate_resume_requested_event_starts_no_second_execution(
     AgentRuntime(store=store).approve(run_id)
 
     # The repeat arrives while the first execution runs, before it reserved
-    # (held at Reserve): Step Functions has it under the same name ...
-    reserve_gate = lambdas.gates["ReserveFunction"] = threading.Event()
+    # (held before its Advance): Step Functions has it under the same name ...
+    before_gate = lambdas.gates["AdvanceFunction"] = threading.Event()
     stack.put_resume_request(run_id, attempt=1, reason="approval-recorded")
     assert [a["status"] for a in stack.deliver_resume_requests()] == ["started"]
     assert lambdas.waiting.acquire(timeout=30)
     stack.put_resume_request(run_id, attempt=1, reason="approval-recorded")
     assert [a["status"] for a in stack.deliver_resume_requests()] == ["duplicate"]
-    # ... after it reserved (held at Advance): the run is at the next attempt ...
-    advance_gate = lambdas.gates["AdvanceFunction"] = threading.Event()
-    reserve_gate.set()
-    assert lambdas.waiting.acquire(timeout=30)
+    # ... after it reserved (held right after its reservation): the run is at
+    # the next attempt ...
+    reserved, after_gate = threading.Event(), threading.Event()
+    take = app.take_attempt
+
+    def take_then_wait(*args: Any) -> Any:
+        refused = take(*args)
+        reserved.set()
+        after_gate.wait(timeout=60)
+        return refused
+
+    monkeypatch.setattr(app, "take_attempt", take_then_wait)
+    del lambdas.gates["AdvanceFunction"]
+    before_gate.set()
+    assert reserved.wait(timeout=30)
     stack.put_resume_request(run_id, attempt=1, reason="approval-recorded")
     assert [a["status"] for a in stack.deliver_resume_requests()] == ["skipped"]
-    advance_gate.set()
+    after_gate.set()
     assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
     # ... and after it finished.
     stack.put_resume_request(run_id, attempt=1, reason="approval-recorded")
@@ -134,6 +162,6 @@ def test_a_duplicate_resume_requested_event_starts_no_second_execution(
 
     assert stack.executions() == {execution_name(run_id, 1): "SUCCEEDED",
                                   execution_name(run_id, 2): "SUCCEEDED"}
-    assert len(lambdas.calls("ReserveFunction")) == 2
+    assert len(lambdas.calls("AdvanceFunction")) == 2
     done = store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 2

@@ -2,7 +2,7 @@
 
 A run whose variable (and so its prompts and the echo model's output) and
 whose approval response hold a canary string goes through every function:
-start, Reserve, Advance, approval, resume, a reconciler pass. The canary must
+start, Advance, approval, resume, a reconciler pass. The canary must
 appear in the run's output (so the test would see a leak) and nowhere in what
 the functions printed (Powertools logs and EMF metrics), logged, returned to
 the state machine, or in the executions' histories.

@@ -29,8 +29,8 @@ def test_functions_run_python_3_13_on_arm64_built_without_docker() -> None:
     assert defaults["Runtime"] == "python3.13" and defaults["Architectures"] == ["arm64"]
     assert defaults["Layers"] == [{"Ref": "RuntimeLayer"}]
     functions = resources(FUNCTION)
-    assert set(functions) == {"ReserveFunction", "AdvanceFunction", "StartFunction",
-                              "ReconcilerFunction", "ApiFunction", "RetentionFunction"}
+    assert set(functions) == {"AdvanceFunction", "StartFunction", "ReconcilerFunction",
+                              "ApiFunction", "RetentionFunction"}
     for name, function in functions.items():
         props = function["Properties"]
         assert function["Metadata"]["BuildMethod"] == "makefile", name
@@ -61,7 +61,7 @@ def _statements(template: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for name, resource in template["Resources"].items():
         props = resource.get("Properties", {})
         documents = [policy["PolicyDocument"] for policy in props.get("Policies", [])]
-        if resource["Type"] == "AWS::IAM::ManagedPolicy":
+        if resource["Type"] in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
             documents.append(props["PolicyDocument"])
         for document in documents:
             for entry in document["Statement"]:
@@ -96,7 +96,7 @@ def test_the_state_machine_gets_its_functions_and_retries_lambda_service_errors(
     assert machine["Logging"]["IncludeExecutionData"] is False
     states = json.loads(definition)["States"]
     tasks = {name: state for name, state in states.items() if state["Type"] == "Task"}
-    assert set(tasks) == {"Reserve", "Advance"}
+    assert set(tasks) == {"Advance"}
     for name, task in tasks.items():
         throttled, service = task["Retry"]
         assert set(throttled["ErrorEquals"]) | set(service["ErrorEquals"]) == SERVICE_ERRORS

@@ -20,8 +20,8 @@ from agent_runtime.reconcile import Action
 from functions.reconciler import app as reconciler
 from tests.stores.aws.aws_template import TEMPLATE, load_template
 
-FUNCTIONS = ("ReserveFunction", "AdvanceFunction", "StartFunction", "ReconcilerFunction",
-             "ApiFunction", "RetentionFunction")
+FUNCTIONS = ("AdvanceFunction", "StartFunction", "ReconcilerFunction", "ApiFunction",
+             "RetentionFunction")
 ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
                             {"Ref": "AWS::NoValue"}]}
 QUEUE_DEPTH = ("AWS/SQS", "ApproximateNumberOfMessagesVisible")

@@ -91,7 +91,7 @@ def test_the_state_machine_invokes_the_functions_aliases_and_may_invoke_nothing_
     machine = properties("RunStateMachine")
     substitutions = machine["DefinitionSubstitutions"]
     tasks = _lambda_tasks(json.loads(DEFINITION.read_text()))
-    assert set(tasks) == {"Reserve", "Advance"}
+    assert set(tasks) == {"Advance"}
     invoked = []
     for state, target in tasks.items():
         placeholder = re.fullmatch(r"\$\{(\w+)\}", target)
@@ -101,9 +101,9 @@ def test_the_state_machine_invokes_the_functions_aliases_and_may_invoke_nothing_
         assert attribute == "Alias", (state, reference)
         assert properties(function)["AutoPublishAlias"] == ALIAS, state
         invoked.append(reference)
-    assert sorted(invoked) == ["AdvanceFunction.Alias", "ReserveFunction.Alias"]
+    assert invoked == ["AdvanceFunction.Alias"]
 
-    # Its role may invoke those aliases (not $LATEST, not a version), and no
+    # Its role may invoke that alias (not $LATEST, not a version), and no
     # other role in the stack may invoke a function.
     invokers = [(name, statement) for name, statement in _statements(load_template())
                 if "lambda:InvokeFunction" in as_list(statement["Action"])]
@@ -150,9 +150,7 @@ def test_the_deployed_state_machine_runs_through_the_aliases(
     definition = json.loads(stack.stepfunctions.describe_state_machine(
         stateMachineArn=stack.state_machine_arn)["definition"])
     function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:"
-    assert _lambda_tasks(definition) == {
-        "Reserve": f"{function_arn}ReserveFunction:{ALIAS}",
-        "Advance": f"{function_arn}AdvanceFunction:{ALIAS}"}
+    assert _lambda_tasks(definition) == {"Advance": f"{function_arn}AdvanceFunction:{ALIAS}"}
 
     invoked: list[tuple[str, str | None]] = []
     serve = LambdaSimpleBackend.invoke
@@ -171,6 +169,5 @@ def test_the_deployed_state_machine_runs_through_the_aliases(
     done = deployment.services.store.load_run(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED
     by_machine = [name for name, _ in invoked if name != "StartFunction"]
-    assert by_machine == [f"{function_arn}ReserveFunction:{ALIAS}",
-                          f"{function_arn}AdvanceFunction:{ALIAS}"]
+    assert by_machine == [f"{function_arn}AdvanceFunction:{ALIAS}"]
 

@@ -108,9 +108,9 @@ def test_the_functions_get_their_margins_limits_and_grace_from_the_template() ->
     margin = parameters["AdvanceMarginSeconds"]
     # Room for at least some work within Advance's 900 s timeout.
     assert margin["MaxValue"] < properties("AdvanceFunction")["Timeout"]
-    # Who takes (start, reconciler) and frees (Reserve, Advance) capacity slots
-    # knows how many there are.
-    slot_users = ("AdvanceFunction", "ReserveFunction", "StartFunction", "ReconcilerFunction")
+    # Who takes (start, reconciler) and frees (Advance) capacity slots knows how
+    # many there are.
+    slot_users = ("AdvanceFunction", "StartFunction", "ReconcilerFunction")
     env = {name: properties(name)["Environment"]["Variables"] for name in slot_users}
     assert env["AdvanceFunction"]["AGENT_RUNTIME_ADVANCE_MARGIN_SECONDS"] == {
         "Ref": "AdvanceMarginSeconds"}
@@ -121,10 +121,33 @@ def test_the_functions_get_their_margins_limits_and_grace_from_the_template() ->
     assert float(env["ReconcilerFunction"]["AGENT_RUNTIME_RESUME_GRACE_SECONDS"]) > 0
 
 
-def test_a_held_attempt_waits_and_advances_again() -> None:
-    states = json.loads(DEFINITION.read_text())["States"]
-    held = [choice for choice in states["Continue?"]["Choices"]
-            if choice.get("StringEquals") == "held"]
-    assert [choice["Next"] for choice in held] == ["SliceHeld"]
-    wait = states["SliceHeld"]
+def test_an_execution_is_one_slice_and_one_state_transition() -> None:
+    """Advance ends the execution whatever it answers (no Choice, no Succeed): a slice
+    that finishes, suspends or continues in the next execution makes one state
+    transition; only a throttle passes through a second state, a Wait."""
+    definition = json.loads(DEFINITION.read_text())
+    states = definition["States"]
+    assert definition["StartAt"] == "Advance"
+    assert set(states) == {"Advance", "AdvanceThrottled"}
+    assert states["Advance"]["End"] is True and "Next" not in states["Advance"]
+    assert [catch["Next"] for catch in states["Advance"]["Catch"]] == ["AdvanceThrottled"]
+    wait = states["AdvanceThrottled"]
     assert wait["Type"] == "Wait" and wait["Seconds"] > 0 and wait["Next"] == "Advance"
+    # Advance gets the execution's input whole (a slice number included or not,
+    # no path is missing) and the execution's ARN.
+    assert states["Advance"]["Parameters"]["Payload"] == {
+        "input.$": "$$.Execution.Input", "execution_arn.$": "$$.Execution.Id"}
+
+
+def test_advance_may_start_the_state_machine_s_executions_and_nothing_else() -> None:
+    """Its grant comes from a policy attached from outside its role (the role cannot
+    name the state machine, which names Advance's alias, without a cycle)."""
+    template = load_template()
+    policy = template["Resources"]["AdvanceStartsSlices"]
+    assert policy["Type"] == "AWS::IAM::Policy"
+    assert policy["Properties"]["Roles"] == [{"Ref": "AdvanceRole"}]
+    assert policy["Properties"]["PolicyDocument"]["Statement"] == [{
+        "Effect": "Allow", "Action": "states:StartExecution",
+        "Resource": {"Ref": "RunStateMachine"}}]
+    variables = properties("AdvanceFunction")["Environment"]["Variables"]
+    assert "AGENT_RUNTIME_STATE_MACHINE_ARN" not in variables

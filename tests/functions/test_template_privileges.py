@@ -24,10 +24,10 @@ EXECUTIONS = {"states:StartExecution", "states:DescribeExecution"}
 SLOTS = {"dynamodb:UpdateItem"}  # capacity slots only (functions/capacity.py)
 
 GRANTED = {
-    "ReserveFunction": LOGS | WRITE_RUNS | SLOTS,
     "AdvanceFunction": LOGS | WRITE_RUNS | CONFIG | SECRETS | {
         "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "events:PutEvents",
-        "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"},
+        "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream",
+        "states:StartExecution"},
     "StartFunction": LOGS | READ_RUNS | EXECUTIONS | SLOTS | {"sqs:SendMessage"},
     "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | SLOTS | {
         "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "events:PutEvents"},
@@ -117,8 +117,7 @@ def test_indexes_are_queried_only_where_the_code_lists_runs() -> None:
     # status; nothing else lists runs (capacity is slots, not a count).
     assert indexes("ApiFunction") == {"by-status-shard", "by-parent", "by-tenant"}
     assert indexes("ReconcilerFunction") == {"by-status-shard"}
-    for function in ("ReserveFunction", "AdvanceFunction", "RetentionFunction",
-                     "StartFunction"):
+    for function in ("AdvanceFunction", "RetentionFunction", "StartFunction"):
         assert indexes(function) == set(), function
 
 
@@ -135,9 +134,9 @@ def test_events_are_put_only_on_the_stack_s_bus_with_its_source_and_types() -> N
     assert putters == EVENTS_PUT
 
 
-def test_starters_and_reserve_write_only_the_capacity_slots() -> None:
+def test_starters_write_only_the_capacity_slots() -> None:
     """Their UpdateItem is for the slots alone (dynamodb:LeadingKeys), not runs."""
-    for function in ("StartFunction", "ReserveFunction", "ReconcilerFunction"):
+    for function in ("StartFunction", "ReconcilerFunction"):
         (grant,) = [grant for grant in grants(role_of(function))
                     if "dynamodb:UpdateItem" in grant.actions]
         assert grant.actions == ("dynamodb:UpdateItem",), function

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from advance_slices import wait_for_chain
 from aws_stack import Deployment
 
 from agent_runtime import AgentRuntime, RunStatus
 from agent_runtime.models.scripted import REQUEST_LOG_ENV
-from functions.executions import execution_name
 from stores.memory import MemoryRunStore
 
 pytestmark = pytest.mark.slow
@@ -72,13 +72,15 @@ def test_a_wave_spans_advance_slices_and_resumes_only_unfinished_members(
     assert record.options["execution"] == {"mode": "parallel", "maxConcurrency": 3}
     stack.put_resume_request(record.run_id, attempt=0, reason="run-created")
     stack.deliver_resume_requests()
-    assert stack.wait_for(execution_name(record.run_id, 1))["status"] == "SUCCEEDED"
+    chain = wait_for_chain(stack, record.run_id, 1)
+    assert {execution["status"] for execution in chain} == {"SUCCEEDED"}
 
     done = store.load_run(record.run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.attempt == 1
     assert done.output == local.output == "weather"
     statuses = [call.result["status"] for call in lambdas.calls("AdvanceFunction")]
     assert statuses[-1] == "completed" and statuses.count("continue") >= 3
+    assert len(chain) == len(statuses)  # one execution per slice
     # the wave's record went through members mid-way (a tool call pending) and a
     # wave part finished, part not, over five slices
     waves = [checkpoint.cursor[0].continuation["wave"]
