@@ -61,12 +61,18 @@ def _command(commands: argparse._SubParsersAction[_Parser], name: str, help_text
         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+CONFIG_HELP = ("runtime config: providers, model profiles, connections, tools, store "
+               "(default for a new run: agent-runtime.config.yaml, .yml or .json beside the "
+               "manifest, else in the current directory, and named when used; a resumed run "
+               "reuses its own)")
+
+
 def _store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store-driver", type=store_driver, default=None, metavar="DRIVER",
                         help="where runs live: memory, file, sqlite, dynamodb, or a driver an "
                              "installed package adds (entry point group agent_runtime.stores; "
-                             f"default: ${STORE_VARIABLE}, else the store: of "
-                             "agent-runtime.config.yaml, else sqlite)")
+                             f"default: ${STORE_VARIABLE}, else the store: of the "
+                             "runtime config, else sqlite)")
     parser.add_argument("--store", metavar="LOCATION",
                         help=f"the store's file, directory or table (default: {DEFAULT_STORE}; "
                              "./.agent-runtime/runs for the file driver)")
@@ -76,7 +82,7 @@ def _execution_flags(parser: argparse.ArgumentParser) -> None:
     _store_flags(parser)
     parser.add_argument("--max-total-tokens", type=count(1), metavar="N",
                         help="token budget across all attempts")
-    parser.add_argument("--config", metavar="FILE", help="runtime config (providers, models)")
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--model", metavar="PROVIDER/MODEL",
                         help="use this model for every step (e.g. scripted/echo)")
     parser.add_argument("--tools", metavar="FILE.py", action="append",
@@ -112,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Check a manifest without running it; with --config, --model or "
                         "--tools, also that this host can run it.")
     validate.add_argument("file")
-    validate.add_argument("--config", metavar="FILE")
+    validate.add_argument("--config", metavar="FILE",
+                          help=CONFIG_HELP + "; given, also check this host can run it")
     validate.add_argument("--model", metavar="PROVIDER/MODEL")
     validate.add_argument("--tools", metavar="FILE.py", action="append")
     validate.add_argument("--format", choices=("pretty", "json"), default="pretty")
@@ -248,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "agent-runtime config validate FILE: check a runtime config (providers, "
                       "models, tools, store) without running anything.")
     config.add_argument("action", choices=("validate",))
-    config.add_argument("file", nargs="?", default="agent-runtime.config.yaml")
+    config.add_argument("file", nargs="?", default=None,
+                        help="default: agent-runtime.config.yaml, .yml or .json in the current "
+                             "directory")
     config.add_argument("--format", choices=("pretty", "json"), default="pretty")
 
     examples = _command(commands, "examples", "list, show or run the example agents",

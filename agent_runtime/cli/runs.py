@@ -94,6 +94,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = run_options(args, discover_config=True)
     config = runtime_config(options)  # its limits apply to everything read below
+    found = getattr(args, "config_choice", None)
+    if found is not None and args.format == "pretty":
+        # A file no flag named changes what runs: say which one it is.
+        print(printable(f"runtime config: {found.describe()}", multiline=False),
+              file=guarded(sys.stderr))
     loaded = load_manifest(args.file)
     variables, variables_source = (None, "--variables") if args.variables is None \
         else read_variables_option(args.variables)
