@@ -136,6 +136,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", metavar="ID")
     _execution_flags(run)
 
+    run_manifest = _command(
+        commands, "run-manifest", "run a run manifest: an agent with its variables and budget",
+        "Run a run manifest (schemaVersion, agent: {ref}, variables, runId, budget, "
+        "execution), as the reference's run-manifest does: the agent manifest is agent.ref, "
+        "relative to the run manifest, and everything the run takes is in the file, so "
+        "--variables, --run-id and --max-total-tokens are refused (`run FILE` also runs a run "
+        "manifest, taking those flags as overrides). An agent manifest is refused.")
+    run_manifest.add_argument("file")
+    # Not options of this command: accepted by the parser only to be refused by name.
+    run_manifest.add_argument("--variables", help=argparse.SUPPRESS)
+    run_manifest.add_argument("--run-id", help=argparse.SUPPRESS)
+    _execution_flags(run_manifest)
+    for action in run_manifest._actions:
+        if "--max-total-tokens" in action.option_strings:
+            action.help = argparse.SUPPRESS  # the run manifest's budget.maxTotalTokens
+
     resume = _command(commands, "resume", "continue a run from its latest checkpoint",
                       "Continue a suspended run (or, with --allow-running-takeover, a running "
                       "one whose owner died) from its latest checkpoint. A finished run's "
@@ -294,6 +310,7 @@ COMMANDS: dict[str, str | Callable[[argparse.Namespace], int]] = {
     "validate": "agent_runtime.cli.validate:cmd_validate",
     "config": "agent_runtime.cli.validate:cmd_config_validate",
     "run": "agent_runtime.cli.runs:cmd_run",
+    "run-manifest": "agent_runtime.cli.runs:cmd_run_manifest",
     "resume": "agent_runtime.cli.runs:cmd_resume",
     "approve": "agent_runtime.cli.runs:cmd_approve",
     "cancel": "agent_runtime.cli.runs:cmd_cancel",

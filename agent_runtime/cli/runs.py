@@ -40,7 +40,7 @@ from agent_runtime.cli.reports import print_result, to_json_text
 from agent_runtime.cli.runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli.store import store_flags_text
 from agent_runtime.engine import AgentRuntime, existing_run
-from agent_runtime.errors import Conflict, InvalidInput
+from agent_runtime.errors import Conflict, InvalidInput, ManifestError
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
 from agent_runtime.results import RunResult
@@ -90,6 +90,24 @@ def recorded_result(record: RunRecord) -> RunResult:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return start_run(args)
+
+
+def cmd_run_manifest(args: argparse.Namespace) -> int:
+    """`run-manifest FILE`: `run` of a run manifest, which holds everything the run takes."""
+    given = [flag for flag, value in (("--variables", args.variables), ("--run-id", args.run_id),
+                                      ("--max-total-tokens", args.max_total_tokens))
+             if value is not None]
+    if given:
+        raise InvalidInput(f"{' and '.join(given)} cannot be combined with a run manifest: "
+                           "declare variables, runId and budget.maxTotalTokens in it (or use "
+                           "`agent-runtime run FILE`, which takes them as overrides)",
+                           source=given[0])
+    return start_run(args, run_manifest=True)
+
+
+def start_run(args: argparse.Namespace, *, run_manifest: bool = False) -> int:
+    """A new run of `args.file` executed here; with `run_manifest`, that file must be one."""
     from agent_runtime.variables import read_variables_option  # noqa: PLC0415
 
     options = run_options(args, discover_config=True)
@@ -100,6 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(printable(f"runtime config: {found.describe()}", multiline=False),
               file=guarded(sys.stderr))
     loaded = load_manifest(args.file)
+    if run_manifest and loaded.run is None:
+        raise ManifestError("this is an agent manifest; run-manifest runs a run manifest "
+                            "(`agent: {ref: FILE}`): run it with `agent-runtime run`",
+                            source=args.file, field="agent")
     variables, variables_source = (None, "--variables") if args.variables is None \
         else read_variables_option(args.variables)
     if args.run_id is not None:
