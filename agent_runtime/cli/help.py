@@ -33,7 +33,7 @@ EXAMPLES: dict[str, list[str]] = {
     "reconcile": ["agent-runtime reconcile --once"],
     "config": ["agent-runtime config validate agent-runtime.config.yaml"],
     "completion": ['eval "$(agent-runtime completion bash)"'],
-    "examples": ["agent-runtime examples run triage --stream"],
+    "examples": ["agent-runtime examples list", "agent-runtime examples run variables --stream"],
 }
 
 SHELLS = ("bash", "zsh", "fish")

@@ -277,9 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--format", choices=("pretty", "json"), default="pretty")
 
     examples = _command(commands, "examples", "list, show or run the example agents",
-                        "agent-runtime examples list | show NAME | run NAME [run flags]: the "
-                        "repository's example agents; run uses each one's scripted model and "
-                        "tools, so it runs offline.")
+                        "agent-runtime examples list | show NAME | run NAME [run flags]: every "
+                        "example manifest the package ships, each listed with what it shows "
+                        "(variables, conditions and loops are the reference's standalone "
+                        "examples); run uses each one's scripted model and tools, so it runs "
+                        "offline.")
     examples.add_argument("action", choices=("list", "show", "run"))
     examples.add_argument("name", nargs="?")
     examples.add_argument("--variables", metavar="JSON|@FILE")
