@@ -207,9 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     _store_flags(cancel)
 
     inspect = _command(commands, "inspect", "show a run, its timeline or one checkpoint",
-                       "Show a run; --checkpoints adds its timeline (step path, kind, time "
-                       "and tokens per checkpoint); --seq N --state shows one checkpoint's "
-                       "variables and step results.")
+                       "Show a run and its latest checkpoint's state (its variables, each "
+                       "briefly; in JSON, `checkpoint`, whole, with its step results); "
+                       "--checkpoints adds its "
+                       "timeline (step path, kind, time and tokens per checkpoint); --seq N "
+                       "--state shows one checkpoint's variables and step results.")
     inspect.add_argument("run_id")
     inspect.add_argument("--checkpoints", action="store_true", help="show the timeline")
     inspect.add_argument("--seq", type=count(1), metavar="N", help="one checkpoint")
