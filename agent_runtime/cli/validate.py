@@ -2,6 +2,15 @@
 
 They load only what they check: the manifest reader, and the engine only
 when `--config`, `--model` or `--tools` ask whether this host can run it.
+
+With `--format json` each prints one summary object: the reference's fields
+first (`valid`, `schemaVersion`, `id`, `name`, `stepCount` for a manifest;
+`valid`, `version`, `providerCount`, `modelCount`, `connectionCount` for a
+config), then this runtime's (for a manifest: `file`, `kind`, `agent`,
+`steps`, `manifest_hash`, `config`: the runtime config file read, how it was
+found and whether the host was checked against it, or null; `plan` with
+`--plan`). A refused file prints no summary: the error object on stderr, as
+every command's.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import contextlib
 import sys
 import types
 from collections.abc import Iterator
+from typing import Any
 
 from agent_runtime.cli.config_file import CONFIG_NAMES, choose_config, find_config
 from agent_runtime.cli.errors import EXIT_COMPLETED
@@ -70,11 +80,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))
-    summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
-               "agent": loaded.agent.id or loaded.agent.name,
-               "steps": len(loaded.agent.steps), "manifest_hash": manifest_hash(loaded.agent),
-               "config": None if choice is None else {**choice.to_json(),
-                                                      "host_checked": host_check}}
+    agent = loaded.agent
+    summary: dict[str, Any] = {
+        # The reference's summary, field for field...
+        "valid": True, "schemaVersion": agent.schema_version,
+        **({"id": agent.id} if agent.id else {}), **({"name": agent.name} if agent.name else {}),
+        "stepCount": len(agent.steps),
+        # ...and what this runtime adds: the file, its kind, its hash, the config.
+        "file": str(loaded.path), "kind": "run" if loaded.run else "agent",
+        "agent": agent.id or agent.name, "steps": len(agent.steps),
+        "manifest_hash": manifest_hash(agent),
+        "config": None if choice is None else {**choice.to_json(), "host_checked": host_check}}
     plan = None
     if args.plan:
         from agent_runtime.execution_plan import plan_json  # noqa: PLC0415 - asked for only
@@ -117,7 +133,10 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
         from agent_runtime.policy import PolicyHooks  # noqa: PLC0415
 
         PolicyHooks(config.policy, source=args.file)  # its hooks import, or name the field
-    summary = {"file": args.file, "valid": True, "providers": sorted(config.providers),
+    summary = {"valid": True, "version": config.version,  # the reference's fields, then ours
+               "providerCount": len(config.providers), "modelCount": len(config.models),
+               "connectionCount": len(config.connections),
+               "file": args.file, "providers": sorted(config.providers),
                "models": sorted(config.models), "tools": sorted(config.tools),
                "store": config.store,
                "policy": None if config.policy is None
