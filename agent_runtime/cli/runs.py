@@ -39,10 +39,12 @@ from agent_runtime.cli.output import guarded
 from agent_runtime.cli.reports import print_result, to_json_text
 from agent_runtime.cli.runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli.store import store_flags_text
+from agent_runtime.cli.takeover import owner_status, takeover_refusal
 from agent_runtime.engine import AgentRuntime, existing_run
 from agent_runtime.errors import Conflict, InvalidInput, ManifestError
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
+from agent_runtime.owner_liveness import Liveness
 from agent_runtime.results import RunResult
 
 
@@ -153,15 +155,6 @@ def start_run(args: argparse.Namespace, *, run_manifest: bool = False) -> int:
     return finish(result, args)
 
 
-def _dead_owner(record: RunRecord) -> str | None:
-    """The lease owner of a running run when it is a process of this host that is gone."""
-    from agent_runtime.reconcile import Liveness, ProcessLiveness  # noqa: PLC0415
-
-    if record.status is not RunStatus.RUNNING or record.lease_owner is None:
-        return None
-    return record.lease_owner if ProcessLiveness()(record).liveness is Liveness.GONE else None
-
-
 def from_stack(args: argparse.Namespace) -> bool:
     """Whether a resume is requested from the AWS stack rather than executed here: runs
     in the DynamoDB store execute in their stack unless `--here` says otherwise."""
@@ -213,7 +206,15 @@ def resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
     if from_stack(args):
         return request_from_stack(args, store, record, reason=reason)
     takeover = getattr(args, "allow_running_takeover", False)
-    dead_owner = _dead_owner(record) if takeover else None
+    dead_owner = None
+    if record.status is RunStatus.RUNNING:
+        owner = owner_status(record)
+        refusal = takeover_refusal(record, owner, takeover=takeover, now=utc_now(),
+                                   store_flags=store_flags_text(args))
+        if refusal is not None:
+            raise refusal
+        if owner.liveness is Liveness.GONE:
+            dead_owner = record.lease_owner
     # The store's own rule, tried on the record as read: a held lease is refused
     # before an event log or artifacts directory is opened (the store decides
     # again, atomically, when the attempt is reserved).
