@@ -25,6 +25,11 @@ DRIVER_MODULES = {
 }
 
 
+# The extra of this distribution that installs each driver's SDK.
+DRIVER_EXTRAS = {"openai": "openai", "openai-compatible": "openai", "anthropic": "anthropic",
+                 "bedrock": "aws"}
+
+
 def build_adapter(provider: str, config: RuntimeConfig) -> ModelAdapter:
     driver = config.driver_of(provider)
     if driver is None:
@@ -41,8 +46,10 @@ def build_adapter(provider: str, config: RuntimeConfig) -> ModelAdapter:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
+        extra = DRIVER_EXTRAS.get(driver)
+        install = f": pip install 'agent-runtime-durable[{extra}]'" if extra else ""
         raise StepFailed("provider_unavailable",
                          f"model provider {provider!r} (driver {driver}) needs a package that "
-                         f"is not installed: {error.name or error}") from error
+                         f"is not installed ({error.name or error}){install}") from error
     adapter: ModelAdapter = module.create_adapter(provider, config)
     return adapter
