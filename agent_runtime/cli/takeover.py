@@ -49,17 +49,21 @@ def takeover_refusal(record: RunRecord, owner: OwnerStatus, *, takeover: bool, n
         return Conflict(f"run {shown} is still marked running under {lease}, which has "
                         f"expired: if that owner died, take the run over with {FLAG}: "
                         f"{command}", source="RUN_ID")
+    if takeover:  # the lease holds and its owner is not known to be gone
+        why = (f"its owner is a live process of this host ({owner.detail}), still executing "
+               "it: stop that process (Ctrl-C suspends the run) and resume it then"
+               if owner.liveness is Liveness.ALIVE else
+               f"that cannot be told here ({owner.detail}): retry once the lease expires, or "
+               "let `agent-runtime reconcile` do it")
+        return Conflict(f"run {shown} is running under {lease}; {FLAG}: takeover is allowed "
+                        "only after it expires, or at once when its owner was a process of this "
+                        f"host that is gone, and {why}", source="RUN_ID")
     if owner.liveness is Liveness.ALIVE:
         return Conflict(f"run {shown} is running under {lease}: its owner is a live process "
                         f"of this host ({owner.detail}), still executing it; stop that process "
                         "(Ctrl-C suspends the run) and resume it then (were that pid reused "
                         f"by another program, {FLAG} takes the run over once the lease "
                         "expires)", source="RUN_ID")
-    if takeover:
-        return Conflict(f"run {shown} is running under {lease}; {FLAG} takes a run over before "
-                        "its lease expires only when its owner was a process of this host that "
-                        f"is gone, which cannot be told here ({owner.detail}): retry once the "
-                        "lease expires, or let `agent-runtime reconcile` do it", source="RUN_ID")
     return Conflict(f"run {shown} is running under {lease}; if that owner died, take the run "
                     f"over with {FLAG} once the lease expires (at once only when the owner was "
                     f"a process of this host that is gone, which cannot be told here: "

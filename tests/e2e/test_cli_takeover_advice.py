@@ -48,7 +48,11 @@ def test_an_owner_on_another_host(record: RunRecord) -> None:
     assert "agent-runtime resume r1 --store-driver sqlite --store runs.sqlite " \
            "--allow-running-takeover" in text
     asked = takeover_refusal(held, status, takeover=True, now=utc_now())
-    assert asked is not None and "retry once the lease expires" in str(asked)
+    assert asked is not None
+    assert "--allow-running-takeover: takeover is allowed only after it expires, or at once " \
+           "when its owner was a process of this host that is gone, and that cannot be told " \
+           "here (owner on host 'elsewhere.example'" in str(asked)
+    assert "retry once the lease expires" in str(asked)
 
 
 def test_an_expired_lease(record: RunRecord) -> None:
