@@ -188,11 +188,12 @@ class HostServices:
             try:
                 self.resolve_model(step.model, manifest, options)
             except StepFailed as failure:
+                # The manifest's `model`, when the step inherits it; else the step's
+                # (its own, or the run's override of it: --model, options.model).
+                inherited = step.model is None and not options.get("model")
                 raise ConfigError(failure.message, source=source,
-                                  # The manifest's own model when the step names none.
-                                  field=node.field(f"{path}.model" if step.model is not None
-                                                   or manifest.model is None
-                                                   else "model")) from None
+                                  field=node.field("model" if inherited
+                                                   else f"{path}.model")) from None
             problem = capability_problem(step, step_capabilities(step, manifest, self.config,
                                                                  options.get("model")))
             if problem is not None:

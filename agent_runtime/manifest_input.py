@@ -138,6 +138,46 @@ _ConstructorError = yaml.constructor.ConstructorError
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
+class _KeyNotText(yaml.YAMLError):
+    """A mapping key YAML reads as something other than text (`on:`, `yes:`, `1:`):
+    where it is (the path of the key, as written) and what YAML made of it."""
+
+    def __init__(self, path: list[PathPart], written: str, value: Any,
+                 mark: yaml.Mark | None) -> None:
+        super().__init__(written)
+        self.path, self.written, self.value, self.mark = path, written, value, mark
+
+    @property
+    def reason(self) -> str:
+        where = f" (line {self.mark.line + 1}, column {self.mark.column + 1})" if self.mark \
+            else ""
+        return (f"YAML reads the key {quote(self.written, 40)}{where} as {describe(self.value)}, "
+                f"and mapping keys must be text: quote it ('{self.written[:40]}':)")
+
+
+def _path_to(root: yaml.Node, target: yaml.Node) -> list[PathPart]:
+    """The path from `root` to the key node `target`, keys as written (`[]` if not found).
+
+    Walked only to report an error, once, over the composed document: each node
+    is visited once however often YAML aliases repeat it."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, list[PathPart]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                written = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                if key is target:
+                    return [*path, written]
+                stack.append((value, [*path, written]))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, [*path, index]) for index, item in enumerate(node.value))
+    return []
+
+
 class _StrictConstruction:
     """What both YAML loaders refuse beyond a safe loader's own refusals.
 
@@ -146,7 +186,9 @@ class _StrictConstruction:
       reference implementation rejects it);
     - a key that is a list or mapping (`? [a, b]`), which no JSON document has;
     - an integer past the digit limit, and a date that does not exist, which
-      would otherwise escape as ValueError from the constructor.
+      would otherwise escape as ValueError from the constructor;
+    - a key YAML reads as anything but text (`on:`, `yes:`, `~:`, `1:`; a
+      manifest is JSON, whose keys are text), named by its path as written.
     """
 
     yaml_constructors: ClassVar[dict[Any, Any]]
@@ -176,11 +218,19 @@ class _StrictConstruction:
                                         "not a list or a mapping", key_node.start_mark)
             key = key_node.value if key_node.tag == _STR_TAG else \
                 self.construct_object(key_node, deep=deep)  # type: ignore[attr-defined]
-            if isinstance(key, str | int | float | bool) and key in seen:
+            if not isinstance(key, str):
+                root = self.__dict__.get("_document")
+                raise _KeyNotText(_path_to(root, key_node) if root is not None else [],
+                                  str(key_node.value), key, key_node.start_mark)
+            if key in seen:
                 raise _ConstructorError(None, None, f"found duplicate key {_key_text(key)}",
                                         key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[misc, no-any-return]
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self.__dict__["_document"] = node  # for `_path_to`, when a key is refused
+        return super().construct_document(node)  # type: ignore[misc]
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(node.value).replace("_", "").lstrip("+-")
@@ -260,6 +310,8 @@ def parse_document(text: str, *, source: str, json_format: bool = False,
     except json.JSONDecodeError as exc:
         raise error(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
                     source=source) from None
+    except _KeyNotText as exc:
+        raise error(exc.reason, source=source, field=format_path(exc.path) or None) from None
     except ValueError as exc:  # a duplicate key or a huge integer in JSON
         raise error(f"malformed JSON: {clip(str(exc))}", source=source) from None
     except yaml.MarkedYAMLError as exc:

@@ -27,7 +27,6 @@ DEFAULT_RESUME_GRACE_SECONDS = 30.0
 RUN_STATUSES = ("created", "running", "suspended", "completed", "failed", "cancelled")
 # Where a store is chosen when no flag says (docs/design.md section 9).
 STORE_VARIABLE = "AGENT_RUNTIME_STORE"
-CONFIG_FILE = "agent-runtime.config.yaml"
 
 MAX_SECONDS = 7 * 24 * 3600.0  # a lease or an interval past a week is a typo
 MAX_COUNT = 2**53 - 1  # the largest integer every store and JSON reader keeps exactly

@@ -18,6 +18,8 @@ EXAMPLES: dict[str, list[str]] = {
     "validate": ["agent-runtime validate examples/triage.agent.yaml"],
     "run": ["agent-runtime run examples/triage.agent.yaml --model scripted/echo "
             "--tools examples/tools.py --stream"],
+    "run-manifest": ["agent-runtime run-manifest tests/fixtures/manifests/release-brief.run.yaml "
+                     "--model scripted/echo"],
     "resume": ["agent-runtime resume run_0190c2a4... --max-total-tokens 20000"],
     "approve": ["agent-runtime approve run_0190c2a4... --response '\"ship it\"' --resume"],
     "effects": ["agent-runtime effects run_0190c2a4...",
@@ -31,7 +33,7 @@ EXAMPLES: dict[str, list[str]] = {
     "reconcile": ["agent-runtime reconcile --once"],
     "config": ["agent-runtime config validate agent-runtime.config.yaml"],
     "completion": ['eval "$(agent-runtime completion bash)"'],
-    "examples": ["agent-runtime examples run triage --stream"],
+    "examples": ["agent-runtime examples list", "agent-runtime examples run variables --stream"],
 }
 
 SHELLS = ("bash", "zsh", "fish")

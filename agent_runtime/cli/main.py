@@ -61,12 +61,18 @@ def _command(commands: argparse._SubParsersAction[_Parser], name: str, help_text
         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+CONFIG_HELP = ("runtime config: providers, model profiles, connections, tools, store "
+               "(default for a new run: agent-runtime.config.yaml, .yml or .json beside the "
+               "manifest, else in the current directory, and named when used; a resumed run "
+               "reuses its own)")
+
+
 def _store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store-driver", type=store_driver, default=None, metavar="DRIVER",
                         help="where runs live: memory, file, sqlite, dynamodb, or a driver an "
                              "installed package adds (entry point group agent_runtime.stores; "
-                             f"default: ${STORE_VARIABLE}, else the store: of "
-                             "agent-runtime.config.yaml, else sqlite)")
+                             f"default: ${STORE_VARIABLE}, else the store: of the "
+                             "runtime config, else sqlite)")
     parser.add_argument("--store", metavar="LOCATION",
                         help=f"the store's file, directory or table (default: {DEFAULT_STORE}; "
                              "./.agent-runtime/runs for the file driver)")
@@ -76,7 +82,7 @@ def _execution_flags(parser: argparse.ArgumentParser) -> None:
     _store_flags(parser)
     parser.add_argument("--max-total-tokens", type=count(1), metavar="N",
                         help="token budget across all attempts")
-    parser.add_argument("--config", metavar="FILE", help="runtime config (providers, models)")
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--model", metavar="PROVIDER/MODEL",
                         help="use this model for every step (e.g. scripted/echo)")
     parser.add_argument("--tools", metavar="FILE.py", action="append",
@@ -112,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Check a manifest without running it; with --config, --model or "
                         "--tools, also that this host can run it.")
     validate.add_argument("file")
-    validate.add_argument("--config", metavar="FILE")
+    validate.add_argument("--config", metavar="FILE",
+                          help=CONFIG_HELP + "; given, also check this host can run it")
     validate.add_argument("--model", metavar="PROVIDER/MODEL")
     validate.add_argument("--tools", metavar="FILE.py", action="append")
     validate.add_argument("--format", choices=("pretty", "json"), default="pretty")
@@ -128,6 +135,22 @@ def build_parser() -> argparse.ArgumentParser:
                           "object or a list of {key, value})")
     run.add_argument("--run-id", metavar="ID")
     _execution_flags(run)
+
+    run_manifest = _command(
+        commands, "run-manifest", "run a run manifest: an agent with its variables and budget",
+        "Run a run manifest (schemaVersion, agent: {ref}, variables, runId, budget, "
+        "execution), as the reference's run-manifest does: the agent manifest is agent.ref, "
+        "relative to the run manifest, and everything the run takes is in the file, so "
+        "--variables, --run-id and --max-total-tokens are refused (`run FILE` also runs a run "
+        "manifest, taking those flags as overrides). An agent manifest is refused.")
+    run_manifest.add_argument("file")
+    # Not options of this command: accepted by the parser only to be refused by name.
+    run_manifest.add_argument("--variables", help=argparse.SUPPRESS)
+    run_manifest.add_argument("--run-id", help=argparse.SUPPRESS)
+    _execution_flags(run_manifest)
+    for action in run_manifest._actions:
+        if "--max-total-tokens" in action.option_strings:
+            action.help = argparse.SUPPRESS  # the run manifest's budget.maxTotalTokens
 
     resume = _command(commands, "resume", "continue a run from its latest checkpoint",
                       "Continue a suspended run (or, with --allow-running-takeover, a running "
@@ -184,9 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     _store_flags(cancel)
 
     inspect = _command(commands, "inspect", "show a run, its timeline or one checkpoint",
-                       "Show a run; --checkpoints adds its timeline (step path, kind, time "
-                       "and tokens per checkpoint); --seq N --state shows one checkpoint's "
-                       "variables and step results.")
+                       "Show a run and its latest checkpoint's state (its variables, each "
+                       "briefly; in JSON, `checkpoint`, whole, with its step results); "
+                       "--checkpoints adds its "
+                       "timeline (step path, kind, time and tokens per checkpoint); --seq N "
+                       "--state shows one checkpoint's variables and step results.")
     inspect.add_argument("run_id")
     inspect.add_argument("--checkpoints", action="store_true", help="show the timeline")
     inspect.add_argument("--seq", type=count(1), metavar="N", help="one checkpoint")
@@ -248,13 +273,17 @@ def build_parser() -> argparse.ArgumentParser:
                       "agent-runtime config validate FILE: check a runtime config (providers, "
                       "models, tools, store) without running anything.")
     config.add_argument("action", choices=("validate",))
-    config.add_argument("file", nargs="?", default="agent-runtime.config.yaml")
+    config.add_argument("file", nargs="?", default=None,
+                        help="default: agent-runtime.config.yaml, .yml or .json in the current "
+                             "directory")
     config.add_argument("--format", choices=("pretty", "json"), default="pretty")
 
     examples = _command(commands, "examples", "list, show or run the example agents",
-                        "agent-runtime examples list | show NAME | run NAME [run flags]: the "
-                        "repository's example agents; run uses each one's scripted model and "
-                        "tools, so it runs offline.")
+                        "agent-runtime examples list | show NAME | run NAME [run flags]: every "
+                        "example manifest the package ships, each listed with what it shows "
+                        "(variables, conditions and loops are the reference's standalone "
+                        "examples); run uses each one's scripted model and tools, so it runs "
+                        "offline.")
     examples.add_argument("action", choices=("list", "show", "run"))
     examples.add_argument("name", nargs="?")
     examples.add_argument("--variables", metavar="JSON|@FILE")
@@ -285,6 +314,7 @@ COMMANDS: dict[str, str | Callable[[argparse.Namespace], int]] = {
     "validate": "agent_runtime.cli.validate:cmd_validate",
     "config": "agent_runtime.cli.validate:cmd_config_validate",
     "run": "agent_runtime.cli.runs:cmd_run",
+    "run-manifest": "agent_runtime.cli.runs:cmd_run_manifest",
     "resume": "agent_runtime.cli.runs:cmd_resume",
     "approve": "agent_runtime.cli.runs:cmd_approve",
     "cancel": "agent_runtime.cli.runs:cmd_cancel",

@@ -20,11 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_runtime.cli.flags import (
-    CONFIG_FILE,
-    DEFAULT_FILE_STORE,
-    DEFAULT_STORE,
-)
+from agent_runtime.cli.config_file import find_config
+from agent_runtime.cli.flags import DEFAULT_FILE_STORE, DEFAULT_STORE
 from agent_runtime.errors import ConfigError, InvalidInput, ManifestError, NotFound
 from agent_runtime.excerpts import excerpt
 from agent_runtime.limits import current_limits, set_limits
@@ -207,13 +204,17 @@ def run_options(args: argparse.Namespace, previous: dict[str, Any] | None = None
                 discover_config: bool = False) -> dict[str, Any]:
     """Runtime options of a run: given flags win, else what the run remembered.
 
-    With `discover_config` (a new run, `validate`), an `agent-runtime.config.yaml`
-    in the current directory is the runtime config when `--config` is not given,
-    as the reference implementation finds its config.
+    With `discover_config` (a new run), the runtime config when `--config` is not
+    given is the one `cli.config_file.find_config` finds for the manifest
+    (`args.file`): beside it, else in the current directory; `args.config_choice`
+    then says which file it is, for the command to tell.
     """
     options = dict(previous or {})
-    if discover_config and not getattr(args, "config", None) and Path(CONFIG_FILE).is_file():
-        options["config"] = str(Path(CONFIG_FILE).resolve())
+    if discover_config and not getattr(args, "config", None):
+        found = find_config(getattr(args, "file", None))
+        args.config_choice = found
+        if found is not None:
+            options["config"] = str(found.path)
     if getattr(args, "model", None):
         options["model"] = model_option(args.model)
     if getattr(args, "config", None):

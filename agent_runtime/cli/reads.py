@@ -2,9 +2,12 @@
 
 They never create a store: a missing one is exit 3 naming it. `list` is
 newest first (run ids are time-ordered) and says, with the cursor to pass,
-when more rows exist; `inspect --checkpoints` is the run's timeline (step
-path, kind, time and tokens per checkpoint); `inspect RUN --seq N --state`
-shows one checkpoint's variables and step results; `effects RUN` names the
+when more rows exist; `inspect RUN` shows the run and its latest checkpoint's
+state (its variables, briefly; with `--format json` whole, with its step
+results);
+`inspect --checkpoints` adds the run's timeline (step path, kind, time and
+tokens per checkpoint); `inspect RUN --seq N --state` shows one checkpoint's
+variables and step results; `effects RUN` names the
 tool and the step of every effect key.
 """
 
@@ -128,12 +131,17 @@ def timeline(store: RunStore, record: RunRecord) -> Iterator[TimelineEntry]:
                             tokens=checkpoint.budget.consumed_tokens)
 
 
-def _print_state(checkpoint: Checkpoint, fmt: str, out: TextIO) -> None:
-    body = {"run_id": checkpoint.run_id, "seq": checkpoint.seq, "attempt": checkpoint.attempt,
+def checkpoint_state(checkpoint: Checkpoint) -> dict[str, Any]:
+    """What a checkpoint holds for a reader: where it stood, its variables and results."""
+    return {"run_id": checkpoint.run_id, "seq": checkpoint.seq, "attempt": checkpoint.attempt,
             "created_at": checkpoint.created_at.isoformat(),
             "step_path": _where(checkpoint)[0], "variables": checkpoint.variables,
             "step_results": checkpoint.step_results,
             "consumed_tokens": checkpoint.budget.consumed_tokens}
+
+
+def _print_state(checkpoint: Checkpoint, fmt: str, out: TextIO) -> None:
+    body = checkpoint_state(checkpoint)
     if fmt == "json":
         out.write(to_json_text(body, indent=2) + "\n")
         return
@@ -161,7 +169,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             _print_state(checkpoint, args.format, out)
             return EXIT_COMPLETED
         entries = list(timeline(store, record)) if args.checkpoints else None
-        print_record(record, entries, args.format, out)
+        # As the reference's `inspect` does: the run and its latest checkpoint's state.
+        latest = store.load_latest_checkpoint(args.run_id)
+        print_record(record, entries, args.format, out,
+                     latest=None if latest is None else checkpoint_state(latest))
     return EXIT_COMPLETED
 
 

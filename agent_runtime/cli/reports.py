@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from agent_runtime.cli.output import STATUS_COLOURS, paint
 from agent_runtime.events import Event
-from agent_runtime.excerpts import escape_json_text, printable
+from agent_runtime.excerpts import escape_json_text, excerpt, printable
 
 if TYPE_CHECKING:  # the reconciler (and the engine) load only for `reconcile`
     from stores.records import RunRecord
@@ -110,9 +110,12 @@ class TimelineEntry:
 
 
 def print_record(record: RunRecord, checkpoints: list[TimelineEntry] | None, fmt: str,
-                 out: TextIO) -> None:
+                 out: TextIO, *, latest: dict[str, Any] | None = None) -> None:
+    """A run as `inspect` shows it; `latest` is its latest checkpoint's state (what
+    `cli.reads.checkpoint_state` gives), shown after the run (`checkpoint` in JSON)."""
     if fmt == "json":
         body = record.model_dump(mode="json")
+        body["checkpoint"] = latest
         if checkpoints is not None:
             body["checkpoints"] = [entry.to_json() for entry in checkpoints]
         out.write(to_json_text(body, indent=2) + "\n")
@@ -150,6 +153,8 @@ def print_record(record: RunRecord, checkpoints: list[TimelineEntry] | None, fmt
         out.write(f"{name.ljust(width)}  {_field(value)}\n")
     if record.status.value == "completed":
         out.write("output\n" + _output_text(record.output) + "\n")
+    if latest is not None:
+        _print_latest_state(latest, record.run_id, out)
     if checkpoints is not None:
         out.write(f"\ntimeline ({len(checkpoints)} checkpoints)\n")
         out.write(f"  {'seq':>4}  {'attempt':>7}  {'time':<19}  {'tokens':>7}  "
@@ -158,6 +163,29 @@ def print_record(record: RunRecord, checkpoints: list[TimelineEntry] | None, fmt
             out.write(f"  {entry.seq:>4}  {entry.attempt:>7}  "
                       f"{entry.created_at.isoformat(timespec='seconds')[:19]:<19}  "
                       f"{entry.tokens:>7}  {_field(entry.kind):<9} {_field(entry.step_path)}\n")
+
+
+_KEY_SHOWN = 40  # characters of a variable's name
+_STATE_ROWS = 40  # variables listed by `inspect`; `--seq N --state` shows them all
+
+
+def _print_latest_state(latest: dict[str, Any], run_id: str, out: TextIO) -> None:
+    """The latest checkpoint's variables, one line each, their values as excerpts
+    (what a user or a model wrote is quoted briefly here; `--state` shows it whole)."""
+    results = len(latest["step_results"])
+    out.write(paint(out, f"\nstate at checkpoint {latest['seq']}", "bold")
+              + f" (attempt {latest['attempt']}, at {_field(latest['step_path'])}, {results} "
+              f"step result{'' if results == 1 else 's'}; in full: agent-runtime inspect "
+              f"{_field(run_id)} --seq {latest['seq']} --state)\n")
+    variables = latest["variables"]
+    names = [_field(name)[:_KEY_SHOWN] for name in list(variables)[:_STATE_ROWS]]
+    width = max((len(name) for name in names), default=0)
+    for name, value in zip(names, variables.values(), strict=False):
+        out.write(f"  {name.ljust(width)}  {excerpt(value)}\n")
+    if len(variables) > _STATE_ROWS:
+        out.write(f"  ... {len(variables) - _STATE_ROWS} more\n")
+    if not variables:
+        out.write("  (no variables)\n")
 
 
 def print_event(event: Event, fmt: str, out: TextIO) -> None:

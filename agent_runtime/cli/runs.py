@@ -39,10 +39,12 @@ from agent_runtime.cli.output import guarded
 from agent_runtime.cli.reports import print_result, to_json_text
 from agent_runtime.cli.runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli.store import store_flags_text
+from agent_runtime.cli.takeover import owner_status, takeover_refusal
 from agent_runtime.engine import AgentRuntime, existing_run
-from agent_runtime.errors import Conflict, InvalidInput
+from agent_runtime.errors import Conflict, InvalidInput, ManifestError
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
+from agent_runtime.owner_liveness import Liveness
 from agent_runtime.results import RunResult
 
 
@@ -91,11 +93,38 @@ def recorded_result(record: RunRecord) -> RunResult:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return start_run(args)
+
+
+def cmd_run_manifest(args: argparse.Namespace) -> int:
+    """`run-manifest FILE`: `run` of a run manifest, which holds everything the run takes."""
+    given = [flag for flag, value in (("--variables", args.variables), ("--run-id", args.run_id),
+                                      ("--max-total-tokens", args.max_total_tokens))
+             if value is not None]
+    if given:
+        raise InvalidInput(f"{' and '.join(given)} cannot be combined with a run manifest: "
+                           "declare variables, runId and budget.maxTotalTokens in it (or use "
+                           "`agent-runtime run FILE`, which takes them as overrides)",
+                           source=given[0])
+    return start_run(args, run_manifest=True)
+
+
+def start_run(args: argparse.Namespace, *, run_manifest: bool = False) -> int:
+    """A new run of `args.file` executed here; with `run_manifest`, that file must be one."""
     from agent_runtime.variables import read_variables_option  # noqa: PLC0415
 
     options = run_options(args, discover_config=True)
     config = runtime_config(options)  # its limits apply to everything read below
+    found = getattr(args, "config_choice", None)
+    if found is not None and args.format == "pretty":
+        # A file no flag named changes what runs: say which one it is.
+        print(printable(f"runtime config: {found.describe()}", multiline=False),
+              file=guarded(sys.stderr))
     loaded = load_manifest(args.file)
+    if run_manifest and loaded.run is None:
+        raise ManifestError("this is an agent manifest; run-manifest runs a run manifest "
+                            "(`agent: {ref: FILE}`): run it with `agent-runtime run`",
+                            source=args.file, field="agent")
     variables, variables_source = (None, "--variables") if args.variables is None \
         else read_variables_option(args.variables)
     if args.run_id is not None:
@@ -125,15 +154,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             for sink in files:
                 sink.close()
     return finish(result, args)
-
-
-def _dead_owner(record: RunRecord) -> str | None:
-    """The lease owner of a running run when it is a process of this host that is gone."""
-    from agent_runtime.reconcile import Liveness, ProcessLiveness  # noqa: PLC0415
-
-    if record.status is not RunStatus.RUNNING or record.lease_owner is None:
-        return None
-    return record.lease_owner if ProcessLiveness()(record).liveness is Liveness.GONE else None
 
 
 def from_stack(args: argparse.Namespace) -> bool:
@@ -187,7 +207,15 @@ def resume(args: argparse.Namespace, store: RunStore, record: RunRecord,
     if from_stack(args):
         return request_from_stack(args, store, record, reason=reason)
     takeover = getattr(args, "allow_running_takeover", False)
-    dead_owner = _dead_owner(record) if takeover else None
+    dead_owner = None
+    if record.status is RunStatus.RUNNING:
+        owner = owner_status(record)
+        refusal = takeover_refusal(record, owner, takeover=takeover, now=utc_now(),
+                                   store_flags=store_flags_text(args))
+        if refusal is not None:
+            raise refusal
+        if owner.liveness is Liveness.GONE:
+            dead_owner = record.lease_owner
     # The store's own rule, tried on the record as read: a held lease is refused
     # before an event log or artifacts directory is opened (the store decides
     # again, atomically, when the attempt is reserved).

@@ -1,8 +1,10 @@
 """Which store a command uses (docs/design.md section 9), decided once, before anything opens.
 
 In order: `--store-driver`/`--store`; else `AGENT_RUNTIME_STORE=DRIVER:LOCATION`;
-else the `store:` of `agent-runtime.config.yaml` in the current directory;
-else the SQLite default. A driver given without a location gets that
+else the `store:` of the runtime config the command reads (`--config FILE`, else
+the file `cli.config_file` finds: beside the manifest of `run` and
+`run-manifest`, else `agent-runtime.config.yaml`, `.yml` or `.json` in the
+current directory); else the SQLite default. A driver given without a location gets that
 driver's default location (`./.agent-runtime/runs` for the file store), and
 the DynamoDB driver, which has none, asks for one.
 """
@@ -11,14 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
-from agent_runtime.cli.flags import (
-    CONFIG_FILE,
-    DEFAULT_FILE_STORE,
-    DEFAULT_STORE,
-    STORE_VARIABLE,
-)
+from agent_runtime.cli.config_file import CURRENT_DIRECTORY, choose_config
+from agent_runtime.cli.flags import DEFAULT_FILE_STORE, DEFAULT_STORE, STORE_VARIABLE
 from agent_runtime.errors import InvalidInput
 from agent_runtime.excerpts import excerpt
 
@@ -40,15 +37,25 @@ def parse_store_text(text: str, *, source: str) -> tuple[str, str | None]:
     return driver, location or None
 
 
-def _configured_store() -> tuple[str, str] | None:
-    """The `store:` of the runtime config found in the current directory, with its name."""
-    path = Path(CONFIG_FILE)
-    if not path.is_file():
-        return None
+# Commands whose runtime config may be found beside the manifest they are given.
+_MANIFEST_COMMANDS = frozenset({"run", "run-manifest"})
+
+
+def _configured_store(args: argparse.Namespace) -> tuple[str, str, bool] | None:
+    """The `store:` of the runtime config the command reads: (store, where it is
+    written, whether the next command finds it again by looking in the current
+    directory)."""
+    manifest = getattr(args, "file", None) if args.command in _MANIFEST_COMMANDS else None
+    choice = choose_config(getattr(args, "config", None), manifest)
+    if choice is None or not choice.path.is_file():
+        return None  # a named file that is missing is reported when the config is read
     from agent_runtime.config import load_config  # noqa: PLC0415 - only when the file exists
 
-    store = load_config(path).store
-    return None if store is None else (store, f"{CONFIG_FILE}: store")
+    store = load_config(choice.path).store
+    if store is None:
+        return None
+    here = choice.found == CURRENT_DIRECTORY
+    return store, f"{choice.path.name if here else choice.path}: store", here
 
 
 def select_store(args: argparse.Namespace) -> None:
@@ -60,8 +67,9 @@ def select_store(args: argparse.Namespace) -> None:
     elif os.environ.get(STORE_VARIABLE):
         args.store_source = STORE_VARIABLE
         driver, location = parse_store_text(os.environ[STORE_VARIABLE], source=STORE_VARIABLE)
-    elif (configured := _configured_store()) is not None:
+    elif (configured := _configured_store(args)) is not None:
         args.store_source = configured[1]
+        args.store_found_again = configured[2]
         driver, location = parse_store_text(configured[0], source=configured[1])
     else:
         args.store_source = "default"
@@ -77,7 +85,7 @@ def select_store(args: argparse.Namespace) -> None:
 def store_flags_text(args: argparse.Namespace) -> str:
     """The flags that name this command's store, for next-step hints ('' for the default)."""
     if getattr(args, "store_source", "default") in ("default", STORE_VARIABLE) \
-            or args.store_source.startswith(CONFIG_FILE):
+            or getattr(args, "store_found_again", False):
         return ""  # the next command finds the same store the same way
     text = f" --store-driver {args.store_driver}"
     if args.store:

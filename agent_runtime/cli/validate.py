@@ -2,6 +2,15 @@
 
 They load only what they check: the manifest reader, and the engine only
 when `--config`, `--model` or `--tools` ask whether this host can run it.
+
+With `--format json` each prints one summary object: the reference's fields
+first (`valid`, `schemaVersion`, `id`, `name`, `stepCount` for a manifest;
+`valid`, `version`, `providerCount`, `modelCount`, `connectionCount` for a
+config), then this runtime's (for a manifest: `file`, `kind`, `agent`,
+`steps`, `manifest_hash`, `config`: the runtime config file read, how it was
+found and whether the host was checked against it, or null; `plan` with
+`--plan`). A refused file prints no summary: the error object on stderr, as
+every command's.
 """
 
 from __future__ import annotations
@@ -11,10 +20,13 @@ import contextlib
 import sys
 import types
 from collections.abc import Iterator
+from typing import Any
 
+from agent_runtime.cli.config_file import CONFIG_NAMES, choose_config, find_config
 from agent_runtime.cli.errors import EXIT_COMPLETED
 from agent_runtime.cli.options import load_manifest, run_options, runtime_config
 from agent_runtime.cli.output import guarded
+from agent_runtime.errors import NotFound
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
 from agent_runtime.variables import resolve_variables
@@ -48,23 +60,37 @@ def _without_pydantic_plugins() -> Iterator[None]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    options = run_options(args) if args.config or args.model or args.tools else None
-    config = runtime_config(options) if options else None  # its limits apply from here
+    # The runtime config a run of this file would read: --config, else the file
+    # found beside the manifest or in the current directory. Its limits apply
+    # and its errors are reported; what this host can run (models, keys, tools)
+    # is checked only when --config, --model or --tools ask for it.
+    options = run_options(args, discover_config=True)
+    host_check = bool(args.config or args.model or args.tools)
+    choice = choose_config(args.config, args.file)
     # A host check (--config, --model, --tools) builds the engine, plugins and all.
-    with contextlib.nullcontext() if options else _without_pydantic_plugins():
+    with contextlib.nullcontext() if host_check else _without_pydantic_plugins():
+        config = runtime_config(options)
         loaded = load_manifest(args.file)
     if loaded.run is not None:
         overrides = {item.key: item.value for item in loaded.run.variables or []}
         resolve_variables(loaded.agent, overrides, source=str(loaded.path))
-    if options is not None:
+    if host_check:
         from agent_runtime.cli.runtime import load_tools  # noqa: PLC0415 - a host check only
         from agent_runtime.engine import AgentRuntime  # noqa: PLC0415
 
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))
-    summary = {"file": str(loaded.path), "valid": True, "kind": "run" if loaded.run else "agent",
-               "agent": loaded.agent.id or loaded.agent.name,
-               "steps": len(loaded.agent.steps), "manifest_hash": manifest_hash(loaded.agent)}
+    agent = loaded.agent
+    summary: dict[str, Any] = {
+        # The reference's summary, field for field...
+        "valid": True, "schemaVersion": agent.schema_version,
+        **({"id": agent.id} if agent.id else {}), **({"name": agent.name} if agent.name else {}),
+        "stepCount": len(agent.steps),
+        # ...and what this runtime adds: the file, its kind, its hash, the config.
+        "file": str(loaded.path), "kind": "run" if loaded.run else "agent",
+        "agent": agent.id or agent.name, "steps": len(agent.steps),
+        "manifest_hash": manifest_hash(agent),
+        "config": None if choice is None else {**choice.to_json(), "host_checked": host_check}}
     plan = None
     if args.plan:
         from agent_runtime.execution_plan import plan_json  # noqa: PLC0415 - asked for only
@@ -80,6 +106,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(printable(f"ok: {summary['file']} ({summary['kind']} manifest, agent "
                         f"{summary['agent'] or '-'}, {summary['steps']} top-level steps, "
                         f"{summary['manifest_hash']})", multiline=False), file=out)
+        if choice is not None:
+            checked = "" if host_check else (
+                "; this host's models, keys and tools are checked with --config, --model "
+                "or --tools")
+            print(printable(f"runtime config: {choice.describe()}{checked}",
+                            multiline=False), file=out)
         if plan is not None:
             from agent_runtime.execution_plan import print_plan  # noqa: PLC0415
 
@@ -90,12 +122,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_config_validate(args: argparse.Namespace) -> int:
     from agent_runtime.config import load_config  # noqa: PLC0415
 
+    if args.file is None:
+        found = find_config()
+        if found is None:
+            raise NotFound(f"no {', '.join(CONFIG_NAMES)} in the current directory: name the "
+                           "file to check", source="config validate")
+        args.file = found.path.name
     config = load_config(args.file)
     if config.policy is not None:
         from agent_runtime.policy import PolicyHooks  # noqa: PLC0415
 
         PolicyHooks(config.policy, source=args.file)  # its hooks import, or name the field
-    summary = {"file": args.file, "valid": True, "providers": sorted(config.providers),
+    summary = {"valid": True, "version": config.version,  # the reference's fields, then ours
+               "providerCount": len(config.providers), "modelCount": len(config.models),
+               "connectionCount": len(config.connections),
+               "file": args.file, "providers": sorted(config.providers),
                "models": sorted(config.models), "tools": sorted(config.tools),
                "store": config.store,
                "policy": None if config.policy is None

@@ -59,7 +59,7 @@ def test_a_child_manifest_of_its_own_cannot_use_a_model_its_root_could_not(
     manifest = inline_child(child, 1)
     assert "model" not in manifest
     error = refused(lambda: runtime(tmp_path, HostPolicy()).run_sync(manifest=manifest))
-    assert error.field == "steps[0].manifest.model"  # its own top-level model
+    assert error.field == "steps[0].manifest.model"  # the child's own top-level model
 
 
 def test_a_scripted_path_through_a_manifest_ref_is_refused_naming_its_file(

@@ -190,7 +190,11 @@ ALIAS_BOMB = "\n".join(
 REFUSALS = [
     ("a: 1\na: 2\n", "line 2, column 1: found duplicate key 'a'"),
     ("a: {b: 1, b: 2}\n", "line 1, column 11: found duplicate key 'b'"),
-    ("1: x\n0x1: y\n", "line 2, column 1: found duplicate key 1"),
+    ("1: x\n0x1: y\n", "[\"1\"]: YAML reads the key '1' (line 1, column 1) as a number (1)"),
+    ("a:\n  - {b: 1}\n  - {on: 2}\n", "x.yaml: a[1].on: YAML reads the key 'on' (line 3, "
+     "column 6) as a boolean (true), and mapping keys must be text: quote it ('on':)"),
+    ("a: &x {b: 1}\nc: [*x, *x, {~: 1}]\n", "c[2][\"~\"]: YAML reads the key '~' (line 2, "
+     "column 14) as null"),
     ("a: !!python/object/apply:os.system [ls]\n", "could not determine a constructor for the tag"),
     ("a: !local x\n", "could not determine a constructor for the tag '!local'"),
     ("? [a, b]\n: c\n", "line 1, column 3: a mapping key must be a plain value"),

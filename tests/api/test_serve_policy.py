@@ -48,7 +48,7 @@ def test_no_tenant_makes_serve_read_a_file_through_a_scripted_model(
     with serve.client(ALICE) as alice:
         reply = alice.post("/runs", json={"manifest": nested(reads(path), depth)})
         problem = assert_problem(reply, 422)
-        assert problem["field"] == "steps[0].manifest." * depth + "steps[0].model"
+        assert problem["field"] == "steps[0].manifest." * depth + "model"  # the manifest's
         assert BOB not in reply.text and "root:" not in reply.text
         assert alice.get("/runs").json()["runs"] == []
     assert BOB not in serve.output()

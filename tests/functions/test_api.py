@@ -156,7 +156,7 @@ def test_the_api_function_applies_the_default_host_policy_at_every_depth(
     answer = deployment.stack.call_api(http_event("api-start-run.json",
                                                   body={"manifest": parent}))
     assert answer.status == 422, answer.body
-    assert answer.body["field"] == "steps[0].manifest.steps[0].manifest.steps[0].model"
+    assert answer.body["field"] == "steps[0].manifest.steps[0].manifest.model"  # the child's
     assert "root:" not in json.dumps(answer.body)
     loop = {"schemaVersion": "1.0", "steps": [{"id": "spin", "type": "loop",
                                                "loop": {"maxIterations": 1_000_000},
