@@ -50,8 +50,8 @@ def test_a_missing_sdk_names_the_extra_and_the_manifests_model(tmp_path: Path) -
         done = _cli(tmp_path, env, *command)
         assert done.returncode == 2, done.stderr
         error = json.loads(done.stderr)["error"]
-        assert "model provider 'openai' (driver openai) needs a package that is not installed " \
-               "(openai): pip install 'agent-runtime-durable[openai]'" in error["message"]
+        assert "model provider 'openai' (driver openai) needs the package 'openai', which is " \
+               "not installed: pip install 'agent-runtime-durable[openai]'" in error["message"]
         # The manifest's model, not a step's; --model overrides each step's.
         assert error["field"] == ("model" if command[0] == "run" else "steps[0].model"), command
     assert not (tmp_path / ".agent-runtime" / "runs.sqlite").exists()
