@@ -11,6 +11,11 @@ is created (`InvalidInput`); a run that cannot continue is failed with a
 recorded error, never left half-written. A store that fails a check before the
 first step (`CorruptRecord`) fails the attempt as `corrupt_record`: reported
 once, never resumed and failing forever, and no step runs from it.
+
+The store calls of a run (its reservation, the reads before it, every commit
+of its execution) are made on the runtime's store thread, off the event loop
+(agent_runtime/store_thread.py); the synchronous methods (`create_run`,
+`approve`, `cancel`, `create_fork`) call the store directly, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore, RunTerminal
 from stores.memory import MemoryRunStore
@@ -75,6 +80,7 @@ from agent_runtime.run_options import FORKED_FROM, without_origin
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
+from agent_runtime.store_thread import store_thread_for
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import McpConnections
 from agent_runtime.variables import resolve_variables
@@ -97,6 +103,20 @@ def blocking(method: Callable[P, Coroutine[object, None, T]]) -> Callable[P, T]:
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         return asyncio.run(method(*args, **kwargs))
+
+    return call
+
+
+def holding_store_thread(
+        method: Callable[Concatenate[AgentRuntime, P], Coroutine[object, None, T]],
+) -> Callable[Concatenate[AgentRuntime, P], Coroutine[object, None, T]]:
+    """An async method of the runtime that executes runs: its store thread lives while
+    it runs (one thread for all its store calls and its sub-runs', not one each)."""
+
+    @functools.wraps(method)
+    async def call(runtime: AgentRuntime, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with runtime.store_thread.held():
+            return await method(runtime, *args, **kwargs)
 
     return call
 
@@ -138,6 +158,8 @@ class AgentRuntime(HostServices):
                  event_sink_failure_policy: str = CONTINUE,
                  on_event_sink_error: Callable[[Exception, Event], None] | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
+        # Where this runtime's executions call the store, off the event loop.
+        self.store_thread = store_thread_for(self.store)
         self.models: dict[str, ModelAdapter] = dict(models or {})
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.approvals: ApprovalAdapter = approvals or StoreApprovals()
@@ -177,6 +199,7 @@ class AgentRuntime(HostServices):
 
     # -- runs ------------------------------------------------------------------
 
+    @holding_store_thread
     async def run(self, *, manifest: ManifestSource | None = None,
                   variables: Mapping[str, JsonValue] | None = None,
                   budget: Budget | None = None, run_id: str | None = None, resume: bool = False,
@@ -201,11 +224,12 @@ class AgentRuntime(HostServices):
         if manifest is None:
             raise InvalidInput("a run needs a manifest", field="manifest")
         if tenant is None and parent is not None:
-            parent_record = self.store.load_run(parent.run_id)
+            parent_record = await self.store_thread.call(self.store.load_run, parent.run_id)
             tenant = None if parent_record is None else parent_record.tenant
         record, agent = self.new_run(manifest=manifest, variables=variables, budget=budget,
                                      run_id=run_id, options=options, parent=parent, tenant=tenant)
-        reserved = self._create_and_reserve(record, record.created_at)
+        reserved = await self.store_thread.call(self._create_and_reserve, record,
+                                                record.created_at)
         state = RunState.initial(record.variables, record.budget.max_total_tokens)
         return await self._execute(Execution(self, reserved, agent, state, []))
 
@@ -306,7 +330,7 @@ class AgentRuntime(HostServices):
                       effect_resolutions: Mapping[str, JsonObject] | None,
                       expired_owner: str | None = None) -> RunResult:
         self.check_budget(budget)
-        record = existing_run(self.store, run_id)
+        record = await self.store_thread.call(existing_run, self.store, run_id)
         agent = self.stored_manifest(record)
         if manifest is not None:
             given, _, source = self._load(manifest)
@@ -319,18 +343,20 @@ class AgentRuntime(HostServices):
         if record.status in TERMINAL:
             return finished_result(record)
         # Checked before an attempt is reserved: nothing runs from a damaged checkpoint.
-        check_checkpoint(record, self.store.load_latest_checkpoint(run_id), agent)
+        latest = await self.store_thread.call(self.store.load_latest_checkpoint, run_id)
+        check_checkpoint(record, latest, agent)
         try:
-            reserved = self.store.resume_run(run_id, owner=self.owner, now=self.clock.now(),
-                                             lease_seconds=self.lease_seconds,
-                                             allow_running_takeover=allow_running_takeover,
-                                             expired_owner=expired_owner)
+            reserved = await self.store_thread.call(
+                self.store.resume_run, run_id, owner=self.owner, now=self.clock.now(),
+                lease_seconds=self.lease_seconds, allow_running_takeover=allow_running_takeover,
+                expired_owner=expired_owner)
         except RunTerminal:  # it finished since it was read
-            return finished_result(self.store.load_run(run_id) or record)
+            finished = await self.store_thread.call(self.store.load_run, run_id)
+            return finished_result(finished or record)
         try:
-            execution = self._execution(reserved, agent, budget=budget)
+            execution = await self._execution(reserved, agent, budget=budget)
         except (ForkSourceMissing, CorruptRecord) as cannot:
-            return self._fail_unstarted(reserved, *unstartable(cannot))
+            return await self._fail_unstarted(reserved, *unstartable(cannot))
         execution.resolutions = dict(effect_resolutions or {})
         return await self._execute(execution)
 
@@ -342,13 +368,15 @@ class AgentRuntime(HostServices):
         finally:
             await self.connections.close(execution.run_id, execution.attempt)
 
-    def _execution(self, record: RunRecord, agent: AgentManifest, *, budget: Budget | None = None,
-                   deadline: datetime | None = None) -> Execution:
+    async def _execution(self, record: RunRecord, agent: AgentManifest, *,
+                         budget: Budget | None = None,
+                         deadline: datetime | None = None) -> Execution:
         """A reserved attempt's execution; `CorruptRecord` if its checkpoints or effects fail."""
-        checkpoint = self.store.load_latest_checkpoint(record.run_id)
-        self.store.list_effects(record.run_id)
+        checkpoint = await self.store_thread.call(self.store.load_latest_checkpoint,
+                                                  record.run_id)
+        await self.store_thread.call(self.store.list_effects, record.run_id)
         if checkpoint is None and isinstance(record.options.get(FORKED_FROM), dict):
-            checkpoint = self._start_fork(record)
+            checkpoint = await self.store_thread.call(self._start_fork, record)
         if checkpoint is None:
             state = RunState.initial(record.variables, record.budget.max_total_tokens)
             cursor = []
@@ -362,6 +390,7 @@ class AgentRuntime(HostServices):
             state.budget.max_total_tokens = budget.max_total_tokens
         return Execution(self, record, agent, state, cursor, deadline=deadline)
 
+    @holding_store_thread
     async def advance(self, run_id: str, *, deadline: datetime | None = None,
                       expected_attempt: int | None = None,
                       budget: Budget | None = None) -> RunResult:
@@ -372,15 +401,15 @@ class AgentRuntime(HostServices):
         `budget` replaces the token limit, as a resume's does; every slice of
         the attempt may pass the same one.
         """
-        record = existing_run(self.store, run_id)
+        record = await self.store_thread.call(existing_run, self.store, run_id)
         if record.status is not RunStatus.RUNNING or (
                 expected_attempt is not None and record.attempt != expected_attempt):
             return finished_result(record)
         try:
-            execution = self._execution(record, self.stored_manifest(record), budget=budget,
-                                        deadline=deadline)
+            execution = await self._execution(record, self.stored_manifest(record),
+                                              budget=budget, deadline=deadline)
         except (ForkSourceMissing, CorruptRecord) as cannot:
-            return self._fail_unstarted(record, *unstartable(cannot))
+            return await self._fail_unstarted(record, *unstartable(cannot))
         return await self._execute(execution)
 
     def create_fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
@@ -418,6 +447,7 @@ class AgentRuntime(HostServices):
         self._store_new(record)
         return record
 
+    @holding_store_thread
     async def fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
                    budget: Budget | None = None) -> RunResult:
         """Start a new run from a saved checkpoint of `run_id` (the latest, or `seq`), and run it.
@@ -428,7 +458,8 @@ class AgentRuntime(HostServices):
         calls pending at the checkpoint keep their idempotency keys, so a
         system that deduplicates by key sees a repeat, never a new side effect.
         """
-        record = self.create_fork(run_id, seq=seq, new_run_id=new_run_id, budget=budget)
+        record = await self.store_thread.call(self.create_fork, run_id, seq=seq,
+                                              new_run_id=new_run_id, budget=budget)
         return await self.run(run_id=record.run_id, resume=True)
 
     def _start_fork(self, record: RunRecord) -> Checkpoint:
@@ -447,11 +478,13 @@ class AgentRuntime(HostServices):
                                    lease_expires_at=now + timedelta(seconds=self.lease_seconds))
         return start
 
-    def _fail_unstarted(self, record: RunRecord, error_type: str, message: str) -> RunResult:
+    async def _fail_unstarted(self, record: RunRecord, error_type: str,
+                              message: str) -> RunResult:
         """Fail a reserved attempt that cannot begin, so it is not left running."""
         error = RunError(type=error_type, message=message)
         now = self.clock.now()
-        self.store.fail_run(record.run_id, expected_attempt=record.attempt, error=error, at=now)
+        await self.store_thread.call(self.store.fail_run, record.run_id,
+                                     expected_attempt=record.attempt, error=error, at=now)
         EventEmitter(self.event_sinks, run_id=record.run_id, attempt=record.attempt,
                      now=self.clock.now).emit("run.failed", error_type=error.type)
         return RunResult(run_id=record.run_id, status=RunStatus.FAILED, attempt=record.attempt,

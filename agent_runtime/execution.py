@@ -7,6 +7,10 @@ renews the lease in the same write and is fenced by the attempt, so a
 superseded owner stops at its next commit point. Resuming rebuilds the stack
 from the latest checkpoint and continues exactly where it was.
 
+Every store call is made on the runtime's store thread and awaited
+(agent_runtime/store_thread.py): a commit holds up only the coroutine that
+made it, which goes on once it is stored, not the event loop.
+
 Step kinds live in `agent_runtime.steps`, one module each; this module knows
 none of them.
 """
@@ -155,22 +159,25 @@ class Execution(StepContext):
         if self._lost is not None:
             raise LostOwnership(self._lost)
         self.state.seq += 1
+        seq = self.state.seq  # other members of a wave may commit while this one is stored
         now = self.now()
         checkpoint = self.state.to_checkpoint(
             run_id=self.run_id, attempt=self.attempt, manifest_hash=self.run.manifest_hash,
-            cursor=self.cursor(), created_at=now)
+            cursor=self.cursor(), created_at=now, copy_lists=self._appending_meanwhile())
         lease_expires_at = now + timedelta(seconds=self.runtime.lease_seconds)
         settlements, self.settlements = self.settlements, []
         try:
             if settlements or reserving:
                 # `settle_effect` left them for this commit, or the step asked to
                 # reserve: the store supports it.
-                cast(SettlesInCheckpoint, self.store).save_checkpoint_settling(
+                await self.store_call(
+                    cast(SettlesInCheckpoint, self.store).save_checkpoint_settling,
                     checkpoint, settlements, expected_attempt=self.attempt, at=now,
                     lease_expires_at=lease_expires_at, reservations=reserving)
             else:
-                self.store.save_checkpoint(checkpoint, expected_attempt=self.attempt,
-                                           lease_expires_at=lease_expires_at)
+                await self.store_call(self.store.save_checkpoint, checkpoint,
+                                      expected_attempt=self.attempt,
+                                      lease_expires_at=lease_expires_at)
         except (StaleAttempt, RunTerminal, CheckpointConflict) as error:
             # A conflicting seq under our own attempt means another execution of
             # this attempt (a retried Lambda invocation) saved it first: it owns
@@ -181,13 +188,18 @@ class Execution(StepContext):
             raise CheckpointUnavailable(self.run_id, error) from error
         self._last_renewal = time.monotonic()
         self.slice.progressed = True
-        self.events.emit("checkpoint.saved", seq=self.state.seq)
+        self.events.emit("checkpoint.saved", seq=seq)
         if reserving:
             self.reserved.update(reserving)
             return
         if self.deadline is not None and now >= self.deadline:
             raise DeadlineReached()
         self.check_interrupt(before="the next action")
+
+    def _appending_meanwhile(self) -> bool:
+        """Whether a wave's members may append to the run's lists while the store thread
+        reads them for a commit: then it gets copies; else they are shared."""
+        return self.waves is not None and self.waves.active
 
     def check_interrupt(self, *, before: str) -> None:
         """Suspend the run (`interrupted`) when the runtime was asked to stop.
@@ -241,9 +253,9 @@ class Execution(StepContext):
         while True:
             if time.monotonic() - self._last_renewal >= interval:
                 try:
-                    self.store.renew_lease(self.run_id, expected_attempt=self.attempt,
-                                           now=self.now(),
-                                           lease_seconds=self.runtime.lease_seconds)
+                    await self.store_call(self.store.renew_lease, self.run_id,
+                                          expected_attempt=self.attempt, now=self.now(),
+                                          lease_seconds=self.runtime.lease_seconds)
                 except (StaleAttempt, RunTerminal) as error:
                     self._lost = error  # the next commit point stops the attempt
                     return
@@ -387,12 +399,13 @@ class Execution(StepContext):
         first = self.attempt == 1 and self.state.seq == 0
         self.events.emit("run.started" if first else "run.resumed",
                          from_seq=None if first else self.state.seq)
-        try:
-            return await self._attempt(started)
-        except LostOwnership as lost:
-            return self._lost_result(lost.cause)
-        except CheckpointUnavailable as unavailable:
-            return self._fail_unsaved(unavailable)
+        with self.runtime.store_thread.held():
+            try:
+                return await self._attempt(started)
+            except LostOwnership as lost:
+                return await self._lost_result(lost.cause)
+            except CheckpointUnavailable as unavailable:
+                return await self._fail_unsaved(unavailable)
 
     async def _attempt(self, started: float) -> RunResult:
         steps = self.manifest.steps
@@ -404,20 +417,20 @@ class Execution(StepContext):
             if self.settlements:
                 await self.checkpoint()  # effect results ride in a checkpoint, not a completion
         except SuspendRun as signal:
-            self._store_write(self.store.suspend_run, self.run_id,
-                              expected_attempt=self.attempt, reason=signal.reason,
-                              details=signal.details, at=self.now(),
-                              checkpoint=self._final_checkpoint())
+            await self._store_write(self.store.suspend_run, self.run_id,
+                                    expected_attempt=self.attempt, reason=signal.reason,
+                                    details=signal.details, at=self.now(),
+                                    checkpoint=self._final_checkpoint())
             self.events.emit("run.suspended", reason=signal.reason,
                              approval_id=signal.details.get("approval_id"),
                              child_run_id=signal.details.get("child_run_id"))
             return self.result(RunStatus.SUSPENDED, suspension={"reason": signal.reason,
                                                                 "details": signal.details})
         except EndRun as signal:
-            return self._end_early(signal)
+            return await self._end_early(signal)
         except StepFailed as failure:
-            return self._fail(RunError(type=failure.code, message=failure.message,
-                                       details=failure.details))
+            return await self._fail(RunError(type=failure.code, message=failure.message,
+                                             details=failure.details))
         except DeadlineReached:
             return self.result(RunStatus.RUNNING)
         except (LostOwnership, CheckpointUnavailable):
@@ -425,66 +438,68 @@ class Execution(StepContext):
         except Exception as error:
             # A bug in a step, tool adapter or provider driver: fail the run with
             # what happened rather than leave it to crash-loop; `fork` retries it.
-            return self._fail(RunError(type="internal_error",
-                                       message=f"{type(error).__name__}: {error}"))
+            return await self._fail(RunError(type="internal_error",
+                                             message=f"{type(error).__name__}: {error}"))
         self.stack = [self._frame_at(steps, len(steps), "", None)]
         output = self.final_output()
-        self._store_write(self.store.complete_run, self.run_id, expected_attempt=self.attempt,
-                          output=output, at=self.now(), checkpoint=self._final_checkpoint())
+        await self._store_write(self.store.complete_run, self.run_id,
+                                expected_attempt=self.attempt, output=output, at=self.now(),
+                                checkpoint=self._final_checkpoint())
         self.events.emit("run.completed",
                          duration_ms=round((time.monotonic() - started) * 1000),
                          tokens=self.state.budget.consumed_tokens)
         return self.result(RunStatus.COMPLETED, output=output)
 
-    def _fail(self, error: RunError) -> RunResult:
-        self._store_write(self.store.fail_run, self.run_id, expected_attempt=self.attempt,
-                          error=error, at=self.now(), checkpoint=self._final_checkpoint())
+    async def _fail(self, error: RunError) -> RunResult:
+        await self._store_write(self.store.fail_run, self.run_id, expected_attempt=self.attempt,
+                                error=error, at=self.now(), checkpoint=self._final_checkpoint())
         self.events.emit("run.failed", error_type=error.type)
         return self.result(RunStatus.FAILED, error=error)
 
-    def _end_early(self, signal: EndRun) -> RunResult:
+    async def _end_early(self, signal: EndRun) -> RunResult:
         output = self.final_output()
         if signal.action == "complete":
-            self._store_write(self.store.complete_run, self.run_id,
-                              expected_attempt=self.attempt, output=output, at=self.now(),
-                              checkpoint=self._final_checkpoint())
+            await self._store_write(self.store.complete_run, self.run_id,
+                                    expected_attempt=self.attempt, output=output, at=self.now(),
+                                    checkpoint=self._final_checkpoint())
             self.events.emit("run.completed", reason=signal.reason)
             return self.result(RunStatus.COMPLETED, output=output)
-        self._store_write(self.store.save_checkpoint, self._final_checkpoint(),
-                          expected_attempt=self.attempt)
-        self._store_write(self.store.cancel_run, self.run_id, at=self.now(),
-                          expected_attempt=self.attempt)
+        await self._store_write(self.store.save_checkpoint, self._final_checkpoint(),
+                                expected_attempt=self.attempt)
+        await self._store_write(self.store.cancel_run, self.run_id, at=self.now(),
+                                expected_attempt=self.attempt)
         self.events.emit("run.cancelled", reason=signal.reason)
         return self.result(RunStatus.CANCELLED)
 
-    def _store_write(self, write: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
+    async def _store_write(self, write: Callable[P, None], *args: P.args,
+                           **kwargs: P.kwargs) -> None:
         try:
             with self.fenced():
-                write(*args, **kwargs)
+                await self.store_call(write, *args, **kwargs)
         except LostOwnership:
             raise
         except Exception as error:
             raise CheckpointUnavailable(self.run_id, error) from error
 
-    def _fail_unsaved(self, unavailable: CheckpointUnavailable) -> RunResult:
+    async def _fail_unsaved(self, unavailable: CheckpointUnavailable) -> RunResult:
         """Fail the run as `checkpoint_unavailable` without a checkpoint (the store refused
         one). When the store refuses that too, the result still says so, and the run's
         lease expires for the reconciler; no store error escapes to the caller."""
         error = RunError(type="checkpoint_unavailable", message=str(unavailable))
         try:
-            self.store.fail_run(self.run_id, expected_attempt=self.attempt, error=error,
-                                at=self.now())
+            await self.store_call(self.store.fail_run, self.run_id,
+                                  expected_attempt=self.attempt, error=error, at=self.now())
         except (StaleAttempt, RunTerminal) as lost:
-            return self._lost_result(lost)
+            return await self._lost_result(lost)
         except Exception as second:
             logger.warning("run %s: failing it after %s also failed: %s", self.run_id,
                            unavailable, second)
         self.events.emit("run.failed", error_type=error.type)
         return self.result(RunStatus.FAILED, error=error)
 
-    def _lost_result(self, cause: StoreError) -> RunResult:
+    async def _lost_result(self, cause: StoreError) -> RunResult:
         try:
-            current = self.store.load_run(self.run_id)
+            current = await self.store_call(self.store.load_run, self.run_id)
         except Exception:  # the store failed again: report what is known
             current = None
         status = current.status if current is not None else RunStatus.FAILED

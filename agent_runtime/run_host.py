@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agent_runtime.step_context import StepContext, StepTool
     from agent_runtime.steps.approval import ApprovalAdapter
     from agent_runtime.steps.base import StepRegistry
+    from agent_runtime.store_thread import StoreThread
 
 
 class RunHost(Protocol):
@@ -35,6 +36,11 @@ class RunHost(Protocol):
 
     @property
     def store(self) -> RunStore: ...
+
+    @property
+    def store_thread(self) -> StoreThread:
+        """Where executions call the store, off the event loop (agent_runtime/store_thread.py)."""
+        ...
 
     @property
     def approvals(self) -> ApprovalAdapter: ...

@@ -90,19 +90,26 @@ class RunState:
             self.step_requests[item.get("step_id", "")] += 1
 
     def to_checkpoint(self, *, run_id: str, attempt: int, manifest_hash: str,
-                      cursor: list[Frame], created_at: datetime) -> Checkpoint:
+                      cursor: list[Frame], created_at: datetime,
+                      copy_lists: bool = False) -> Checkpoint:
         # Trusted: the lists are already valid and validating them again would
         # copy every entry on every checkpoint. The append-only lists are
         # shared, not copied: a copy per commit point costs more with every
         # entry, and a store reads them only during its write (the contract,
-        # stores/base.py). Variables are replaced in place, so they are copied
-        # (a dict of a few keys).
+        # stores/base.py). `copy_lists` when other coroutines may append to
+        # them during that write (a wave's members): shallow copies, since
+        # entries are never changed in place. Variables are replaced in place,
+        # so they are copied (a dict of a few keys).
+        step_results, transcript, artifacts = self.step_results, self.transcript, self.artifacts
+        if copy_lists:
+            step_results, transcript, artifacts = (list(step_results), list(transcript),
+                                                   list(artifacts))
         return trusted_record(Checkpoint, {
             "run_id": run_id, "seq": self.seq, "attempt": attempt,
             "manifest_hash": manifest_hash, "contract_version": CONTRACT_VERSION,
             "runtime_version": RUNTIME_VERSION, "cursor": cursor,
-            "variables": dict(self.variables), "step_results": self.step_results,
-            "transcript": self.transcript, "artifacts": self.artifacts,
+            "variables": dict(self.variables), "step_results": step_results,
+            "transcript": transcript, "artifacts": artifacts,
             "budget": CheckpointBudget(max_total_tokens=self.budget.max_total_tokens,
                                        consumed_tokens=self.budget.consumed_tokens),
             "created_at": created_at,

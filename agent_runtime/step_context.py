@@ -8,7 +8,9 @@ runtime's shape can change without touching a step kind.
 
 Every store write here is fenced by the attempt; `fenced` turns a refused
 fence (a newer attempt took over, the run was cancelled or finished) into
-`LostOwnership`, which stops the attempt without touching the run.
+`LostOwnership`, which stops the attempt without touching the run. Store calls
+are made on the runtime's store thread, off the event loop (`store_call`,
+agent_runtime/store_thread.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from stores.base import (
     ArtifactStore,
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
     from agent_runtime.tools.mcp import McpTool
 
     StepTool = Tool | McpTool  # a tool offered to the model: Python or MCP
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # How an operator may settle an effect whose outcome is unknown.
 SETTLE_ACTIONS = ("retry", "result", "skip")
@@ -88,6 +93,13 @@ class StepContext:
     @property
     def store(self) -> RunStore:
         return self.runtime.store
+
+    async def store_call(self, method: Callable[P, T], /, *args: P.args,
+                         **kwargs: P.kwargs) -> T:
+        """`method(*args, **kwargs)`, a call of the run's store, on the runtime's store
+        thread: the event loop (the other members of a wave, the calls in flight)
+        goes on meanwhile. Returns what the store returned, raises what it raised."""
+        return await self.runtime.store_thread.call(method, *args, **kwargs)
 
     def now(self) -> datetime:
         return self.runtime.clock.now()
@@ -168,20 +180,21 @@ class StepContext:
         except (StaleAttempt, RunTerminal) as error:
             raise LostOwnership(error) from error
 
-    def begin_effect(self, key: str) -> EffectRecord:
+    async def begin_effect(self, key: str) -> EffectRecord:
         """Reserve effect `key` for this attempt before dispatching it (`RunStore.begin_effect`):
-        an effect already reserved or completed by an earlier attempt comes back as it is."""
+        an effect already reserved or completed by an earlier attempt comes back as it is.
+        Awaited before the dispatch, so the reservation is stored before the call goes out."""
         with self.fenced():
-            return self.store.begin_effect(key, run_id=self.run_id,
-                                           expected_attempt=self.attempt, at=self.now())
+            return await self.store_call(self.store.begin_effect, key, run_id=self.run_id,
+                                         expected_attempt=self.attempt, at=self.now())
 
-    def complete_effect(self, key: str, result: JsonValue) -> None:
+    async def complete_effect(self, key: str, result: JsonValue) -> None:
         """Record the result of effect `key`, so no later attempt dispatches it again."""
         with self.fenced():
-            self.store.complete_effect(key, run_id=self.run_id, expected_attempt=self.attempt,
-                                       result=result, at=self.now())
+            await self.store_call(self.store.complete_effect, key, run_id=self.run_id,
+                                  expected_attempt=self.attempt, result=result, at=self.now())
 
-    def settle_effect(self, key: str, result: JsonValue) -> None:
+    async def settle_effect(self, key: str, result: JsonValue) -> None:
         """Record the result of effect `key` with the next checkpoint, in the same commit,
         where the store can (`SettlesInCheckpoint`); else at once (`complete_effect`).
 
@@ -192,7 +205,7 @@ class StepContext:
         if self.settles_in_checkpoint:
             self.settlements.append(Settlement(key, result))
         else:
-            self.complete_effect(key, result)
+            await self.complete_effect(key, result)
 
     def effect_resolution(self, key: str) -> JsonObject | None:
         """How an operator settled the effect `key` whose outcome was unknown, or None.

@@ -75,6 +75,12 @@ class _MemoryWrite:
 
 
 class MemoryRunStore(StateChanges):
+    # Its calls never wait on a disk or a network: the engine makes them on its
+    # event loop's thread, where a hop to a store thread would cost more than the
+    # call saves (agent_runtime/store_thread.py). A subclass that does wait (a
+    # test's slow store) sets it True.
+    waits_on_io = False
+
     def __init__(self) -> None:
         self._lock = threading.RLock()
         # run id -> (state JSON, definition JSON)

@@ -419,7 +419,7 @@ class PromptStepExecutor:
         # would be unknown.
         ctx.slice.require_room("tool call", step_path=frame.step_path,
                          share=0.0 if tool.idempotent else NON_IDEMPOTENT_SHARE)
-        effect = ctx.begin_effect(key)
+        effect = await ctx.begin_effect(key)
         if effect.status is EffectStatus.COMPLETED:
             # Dispatched and recorded by an earlier attempt that died before its checkpoint.
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
@@ -469,7 +469,7 @@ class PromptStepExecutor:
             error_type = "tool_error"
             result = {"error": {"type": error_type,
                                 "message": f"{type(error).__name__}: {excerpt(str(error))}"}}
-        ctx.settle_effect(key, result)
+        await ctx.settle_effect(key, result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         duration_ms=round((time.monotonic() - started) * 1000),
                         error_type=error_type, **_tool_fields(call["index"], name, offered=True))
@@ -485,7 +485,7 @@ class PromptStepExecutor:
         else:
             result = {"error": {"type": "skipped",
                                 "message": "an operator skipped this tool call"}}
-        ctx.settle_effect(call["key"], result)
+        await ctx.settle_effect(call["key"], result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
                         resolved=resolution["action"], **_tool_fields(call["index"], call["name"],
                                                                   offered=True))

@@ -89,7 +89,7 @@ class SubRunStepExecutor:
         state = cast(SubRunContinuation, frame.continuation)  # a typed view of the same dict
         child_id: str = state.get("child_run_id") or child_run_id_for(ctx.run_id,
                                                                        frame.step_path)
-        record = self._load(ctx, child_id, frame)
+        record = await self._load(ctx, child_id, frame)
         # A bad child manifest or mapping fails the step before any child exists.
         spec = None if record is not None else self._spec(step, frame, ctx, child_id)
         if "child_run_id" not in state:
@@ -108,7 +108,7 @@ class SubRunStepExecutor:
                 await self._resume(step, frame, ctx, record, budget)
             elif spec is not None:
                 await self._start(step, frame, ctx, spec, budget)
-            record = self._load(ctx, child_id, frame)
+            record = await self._load(ctx, child_id, frame)
             if record is None:
                 raise StepFailed("sub_run_failed",
                                  f"step {frame.step_path}: child run {child_id} disappeared",
@@ -213,8 +213,8 @@ class SubRunStepExecutor:
             await ctx.guarded(ctx.resume_child(record.run_id, budget=budget, takeover=running))
 
     @staticmethod
-    def _load(ctx: Execution, child_id: str, frame: Frame) -> RunRecord | None:
-        record: RunRecord | None = ctx.store.load_run(child_id)
+    async def _load(ctx: Execution, child_id: str, frame: Frame) -> RunRecord | None:
+        record: RunRecord | None = await ctx.store_call(ctx.store.load_run, child_id)
         expected = ParentRef(run_id=ctx.run_id, step_path=frame.step_path)
         if record is not None and record.parent != expected:
             raise StepFailed("sub_run_invalid",

@@ -179,7 +179,7 @@ class WebhookStepExecutor:
         ctx.check_interrupt(before="webhook")
         # Too late in the slice: end it before the effect is reserved.
         ctx.slice.require_room("webhook", step_path=frame.step_path)
-        effect = ctx.begin_effect(key)
+        effect = await ctx.begin_effect(key)
         if effect.status is EffectStatus.COMPLETED:
             # Delivered and recorded by an earlier attempt that died before its checkpoint.
             recorded: JsonObject = effect.result
@@ -194,7 +194,7 @@ class WebhookStepExecutor:
         result, attempts = await ctx.bounded(self._deliver(step, frame, ctx, destination,
                                                            headers=headers, policy=policy),
                                              "webhook", step_path=frame.step_path)
-        ctx.complete_effect(key, result)
+        await ctx.complete_effect(key, result)
         duration_ms = round((time.monotonic() - started) * 1000)
         if "error" in result:
             ctx.events.emit("webhook.failed", step_id=step.id, step_path=frame.step_path,

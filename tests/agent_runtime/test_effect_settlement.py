@@ -181,8 +181,8 @@ class _SettlesLast:
 
     async def execute(self, step: PromptStep, frame: Frame, ctx: Execution,
                       resume: list[Frame]) -> JsonValue:
-        ctx.begin_effect("last-effect")
-        ctx.settle_effect("last-effect", {"output": "sent"})
+        await ctx.begin_effect("last-effect")
+        await ctx.settle_effect("last-effect", {"output": "sent"})
         return "done"
 
 

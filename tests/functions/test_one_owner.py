@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,10 @@ SCRIPT = {"responses": [
     {"text": "Confirmed: order 42."},
 ]}
 COMMIT_POINTS = ("save_checkpoint", "begin_effect", "complete_effect", "renew_lease")
+# Set while the first invocation runs. Its store calls run on its runtime's store
+# thread, not the thread that invoked it, but in the invoking context; the second
+# invocation, on a thread of its own, starts with a fresh context.
+FIRST_INVOCATION: ContextVar[bool] = ContextVar("first_invocation", default=False)
 
 
 @pytest.fixture
@@ -129,14 +134,12 @@ def test_a_second_invocation_at_any_commit_point_stops_without_acting(
 
     for at in range(1, points + 1):
         run_id = reserved(deployment, options)
-        first = threading.current_thread()
         calls = {"n": 0}
         second: dict[str, Any] = {}
 
         def interleave(name: str, *, at: int = at, run_id: str = run_id,
-                       first: threading.Thread = first, calls: dict[str, int] = calls,
-                       second: dict[str, Any] = second) -> None:
-            if threading.current_thread() is not first:
+                       calls: dict[str, int] = calls, second: dict[str, Any] = second) -> None:
+            if not FIRST_INVOCATION.get():
                 return
             calls["n"] += 1
             if calls["n"] != at:
@@ -149,7 +152,11 @@ def test_a_second_invocation_at_any_commit_point_stops_without_acting(
 
         with monkeypatch.context() as patch:
             at_commit_points(patch, interleave)
-            assert advance(run_id) == "completed", f"at commit point {at}"
+            first = FIRST_INVOCATION.set(True)
+            try:
+                assert advance(run_id) == "completed", f"at commit point {at}"
+            finally:
+                FIRST_INVOCATION.reset(first)
         assert second == {"status": "held", "point": second["point"], "unchanged": True}, at
         done = deployment.services.store.load_run(run_id)
         assert done is not None and done.status is RunStatus.COMPLETED
