@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--format", choices=("pretty", "json"), default="pretty")
     validate.add_argument("--plan", action="store_true",
                           help="also show the waves the steps run in (execution.mode)")
+    validate.add_argument("--strict", action="store_true",
+                          help="refuse the manifest when a template or condition reads a "
+                               "name it never declares (else a warning)")
 
     run = _command(commands, "run", "start a run of a manifest",
                    "Start a run and execute it here until it completes, fails or suspends. "

@@ -8,7 +8,9 @@ first (`valid`, `schemaVersion`, `id`, `name`, `stepCount` for a manifest;
 `valid`, `version`, `providerCount`, `modelCount`, `connectionCount` for a
 config), then this runtime's (for a manifest: `file`, `kind`, `agent`,
 `steps`, `manifest_hash`, `config`: the runtime config file read, how it was
-found and whether the host was checked against it, or null; `plan` with
+found and whether the host was checked against it, or null; `warnings`: each
+template or condition name the manifest never declares, by field
+(agent_runtime/template_references.py; `--strict` refuses them); `plan` with
 `--plan`). A refused file prints no summary: the error object on stderr, as
 every command's.
 """
@@ -26,9 +28,10 @@ from agent_runtime.cli.config_file import CONFIG_NAMES, choose_config, find_conf
 from agent_runtime.cli.errors import EXIT_COMPLETED
 from agent_runtime.cli.options import load_manifest, run_options, runtime_config
 from agent_runtime.cli.output import guarded
-from agent_runtime.errors import NotFound
+from agent_runtime.errors import ManifestError, NotFound
 from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
+from agent_runtime.template_references import undeclared_references
 from agent_runtime.variables import resolve_variables
 
 _PLUGIN_LOADER = "pydantic.plugin._loader"
@@ -81,6 +84,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))
     agent = loaded.agent
+    # A misspelled {{ name }} renders as "" (as in the reference): said, by field.
+    findings = undeclared_references(agent)
+    if findings and args.strict:
+        first = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        raise ManifestError(f"{first.message}{more}; --strict refuses it",
+                            source=str(loaded.agent_path), field=first.field)
     summary: dict[str, Any] = {
         # The reference's summary, field for field...
         "valid": True, "schemaVersion": agent.schema_version,
@@ -90,7 +100,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         "file": str(loaded.path), "kind": "run" if loaded.run else "agent",
         "agent": agent.id or agent.name, "steps": len(agent.steps),
         "manifest_hash": manifest_hash(agent),
-        "config": None if choice is None else {**choice.to_json(), "host_checked": host_check}}
+        "config": None if choice is None else {**choice.to_json(), "host_checked": host_check},
+        "warnings": [{"field": finding.field, "message": finding.message}
+                     for finding in findings]}
     plan = None
     if args.plan:
         from agent_runtime.execution_plan import plan_json  # noqa: PLC0415 - asked for only
@@ -116,6 +128,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             from agent_runtime.execution_plan import print_plan  # noqa: PLC0415
 
             print_plan(plan, out)
+    for finding in findings:
+        print(printable(f"warning: {loaded.agent_path}: {finding.field}: {finding.message}",
+                        multiline=False), file=guarded(sys.stderr))
     return EXIT_COMPLETED
 
 
