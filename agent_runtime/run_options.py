@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# The tenant of a single-user host: the runs the CLI starts and the one tenant of a
+# `serve` with one token, so that each shows the other's runs on the same store.
+LOCAL_TENANT = "local"
+TENANT_ENV = "AGENT_RUNTIME_TENANT"
+
 FORKED_FROM = "forked_from"
 REQUEST_SHA256 = "request_sha256"
 ORIGIN_OPTIONS = (FORKED_FROM, REQUEST_SHA256)

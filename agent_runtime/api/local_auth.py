@@ -38,11 +38,11 @@ import yaml
 
 from agent_runtime.api.services import Unauthenticated
 from agent_runtime.errors import ConfigError
+from agent_runtime.run_options import LOCAL_TENANT
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
-LOCAL_TENANT = "local"
 DEFAULT_TOKEN_FILE = "./.agent-runtime/serve.token"
 MIN_TOKEN_LENGTH = 32
 MIN_DISTINCT_CHARACTERS = 8

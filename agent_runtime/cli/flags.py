@@ -44,6 +44,19 @@ def store_driver(text: str) -> str:
     return text
 
 
+MAX_TENANT_LENGTH = 128
+
+
+def tenant_name(text: str) -> str:
+    """`--tenant` (and $AGENT_RUNTIME_TENANT): visible ASCII, no spaces, at most 128
+    characters, so it reads the same in a listing, a log line and a URL."""
+    if not text or len(text) > MAX_TENANT_LENGTH or not all("!" <= c <= "~" for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{excerpt(text)!s} is not a tenant name: 1 to {MAX_TENANT_LENGTH} visible ASCII "
+            "characters, no spaces")
+    return text
+
+
 def seconds(text: str) -> float:
     """A positive, finite number of seconds, at most a week: `--lease-seconds`, `--interval`."""
     return _seconds(text, minimum_exclusive=True)

@@ -38,9 +38,11 @@ from agent_runtime.cli.flags import (
     grace_seconds,
     seconds,
     store_driver,
+    tenant_name,
 )
 from agent_runtime.cli.help import EXAMPLES, add_completion_parser
 from agent_runtime.errors import InvalidInput
+from agent_runtime.run_options import LOCAL_TENANT, TENANT_ENV
 
 VERSION = "0.1.0"  # agent_runtime.__version__, without importing the package's API
 
@@ -76,6 +78,13 @@ def _store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", metavar="LOCATION",
                         help=f"the store's file, directory or table (default: {DEFAULT_STORE}; "
                              "./.agent-runtime/runs for the file driver)")
+
+
+def _tenant_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tenant", metavar="NAME", type=tenant_name,
+                        help=f"the tenant the run belongs to (default: ${TENANT_ENV}, else "
+                             f"{LOCAL_TENANT!r}, the tenant of a `serve` with one token, which "
+                             "then shows the run)")
 
 
 def _execution_flags(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="variable overrides: a JSON object, or @file (JSON or YAML; an "
                           "object or a list of {key, value})")
     run.add_argument("--run-id", metavar="ID")
+    _tenant_flag(run)
     _execution_flags(run)
 
     run_manifest = _command(
@@ -150,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Not options of this command: accepted by the parser only to be refused by name.
     run_manifest.add_argument("--variables", help=argparse.SUPPRESS)
     run_manifest.add_argument("--run-id", help=argparse.SUPPRESS)
+    _tenant_flag(run_manifest)
     _execution_flags(run_manifest)
     for action in run_manifest._actions:
         if "--max-total-tokens" in action.option_strings:

@@ -9,6 +9,7 @@ goes on to its end whatever happens to the terminal.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from agent_runtime.cli.errors import (
     EXIT_SUSPENDED,
     store_name,
 )
+from agent_runtime.cli.flags import tenant_name
 from agent_runtime.cli.interrupts import graceful_interrupts
 from agent_runtime.cli.options import (
     check_run_id,
@@ -46,6 +48,7 @@ from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.manifest_input import quote
 from agent_runtime.owner_liveness import Liveness
 from agent_runtime.results import RunResult
+from agent_runtime.run_options import LOCAL_TENANT, TENANT_ENV
 
 
 def exit_code(result: RunResult) -> int:
@@ -136,9 +139,10 @@ def start_run(args: argparse.Namespace, *, run_manifest: bool = False) -> int:
     tools = load_tools(options, config)
     # The whole run is checked before a store or a log is opened, so refused
     # input leaves nothing behind.
+    tenant = run_tenant(args)
     record, _ = AgentRuntime(config=config, tools=tools).new_run(
         manifest=loaded, variables=variables, budget=budget_from(args), run_id=args.run_id,
-        options=options, variables_source=variables_source)
+        options=options, variables_source=variables_source, tenant=tenant)
     check_sinks(args)
     with open_run_store(args) as store:
         if (args.run_id or (loaded.run and loaded.run.run_id)) and \
@@ -149,11 +153,26 @@ def start_run(args: argparse.Namespace, *, run_manifest: bool = False) -> int:
         try:
             result = execute(args, runtime, record.run_id, lambda: runtime.run_sync(
                 manifest=loaded, variables=variables, budget=budget_from(args),
-                run_id=record.run_id, options=options))
+                run_id=record.run_id, options=options, tenant=tenant))
         finally:
             for sink in files:
                 sink.close()
     return finish(result, args)
+
+
+def run_tenant(args: argparse.Namespace) -> str:
+    """The tenant of a run the CLI starts: --tenant, else $AGENT_RUNTIME_TENANT, else
+    `local`, the tenant of a `serve` with one token on the same store."""
+    given = getattr(args, "tenant", None)
+    if given is not None:
+        return str(given)
+    from_env = os.environ.get(TENANT_ENV)
+    if from_env is None:
+        return LOCAL_TENANT
+    try:
+        return tenant_name(from_env)
+    except argparse.ArgumentTypeError as error:
+        raise InvalidInput(str(error), source=f"${TENANT_ENV}") from None
 
 
 def from_stack(args: argparse.Namespace) -> bool:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_runtime.cli.flags import DEFAULT_ARTIFACTS, DEFAULT_EVENTS, DEFAULT_STORE, seconds
 from agent_runtime.errors import InvalidInput
+from agent_runtime.run_options import LOCAL_TENANT
 
 if TYPE_CHECKING:  # the engine is imported when `serve` runs, not when the parser is built
     from stores.base import RunStore
@@ -185,7 +186,7 @@ def _tokens(args: argparse.Namespace) -> tuple[dict[str, str], str]:
         tenants = ", ".join(sorted(set(tokens.values())))
         return tokens, f"auth: {len(tokens)} token(s) from {args.tokens} (tenants: {tenants})"
     token = generate_token_file(DEFAULT_TOKEN_FILE)
-    return ({token: "local"},
+    return ({token: LOCAL_TENANT},
             f"auth: a new bearer token is in {DEFAULT_TOKEN_FILE} (mode 0600, tenant local)")
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from stores.records import Frame, JsonValue
 
-from agent_runtime.step_kinds import StepBase
+from agent_runtime.step_kinds import StepBase, register_step_model
 
 if TYPE_CHECKING:
     from agent_runtime.execution import Execution
@@ -68,9 +68,12 @@ class StepRegistry:
         self._kinds: dict[str, RunsSteps] = {kind.kind: kind for kind in kinds}
 
     def register(self, kind: str, model: type[S], executor: StepExecutor[S]) -> None:
-        """Run `kind` steps (validated with `model`) with `executor` in this runtime only,
-        replacing its executor if it had one; `register_step_kind` adds a kind to
-        manifests too."""
+        """Run `kind` steps (validated with `model`) with `executor` in this runtime,
+        replacing its executor if it had one. A kind manifests do not know yet
+        becomes parseable with `model` (as `register_step_kind` would make it); one
+        parsed with another model in this process is refused (`StepKindError`),
+        since its manifests would not give this executor its model."""
+        register_step_model(kind, model)
         self._kinds[kind] = StepKind(kind, model, executor)
 
     def get(self, kind: str) -> RunsSteps | None:

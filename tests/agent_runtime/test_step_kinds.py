@@ -118,3 +118,24 @@ def test_a_kind_is_registered_once_with_a_model_that_declares_it(echo: EchoExecu
     register_step_kind("echo", LoudEcho, EchoExecutor(), replace=True)
     assert manifest({"type": "echo", "id": "x", "text": "a", "volume": 3}).steps[0] == \
         LoudEcho(id="x", text="a", volume=3)
+
+
+def test_a_kind_registered_for_one_runtime_is_parseable_and_another_model_refused() -> None:
+    steps = default_steps()
+    executor = EchoExecutor()
+    steps.register("echo", EchoStep, executor)
+    try:
+        agent = manifest({"id": "say", "type": "echo", "text": "hi",
+                          "includeInFinalOutput": True})
+        h = Harness()
+        h.runtime.steps = steps
+        assert h.run(agent).output == "hi" and executor.seen == ["say"]
+
+        class OtherEcho(StepBase):
+            type: Literal["echo"] = "echo"
+            words: str
+
+        with pytest.raises(StepKindError, match="already registered"):
+            default_steps().register("echo", OtherEcho, EchoExecutor())
+    finally:
+        unregister_step_kind("echo")
