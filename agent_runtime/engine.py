@@ -20,7 +20,6 @@ of its execution) are made on the runtime's store thread, off the event loop
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import socket
@@ -43,6 +42,7 @@ from stores.records import (
     RunStatus,
 )
 
+from agent_runtime.blocking_run import run_blocking
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
@@ -102,7 +102,7 @@ def blocking(method: Callable[P, Coroutine[object, None, T]]) -> Callable[P, T]:
 
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
-        return asyncio.run(method(*args, **kwargs))
+        return run_blocking(method(*args, **kwargs))
 
     return call
 

@@ -55,7 +55,6 @@ within the pass and `data.reconcile_id` names it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -76,6 +75,7 @@ from stores.base import (
 )
 from stores.records import RunRecord, RunStatus
 
+from agent_runtime.blocking_run import run_blocking
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.crash_loops import every_crash_looped
 from agent_runtime.events import EventEmitter, EventSink
@@ -446,7 +446,7 @@ class Reconciler:
 
     def reconcile_sync(self) -> ReconcileSummary:
         """`reconcile` for code without an event loop."""
-        return asyncio.run(self.reconcile())
+        return run_blocking(self.reconcile())
 
     def reconcile_every(self, interval: float,
                         report: Callable[[ReconcileSummary], None]) -> NoReturn:

@@ -9,9 +9,9 @@ as `crash-loop` (once the cause is fixed), and exits.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
+from agent_runtime.blocking_run import run_blocking
 from agent_runtime.cli.errors import EXIT_COMPLETED, EXIT_FAILED
 from agent_runtime.cli.flags import DEFAULT_ARTIFACTS
 from agent_runtime.cli.options import check_output_file, open_run_store, run_options
@@ -40,7 +40,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
                                                          run_options(run_args, record.options),
                                                          extra_sinks=sinks)[0])
             if args.resume_crash_looped:
-                summary = asyncio.run(reconciler.resume_crash_looped())
+                summary = run_blocking(reconciler.resume_crash_looped())
                 print_reconcile_summary(summary, args.format, out)
                 return EXIT_FAILED if summary.errors else EXIT_COMPLETED
             if args.interval is None:

@@ -1,7 +1,8 @@
 """A real `agent-runtime serve` in a child process, for tests that speak HTTP to it.
 
     with running_serve(tmp_path) as server:      # --token TEST_TOKEN
-        server.client().get("/runs")
+        with server.client() as http:
+            http.get("/runs")
 
 It listens on 127.0.0.1 with a port the server picks itself (`--port 0`,
 read from its first line), uses a SQLite store and an event log under the

@@ -31,11 +31,11 @@ def test_a_cli_run_is_shown_by_a_serve_with_one_token_on_the_same_store(
         tmp_path: Path) -> None:
     mine = cli_run(tmp_path)["run_id"]
     theirs = cli_run(tmp_path, "--tenant", "team-b")["run_id"]
-    with running_serve(tmp_path) as server:
-        listed = server.client().get("/runs").json()["runs"]
+    with running_serve(tmp_path) as server, server.client() as http:
+        listed = http.get("/runs").json()["runs"]
         assert [run["runId"] for run in listed] == [mine]
         assert listed[0]["tenant"] == "local"
-        assert server.client().get(f"/runs/{theirs}").status_code == 404
+        assert http.get(f"/runs/{theirs}").status_code == 404
 
 
 def test_a_tenant_from_the_environment_and_a_bad_one_refused(tmp_path: Path) -> None:
@@ -43,8 +43,8 @@ def test_a_tenant_from_the_environment_and_a_bad_one_refused(tmp_path: Path) -> 
                                {"token-of-team-a-0123456789abcdefgh": "team-a"})
     env = dict(os.environ, PYTHONPATH=str(REPO), AGENT_RUNTIME_TENANT="team-a")
     run_id = cli_run(tmp_path, env=env)["run_id"]
-    with running_serve(tmp_path, token=None, args=["--tokens", str(tokens)]) as server:
-        client = server.client("token-of-team-a-0123456789abcdefgh")
+    with running_serve(tmp_path, token=None, args=["--tokens", str(tokens)]) as server, \
+            server.client("token-of-team-a-0123456789abcdefgh") as client:
         assert [run["runId"] for run in client.get("/runs").json()["runs"]] == [run_id]
     refused = subprocess.run(
         [sys.executable, "-m", "agent_runtime.cli", "run", str(FIXTURES / "hello.agent.yaml"),

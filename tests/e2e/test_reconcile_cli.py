@@ -241,7 +241,7 @@ def test_reconcile_interval_takes_over_killed_runs_until_interrupted(workdir: Pa
         cli_process.wait_for(lambda: _resumed_in_passes(workdir / "watcher.stdout") >= 1,
                   "the pass that resumed the run to report it", child=reconciler)
         reconciler.send_signal(signal.SIGINT)
-        assert reconciler.wait(timeout=300) == 0
+        assert reconciler.wait(timeout=300) == 0, (workdir / "watcher.stderr").read_text()
     finally:
         reconciler.kill()
         reconciler.wait()
