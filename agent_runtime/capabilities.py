@@ -9,7 +9,15 @@ structured output (`structuredOutput: false`) for a step with an
 `outputSchema`, and a step asking for more than the profile's
 `maxOutputTokens`. We add `imageInput: false` for a step whose messages carry
 an image. `streaming` chooses how the drivers call the model
-(`agent_runtime.steps.prompt`).
+(`agent_runtime.steps.prompt`), and `reasoning: false` drops the reasoning a
+provider streams.
+
+`maxInputTokens` is checked on each request, before it is sent: no tokenizer
+is bundled, so a request is refused only when it is certainly too large, its
+messages and tool definitions holding more than `BYTES_PER_TOKEN_AT_MOST`
+bytes of JSON per allowed token (text and code average well under that with
+the tokenizers in use). A paid call the provider would refuse for its context
+length fails the step here instead, naming the limit.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ class ResolvedModel:
     options: dict[str, Any]
     # The profile's `capabilities.streaming`; None when it does not say.
     streaming: bool | None = None
+    # The profile's `capabilities.reasoning` (False: drop streamed reasoning) and
+    # `capabilities.maxInputTokens`; None when it does not say.
+    reasoning: bool | None = None
+    max_input_tokens: int | None = None
 
 
 def capability_problem(step: PromptStep,
@@ -50,6 +62,19 @@ def capability_problem(step: PromptStep,
             part.type == "image" for message in step.messages or [] for part in message.content):
         return "messages", "the step's model profile does not take images (capabilities.imageInput)"
     return None
+
+
+BYTES_PER_TOKEN_AT_MOST = 8
+
+
+def input_too_large(request_bytes: int, max_input_tokens: int | None) -> str | None:
+    """Why a request of `request_bytes` (its messages and tools as JSON) is certainly
+    more than `max_input_tokens`, else None."""
+    if max_input_tokens is None or request_bytes <= max_input_tokens * BYTES_PER_TOKEN_AT_MOST:
+        return None
+    return (f"the request's messages and tools are {request_bytes} bytes, more than "
+            f"{BYTES_PER_TOKEN_AT_MOST} bytes for each of the model profile's "
+            f"{max_input_tokens} input tokens (capabilities.maxInputTokens)")
 
 
 def step_capabilities(step: PromptStep, manifest: AgentManifest, config: RuntimeConfig,

@@ -60,9 +60,7 @@ from pydantic import (
     Tag,
     ValidationError,
     field_validator,
-    model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from agent_runtime.errors import ConfigError, ConfigNotFound, ManifestError
 from agent_runtime.execution_plan import DEFAULT_HOST_MAX_CONCURRENCY
@@ -129,28 +127,18 @@ class ProviderConfig(_Strict):
 
 class ModelCapabilities(_Strict):
     """What a profile's model can do; each refuses the steps it cannot run
-    (`agent_runtime.capabilities`), and `streaming` picks how drivers call it.
-
-    The reference's `reasoning` and `maxInputTokens` describe a model without
-    changing what its runtime does; here they are refused by name rather than
-    accepted and ignored."""
+    (`agent_runtime.capabilities`), `streaming` picks how drivers call it,
+    `reasoning: false` drops the reasoning a provider streams (it is neither
+    shown nor counted in events), and `maxInputTokens` refuses, before the call,
+    a request certainly larger than the model takes (`agent_runtime.capabilities`)."""
 
     streaming: bool | None = None
     tools: bool | None = None
     structured_output: bool | None = Field(default=None, alias="structuredOutput")
+    reasoning: bool | None = None
     image_input: bool | None = Field(default=None, alias="imageInput")
+    max_input_tokens: int | None = Field(default=None, alias="maxInputTokens", gt=0)
     max_output_tokens: int | None = Field(default=None, alias="maxOutputTokens", gt=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_descriptive_only(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in ("reasoning", "maxInputTokens"):
-                if name in data:
-                    raise PydanticCustomError(
-                        "no_effect", "{name} has no effect in this runtime (nor in the "
-                        "reference's): remove it", {"name": name})
-        return data
 
 
 class ModelProfile(_Strict):

@@ -154,6 +154,7 @@ class AgentRuntime(HostServices):
                  config: RuntimeConfig | None = None, steps: StepRegistry | None = None,
                  owner: str | None = None, lease_seconds: float = 60.0,
                  base_dir: Path | None = None, text_sink: TextSink | None = None,
+                 reasoning_sink: TextSink | None = None,
                  policy: HostPolicy | None = None,
                  event_sink_failure_policy: str = CONTINUE,
                  on_event_sink_error: Callable[[Exception, Event], None] | None = None) -> None:
@@ -180,6 +181,8 @@ class AgentRuntime(HostServices):
         self.scripted = ScriptedModel(self.base_dir, may_read=self._may_read_script)
         # Model text as it arrives, for a live view; events never carry it.
         self.text_sink = text_sink
+        # The model's reasoning as it arrives (`--show-reasoning`); never logged either.
+        self.reasoning_sink = reasoning_sink
         self.connections = McpConnections()
         # Set (from any thread or a signal handler) to stop this runtime's runs
         # gracefully: no new model request, tool call or step starts, and each

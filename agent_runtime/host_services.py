@@ -84,9 +84,13 @@ class HostServices:
                                  "config (--config)")
             self._check_model(profile.provider, profile.model, profile=ref.ref)
             merged = {**(profile.options or {}), **(ref.options or {})}
-            streaming = profile.capabilities.streaming if profile.capabilities else None
+            capabilities = profile.capabilities
             return ResolvedModel(self.adapter_for(profile.provider), profile.provider,
-                                 profile.model, merged, streaming)
+                                 profile.model, merged,
+                                 streaming=capabilities.streaming if capabilities else None,
+                                 reasoning=capabilities.reasoning if capabilities else None,
+                                 max_input_tokens=capabilities.max_input_tokens
+                                 if capabilities else None)
         self._check_model(ref.provider, ref.model, profile=None)
         return ResolvedModel(self.adapter_for(ref.provider), ref.provider, ref.model,
                              dict(ref.options or {}))

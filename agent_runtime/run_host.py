@@ -82,6 +82,9 @@ class RunHost(Protocol):
     def text_sink(self) -> TextSink | None: ...
 
     @property
+    def reasoning_sink(self) -> TextSink | None: ...
+
+    @property
     def interrupt(self) -> threading.Event:
         """Set to stop the runtime's runs at their next commit point."""
         ...

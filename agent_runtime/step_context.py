@@ -123,6 +123,11 @@ class StepContext:
         """Where model text goes as it arrives (a live view), if anyone watches."""
         return self.runtime.text_sink
 
+    @property
+    def reasoning_sink(self) -> TextSink | None:
+        """Where a model's reasoning goes as it arrives, if a view shows it."""
+        return self.runtime.reasoning_sink
+
     def artifact_sink(self, frame: Frame) -> Callable[[bytes, str], ArtifactRef] | None:
         """How a tool of this step saves artifacts, when the runtime has a store for them."""
         store = self.runtime.artifacts

@@ -4,7 +4,9 @@ One line per thing a person cares about: a step starting and finishing with
 its duration and tokens, model calls, tool calls, loop iterations, approvals
 and suspensions. Events carry no prompt text or values; the model's text is
 shown as it arrives only through `text`, the runtime's separate text channel
-(`AgentRuntime(text_sink=view.text)`), which nothing logs or stores.
+(`AgentRuntime(text_sink=view.text)`), which nothing logs or stores; with
+`--show-reasoning`, the reasoning a model streams the same way through
+`reasoning` (`AgentRuntime(reasoning_sink=view.reasoning)`).
 
 Everything printed is escaped for the terminal (`excerpts.printable`): model
 text keeps its newlines and tabs, event lines are one line each, and no
@@ -63,6 +65,15 @@ class StreamView:
         self._out.write(printable(delta).replace("\n", "\n" + indent))
         self._out.flush()
 
+    def reasoning(self, step_path: str, delta: str) -> None:
+        """Show a model's reasoning delta, marked as such (`--show-reasoning`)."""
+        indent = "  " * (_depth(step_path) + 2)
+        self._end_text()
+        for line in printable(delta).splitlines():
+            if line.strip():
+                self._out.write(f"{indent}reasoning: {line}\n")
+        self._out.flush()
+
     def _end_text(self) -> None:
         if self._text_path is not None:
             self._out.write("\n")
@@ -98,8 +109,8 @@ class StreamView:
             model = str(data.get("model", ""))
             # a scripted model's name is a script path: its file name is enough
             self._model[name] = f"{data.get('provider')}/{model.rsplit('/', 1)[-1]}"
-        elif kind == "model.text.delta":
-            pass  # no text in events by design: it arrives through `text`
+        elif kind in ("model.text.delta", "model.reasoning.delta"):
+            pass  # no text in events by design: it arrives through `text` and `reasoning`
         elif kind == "model.usage":
             self._usage[name] = (f", {data.get('input_tokens', '?')} in / "
                                  f"{data.get('output_tokens', '?')} out tokens")

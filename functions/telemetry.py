@@ -35,7 +35,7 @@ NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "AgentRuntime"
 logger = Logger(service=SERVICE)
 
 # Frequent and uninformative at INFO: streamed-text counters and heartbeats.
-_DEBUG_EVENTS = frozenset({"model.text.delta", "run.heartbeat"})
+_DEBUG_EVENTS = frozenset({"model.text.delta", "model.reasoning.delta", "run.heartbeat"})
 
 
 def count(outcome: str, value: int = 1) -> None:

@@ -108,6 +108,9 @@ def _execution_flags(parser: argparse.ArgumentParser) -> None:
                                           "take to finish before the run suspends "
                                           f"(default: {DEFAULT_GRACE_SECONDS:g})")
     parser.add_argument("--stream", action="store_true", help="show a live view of the run")
+    parser.add_argument("--show-reasoning", action="store_true",
+                        help="show the reasoning a model streams, in the live view (implies "
+                        "--stream; never logged or stored)")
     parser.add_argument("--format", choices=("pretty", "json", "ndjson"), default="pretty")
 
 

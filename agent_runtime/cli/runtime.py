@@ -63,7 +63,9 @@ def build_runtime(
         sinks.append(files[-1])
     # Output is not the run: a reader that goes away (`| head`) loses the rest
     # of the output, and the run goes on.
-    view = StreamView(guarded(sys.stderr)) if getattr(args, "stream", False) else None
+    reasoning = getattr(args, "show_reasoning", False)
+    view = (StreamView(guarded(sys.stderr)) if getattr(args, "stream", False) or reasoning
+            else None)
     if view is not None:
         sinks.append(view)
     if getattr(args, "format", "pretty") == "ndjson":
@@ -75,6 +77,8 @@ def build_runtime(
                            event_sinks=sinks,
                            lease_seconds=getattr(args, "lease_seconds", None) or 30.0,
                            text_sink=None if view is None else view.text,
+                           reasoning_sink=view.reasoning if view is not None and reasoning
+                           else None,
                            artifacts=None if artifacts in (None, "none")
                            else LocalArtifactStore(artifacts))
     return runtime, files

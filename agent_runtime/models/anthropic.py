@@ -117,6 +117,9 @@ class AnthropicModel(SdkDriver[anthropic.AsyncAnthropic]):
                     request: ModelRequest, relay: TextRelay, *, wrapped: bool) -> ModelResponse:
         if not request.stream:
             message: Any = await client.messages.create(**params)
+            for block in message.content:
+                if block.type == "thinking" and block.thinking and request.on_reasoning:
+                    request.on_reasoning(block.thinking)
             return _response(request, message, wrapped=wrapped)
         answer_blocks: set[int] = set()
         async with client.messages.stream(**params) as stream:
@@ -128,6 +131,8 @@ class AnthropicModel(SdkDriver[anthropic.AsyncAnthropic]):
                     delta = event.delta
                     if delta.type == "text_delta":
                         relay(delta.text)
+                    elif delta.type == "thinking_delta" and request.on_reasoning is not None:
+                        request.on_reasoning(delta.thinking)
                     elif delta.type == "input_json_delta" and event.index in answer_blocks:
                         relay(delta.partial_json)
             final = await stream.get_final_message()

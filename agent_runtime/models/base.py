@@ -59,6 +59,9 @@ class ToolCallRequest:
     arguments: dict[str, Any]
 
 
+TextListener = Callable[[str], None]
+
+
 @dataclass
 class ModelRequest:
     provider: str
@@ -79,6 +82,9 @@ class ModelRequest:
     # from the run's saved state so a resumed run continues, never restarts.
     request_index: int = 1
     step_request_index: int = 1
+    # Reasoning deltas, when the provider streams them and the run shows or counts
+    # them (None: the driver drops reasoning). Not the answer: never retried on.
+    on_reasoning: TextListener | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -91,8 +97,6 @@ class ModelResponse:
     finish_reason: str = "stop"
     model: str | None = None
 
-
-TextListener = Callable[[str], None]
 
 
 class ModelAdapter(Protocol):

@@ -44,6 +44,7 @@ from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
+    TextListener,
     ToolCallRequest,
     Usage,
 )
@@ -152,9 +153,9 @@ class CohereModel(ClientDriver[cohere.AsyncClientV2]):
     async def _call(self, client: cohere.AsyncClientV2, params: dict[str, Any],
                     request: ModelRequest, relay: TextRelay, *, wrapped: bool) -> ModelResponse:
         if request.stream:
-            answer = await _streamed(client, params, relay)
+            answer = await _streamed(client, params, relay, request.on_reasoning)
         else:
-            answer = _Answer.of(await client.chat(**params))
+            answer = _Answer.of(await client.chat(**params), request.on_reasoning)
         if answer.finish is not None and answer.finish in _FAILED:
             raise ModelError(f"generation_{answer.finish.lower()}",
                              "the provider ended the answer with " + (
@@ -192,13 +193,16 @@ class _Answer:
         self.usage: Usage | None = None
 
     @classmethod
-    def of(cls, response: cohere.V2ChatResponse) -> _Answer:
+    def of(cls, response: cohere.V2ChatResponse,
+           reasoning: TextListener | None = None) -> _Answer:
         answer = cls()
         answer.finish = str(response.finish_reason) if response.finish_reason else None
         message = response.message
         for item in (message.content if message else None) or []:
             if item.type == "text":
                 answer.text.append(item.text)
+            elif item.type == "thinking" and reasoning is not None and item.thinking:
+                reasoning(item.thinking)
         for call in (message.tool_calls if message else None) or []:
             function = call.function
             answer.calls.append((call.id, (function.name if function else None) or "",
@@ -208,7 +212,7 @@ class _Answer:
 
 
 async def _streamed(client: cohere.AsyncClientV2, params: dict[str, Any],
-                    relay: TextRelay) -> _Answer:
+                    relay: TextRelay, reasoning: TextListener | None) -> _Answer:
     answer = _Answer()
     slots: dict[int, dict[str, str]] = {}
     answer_slots: set[int] = set()
@@ -220,6 +224,9 @@ async def _streamed(client: cohere.AsyncClientV2, params: dict[str, Any],
             if isinstance(text, str) and text:
                 answer.text.append(text)
                 relay(text)
+            thinking = _field(message, "content", "thinking")
+            if isinstance(thinking, str) and thinking and reasoning is not None:
+                reasoning(thinking)
         elif streamed.type == "tool-call-start":
             call = _field(message, "tool_calls")
             index = streamed.index if streamed.index is not None else len(slots)

@@ -26,7 +26,7 @@ through the official `google-genai` SDK (`pip install 'agent-runtime-durable[goo
   another process, a history given as input) goes with the placeholder
   Google documents for that case, which skips the check.
 - Streaming: `streamGenerateContent` over server-sent events; text parts reach
-  `on_text` as they arrive (thought summaries never do), a function call
+  `on_text` as they arrive (thought summaries go to `on_reasoning`), a function call
   arrives whole, usage with the last chunk.
 - Structured output: by default a forced "answer" function
   (`functionCallingConfig` mode `ANY`, restricted to it when it is the only
@@ -65,6 +65,7 @@ from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
+    TextListener,
     ToolCallRequest,
     Usage,
 )
@@ -219,10 +220,10 @@ class GoogleModel(ClientDriver[genai.Client]):
         answer = _Answer()
         if not request.stream:
             response = await client.aio.models.generate_content(**params)
-            answer.add(response, relay=None)
+            answer.add(response, relay=None, reasoning=request.on_reasoning)
         else:
             async for chunk in await client.aio.models.generate_content_stream(**params):
-                answer.add(chunk, relay=relay)
+                answer.add(chunk, relay=relay, reasoning=request.on_reasoning)
         calls = []
         for index, (call_id, name, args, signature) in enumerate(answer.calls):
             made = call_id or f"{GENERATED_ID_PREFIX}{uuid.uuid4().hex[:12]}-{index}"
@@ -256,7 +257,8 @@ class _Answer:
         self.empty = True
         self.block_reason: str | None = None
 
-    def add(self, chunk: types.GenerateContentResponse, *, relay: TextRelay | None) -> None:
+    def add(self, chunk: types.GenerateContentResponse, *, relay: TextRelay | None,
+            reasoning: TextListener | None = None) -> None:
         self.model = chunk.model_version or self.model
         if chunk.usage_metadata is not None:
             self.usage = _usage(chunk.usage_metadata)
@@ -277,6 +279,8 @@ class _Answer:
                     self.text.append(part.text)
                     if relay is not None:
                         relay(part.text)
+                elif part.text and reasoning is not None:  # a thought summary
+                    reasoning(part.text)
 
     def no_candidates(self) -> ModelError:
         if self.block_reason:

@@ -155,6 +155,7 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
             raise ModelError("refusal", f"the model refused: {excerpt(message.refusal)}")
         calls = [(call.id, call.function.name, call.function.arguments)
                  for call in message.tool_calls or [] if getattr(call, "function", None)]
+        _relay_reasoning(request, message)
         return _response(request, text=message.content, raw_calls=calls,
                          raw_finish=choice.finish_reason, usage=completion.usage,
                          model=completion.model, wrapped=wrapped)
@@ -174,6 +175,7 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
                 usage = self._stream_usage(chunk) or usage
                 for choice in chunk.choices or []:
                     delta = choice.delta
+                    _relay_reasoning(request, delta)
                     if delta is not None and delta.content:
                         text.append(delta.content)
                         relay(delta.content)
@@ -190,6 +192,18 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         return _response(request, text="".join(text) or None, raw_calls=calls,
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
 
+
+
+def _relay_reasoning(request: ModelRequest, message: Any) -> None:
+    """Reasoning a chat completion carries beside its content: `reasoning_content`
+    (DeepSeek, xAI, vLLM) or `reasoning` (Groq, OpenRouter); OpenAI's own keeps it."""
+    if request.on_reasoning is None or message is None:
+        return
+    for name in ("reasoning_content", "reasoning"):
+        text = getattr(message, name, None)
+        if isinstance(text, str) and text:
+            request.on_reasoning(text)
+            return
 
 
 class OpenAICompatibleChatModel(OpenAIChatModel):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 
 from agent_runtime.artifact_access import ArtifactReader
+from agent_runtime.capabilities import input_too_large
 from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
 from agent_runtime.events import random_id
@@ -215,6 +216,19 @@ def _reservation(pending: list[PendingCall], index: int, ctx: Execution,
     return [call["key"]]
 
 
+def _check_input_size(request: ModelRequest, model: ResolvedModel, step_path: str) -> None:
+    """Fail the step, before a paid call, when the request is certainly larger than its
+    model profile's `capabilities.maxInputTokens` (agent_runtime/capabilities.py)."""
+    if model.max_input_tokens is None:
+        return
+    size = json_size(request.messages) + json_size(
+        [[tool.name, tool.description, tool.parameters] for tool in request.tools])
+    why = input_too_large(size, model.max_input_tokens)
+    if why is not None:
+        raise StepFailed("input_too_large", f"step {step_path}: {why}",
+                         {"bytes": size, "max_input_tokens": model.max_input_tokens})
+
+
 def _streams(model: ResolvedModel, ctx: Execution) -> bool:
     """Whether to ask the provider to stream: as the model profile's
     `capabilities.streaming` says, else when someone watches the text live."""
@@ -273,7 +287,9 @@ class PromptStepExecutor:
                 run_id=ctx.run_id, step_id=step.id, step_path=frame.step_path,
                 request_index=index,
                 step_request_index=ctx.state.step_requests[step.id] + 1)
-            response = await self._call_model(model.adapter, request, frame, ctx)
+            _check_input_size(request, model, frame.step_path)
+            response = await self._call_model(model.adapter, request, frame, ctx,
+                                              reasoning=model.reasoning is not False)
             state["rounds"] += 1
             _check_completion(step, response, frame.step_path)
             if not response.tool_calls:
@@ -299,7 +315,7 @@ class PromptStepExecutor:
             await ctx.checkpoint(reserving=_reservation(state["pending"], 0, ctx, tools))
 
     async def _call_model(self, adapter: ModelAdapter, request: ModelRequest, frame: Frame,
-                          ctx: Execution) -> ModelResponse:
+                          ctx: Execution, *, reasoning: bool = True) -> ModelResponse:
         ctx.events.emit("model.started", step_id=request.step_id, step_path=frame.step_path,
                         provider=request.provider, model=request.model,
                         request=request.request_index)
@@ -322,6 +338,24 @@ class PromptStepExecutor:
             if text_sink is not None:
                 text_sink(frame.step_path, delta)
 
+        reasoning_sink = ctx.reasoning_sink
+        thought = {"chars": 0, "at": 0.0}
+
+        def on_reasoning(delta: str) -> None:
+            # As text: a count of characters in the log a few times a second (never
+            # the reasoning itself), every delta to a view that asked to show it.
+            thought["chars"] += len(delta)
+            now = time.monotonic()
+            if now - thought["at"] >= TEXT_EVENT_INTERVAL:
+                ctx.events.emit("model.reasoning.delta", step_id=request.step_id,
+                                step_path=frame.step_path, chars=thought["chars"])
+                thought.update(chars=0, at=now)
+            if reasoning_sink is not None:
+                reasoning_sink(frame.step_path, delta)
+
+        if reasoning:
+            request.on_reasoning = on_reasoning
+
         try:
             # Bounded by the engine itself, whether or not the driver honours
             # `timeout_seconds`: providerTimeoutMs, and the slice's deadline.
@@ -333,6 +367,9 @@ class PromptStepExecutor:
             if pending["chars"]:
                 ctx.events.emit("model.text.delta", step_id=request.step_id,
                                 step_path=frame.step_path, chars=pending["chars"])
+            if thought["chars"]:
+                ctx.events.emit("model.reasoning.delta", step_id=request.step_id,
+                                step_path=frame.step_path, chars=thought["chars"])
         except ModelError as error:
             raise StepFailed("model_error", f"step {frame.step_path}: {request.provider}/"
                              f"{request.model}: {error}", {"code": error.code}) from error

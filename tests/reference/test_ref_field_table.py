@@ -54,6 +54,7 @@ SUBRUN = "tests/agent_runtime/test_subrun.py::"
 TOOLS = "tests/agent_runtime/test_tools_and_approvals.py::"
 LIMITS = "tests/agent_runtime/test_limits.py::"
 OPENAI = "tests/agent_runtime/models/test_openai_driver.py::"
+REASONING = "tests/agent_runtime/models/test_reasoning.py::"
 HERE = "tests/reference/test_ref_field_table.py::"
 POLICY = "tests/agent_runtime/test_host_policy.py::"
 QUOTA = "tests/api/test_routes_quota.py::"
@@ -317,6 +318,11 @@ FIELDS: dict[str, tuple[str, str]] = {
                                 "mismatches_and_connection_elevation"),
     "ModelCapabilities.structured_output": ("effect", CONFIG + "test_model_capabilities_"
                                             "refuse_what_the_model_cannot_do"),
+    "ModelCapabilities.reasoning": ("effect", REASONING + "test_a_profile_without_reasoning_"
+                                    "drops_it"),
+    "ModelCapabilities.max_input_tokens": ("effect", REASONING + "test_max_input_tokens_"
+                                           "refuses_a_request_certainly_too_large_before_"
+                                           "sending_it"),
     "ModelCapabilities.image_input": ("effect", CONFIG + "test_model_capabilities_refuse_what"
                                       "_the_model_cannot_do"),
     "ModelCapabilities.max_output_tokens": ("effect", CONFIG + "test_model_capabilities_"

@@ -208,6 +208,7 @@ class DriverRun:
     store: MemoryRunStore
     events: ListEventSink
     text: list[tuple[str, str]] = field(default_factory=list)
+    reasoning: list[tuple[str, str]] = field(default_factory=list)
 
     def run(self, *steps: dict[str, Any], model: dict[str, Any],
             limits: dict[str, Any] | None = None) -> RunResult:
@@ -237,16 +238,20 @@ class DriverRun:
 
 def driver_run(config: dict[str, Any], *, tools: list[Tool] | None = None,
                models: dict[str, ModelAdapter] | None = None,
-               watch_text: bool = False) -> DriverRun:
+               watch_text: bool = False, watch_reasoning: bool = False) -> DriverRun:
     store = MemoryRunStore()
     events = ListEventSink()
     text: list[tuple[str, str]] = []
+    reasoning: list[tuple[str, str]] = []
     runtime = AgentRuntime(store=store, config=parse_config({"version": "1.0", **config},
                                                            source="test-config"),
                            tools=tools or [], models=models, event_sinks=[events],
                            text_sink=(lambda path, delta: text.append((path, delta)))
-                           if watch_text else None)
-    return DriverRun(runtime=runtime, store=store, events=events, text=text)
+                           if watch_text else None,
+                           reasoning_sink=(lambda path, delta: reasoning.append((path, delta)))
+                           if watch_reasoning else None)
+    return DriverRun(runtime=runtime, store=store, events=events, text=text,
+                     reasoning=reasoning)
 
 
 
