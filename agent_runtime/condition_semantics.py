@@ -70,15 +70,21 @@ def truthy(value: Any) -> bool:
     """JavaScript truthiness: None, False, 0, NaN and "" are false; [] and {} are true."""
     if isinstance(value, str):
         return value != ""
-    if isinstance(value, int | float):  # bool included
+    if isinstance(value, int):  # bool included; an int of any size (no float of it)
+        return value != 0
+    if isinstance(value, float):
         return value != 0 and not math.isnan(value)
     return value is not None and value is not MISSING
 
 
 def to_number(value: Any) -> int | float:
     # JavaScript's ToNumber, except that lists and dicts are always NaN.
-    if isinstance(value, int | float):
-        return int(value) if isinstance(value, bool) else value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):  # a variable's JSON integer: as JavaScript reads it
+        return js_int(value)
+    if isinstance(value, float):
+        return value
     if isinstance(value, str):
         text = value.strip()
         if _JS_NUMERIC.fullmatch(text):

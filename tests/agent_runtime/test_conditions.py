@@ -307,6 +307,30 @@ def test_arithmetic(expression: str, expected: Any) -> None:
     check(expression, expected)
 
 
+HUGE = int("9" * 400)  # a variable's JSON integer past the double range
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("!(-huge) < 1", True),  # a huge integer is truthy without becoming a float
+        ("-huge < 0", True),
+        ("huge + 1", math.inf),  # as JavaScript reads it: Infinity
+        ("-huge * " + "9" * 400, -math.inf),
+        ("huge - huge", NAN),  # Infinity - Infinity
+        ("huge % 2", NAN),
+        ("huge / huge", NAN),
+        ("-(-huge) > " + "9" * 300, True),
+        ("huge == huge", True),
+    ],
+)
+def test_a_huge_integer_variable_is_javascripts_number(expression: str, expected: Any) -> None:
+    """A reference port (46 generated cases) negated huge integers: OverflowError, not a
+    number, until variables' integers were read as JavaScript reads them."""
+    actual = compile_condition(expression).evaluate({"huge": HUGE})
+    assert same(actual, expected), f"{expression!r} gave {actual!r}, expected {expected!r}"
+
+
 @pytest.mark.parametrize(
     ("expression", "expected"),
     [
