@@ -67,7 +67,8 @@ test: dev lint template-check
 
 # Speed and storage, printed as ratios measured in one run (ours vs a raw
 # SQLite floor and vs LangGraph's SqliteSaver; the CLI's start-up vs importing
-# pydantic).
+# pydantic); 1,000 concurrent runs through one `serve` vs LangGraph and DBOS
+# on the same fake model (a serve flag it lacks is left out, with a note).
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py
@@ -77,6 +78,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/cli_startup.py
 	$(BIN)/python bench/policy_limits.py
 	$(BIN)/python bench/aws_cost.py
+	$(BIN)/python bench/serve_concurrency.py --serve-arg=--max-concurrent-runs=2000
 
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
