@@ -114,7 +114,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             fresh = fresh[-args.tail:] if args.tail else []
         first = False
         for event in fresh:
-            print_event(event, args.format, out)
+            print_event(event, args.format, out, shape=args.ndjson_shape)
             if isinstance(out, TerminalStream) and out.closed_by_reader:
                 return 0
         if not args.follow:

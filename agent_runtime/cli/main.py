@@ -112,6 +112,13 @@ def _execution_flags(parser: argparse.ArgumentParser) -> None:
                         help="show the reasoning a model streams, in the live view (implies "
                         "--stream; never logged or stored)")
     parser.add_argument("--format", choices=("pretty", "json", "ndjson"), default="pretty")
+    _ndjson_shape(parser)
+
+
+def _ndjson_shape(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ndjson-shape", choices=("native", "reference"), default="native",
+                        help="with --format ndjson: this runtime's lines (native), or the "
+                        "reference CLI's {type: event|result, ...} with camelCase fields")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--tail", type=count(0), metavar="N", help="only the last N events")
     events.add_argument("--follow", action="store_true", help="keep following the file")
     events.add_argument("--format", choices=("pretty", "ndjson"), default="pretty")
+    _ndjson_shape(events)
 
     reconcile = _command(
         commands, "reconcile", "resume runs whose owner died; suspend runs that keep dying",

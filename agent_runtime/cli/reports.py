@@ -2,7 +2,10 @@
 
 `--format json` prints one object `{run_id, status, attempt, output,
 suspension, usage}`; `pretty` is for people; `ndjson` streams events as JSON
-lines and ends with the result object.
+lines and ends with the result object. With `--ndjson-shape reference`, the
+lines are the reference CLI's instead: `{"type": "event", "event": {...}}` and
+a last `{"type": "result", "result": {...}}`, their fields camelCased (never
+inside a run's output or variables, which are the run's own data).
 
 Run outputs, ids, prompts and messages may hold whatever a model or a user
 wrote, so nothing reaches the terminal raw: JSON goes through
@@ -16,6 +19,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
+
+from pydantic.alias_generators import to_camel
 
 from agent_runtime.cli.output import STATUS_COLOURS, paint
 from agent_runtime.events import Event
@@ -45,9 +50,14 @@ def _field(value: Any) -> str:
     return printable(str(value), multiline=False)
 
 
-def print_result(result: RunResult, fmt: str, out: TextIO, *, store_flags: str = "") -> None:
+def print_result(result: RunResult, fmt: str, out: TextIO, *, store_flags: str = "",
+                 shape: str = "native") -> None:
     """The result of an execution; next-step hints repeat `store_flags` (the flags
     that name the store, already quoted for a shell)."""
+    if fmt == "ndjson" and shape == "reference":
+        out.write(to_json_text({"type": "result", "result": camel_fields(result.to_json())})
+                  + "\n")
+        return
     if fmt in ("json", "ndjson"):
         out.write(to_json_text(result.to_json()) + "\n")
         return
@@ -188,8 +198,10 @@ def _print_latest_state(latest: dict[str, Any], run_id: str, out: TextIO) -> Non
         out.write("  (no variables)\n")
 
 
-def print_event(event: Event, fmt: str, out: TextIO) -> None:
-    if fmt in ("json", "ndjson"):
+def print_event(event: Event, fmt: str, out: TextIO, *, shape: str = "native") -> None:
+    if fmt == "ndjson" and shape == "reference":
+        out.write(to_json_text({"type": "event", "event": camel_fields(event.to_json())}) + "\n")
+    elif fmt in ("json", "ndjson"):
         out.write(to_json_text(event.to_json()) + "\n")
     else:
         # an event log is a file anyone may hand to `events`: escape all of it
@@ -198,6 +210,23 @@ def print_event(event: Event, fmt: str, out: TextIO) -> None:
         out.write(_field(f"{event.timestamp.isoformat(timespec='milliseconds')} {event.run_id} "
                          f"a{event.attempt}#{event.sequence} {event.type}{where}{data}") + "\n")
     out.flush()
+
+
+# A run's own data: kept as written, whatever its keys.
+_OWN_DATA = frozenset({"output", "variables"})
+
+
+def camel_fields(value: Any, *, own: bool = False) -> Any:
+    """`value` with the runtime's snake_case keys camelCased, recursively, except
+    inside a run's output or variables."""
+    if own:
+        return value
+    if isinstance(value, dict):
+        return {(to_camel(key) if isinstance(key, str) else key):
+                camel_fields(item, own=key in _OWN_DATA) for key, item in value.items()}
+    if isinstance(value, list):
+        return [camel_fields(item) for item in value]
+    return value
 
 
 def print_reconcile_summary(summary: ReconcileSummary, fmt: str, out: TextIO) -> None:

@@ -61,7 +61,8 @@ def exit_code(result: RunResult) -> int:
 
 
 def finish(result: RunResult, args: argparse.Namespace) -> int:
-    print_result(result, args.format, guarded(sys.stdout), store_flags=store_flags_text(args))
+    print_result(result, args.format, guarded(sys.stdout), store_flags=store_flags_text(args),
+                 shape=getattr(args, "ndjson_shape", "native"))
     return exit_code(result)
 
 

@@ -70,7 +70,9 @@ def build_runtime(
         sinks.append(view)
     if getattr(args, "format", "pretty") == "ndjson":
         out = guarded(sys.stdout)
-        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out)))
+        shape = getattr(args, "ndjson_shape", "native")
+        sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out,
+                                                                 shape=shape)))
     artifacts = getattr(args, "artifacts", None)
     policy = (config.policy if config is not None else None) or default_policy
     runtime = AgentRuntime(store=store, config=config, tools=tools, policy=policy,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agent_runtime.cli import main
+from agent_runtime.cli.reports import camel_fields
 
 REPO = Path(__file__).resolve().parents[2]
 # The reference implementation's manifests, kept in the repo so a clean clone
@@ -128,6 +129,37 @@ def test_json_and_ndjson_formats(workdir: Path, capsys: pytest.CaptureFixture[st
                  "--type", "step.*", "--format", "ndjson"]) == 0
     types = [json.loads(line)["type"] for line in capsys.readouterr().out.splitlines()]
     assert types == ["step.started", "step.completed"]
+
+
+def test_ndjson_in_the_reference_shape(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--ndjson-shape reference`: the reference CLI's `{type, event}` lines and a last
+    `{type: result, result}`, camelCased."""
+    monkeypatch.chdir(workdir)
+    assert main(["run", "manifests/hello.agent.yaml", "--model", "scripted/echo",
+                 "--format", "ndjson", "--ndjson-shape", "reference"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {line["type"] for line in lines[:-1]} == {"event"}
+    first = lines[0]["event"]
+    assert first["type"] == "run.started" and {"runId", "sequence", "timestamp"} <= set(first)
+    assert any(line["event"].get("stepPath") == "explain" for line in lines[:-1])
+    result = lines[-1]
+    assert result["type"] == "result"
+    assert result["result"]["status"] == "completed"
+    assert result["result"]["usage"]["consumedTokens"] > 0
+    assert main(["events", ".agent-runtime/events.jsonl", "--run", result["result"]["runId"],
+                 "--type", "step.*", "--format", "ndjson", "--ndjson-shape", "reference"]) == 0
+    shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["type"], line["event"]["type"]) for line in shown] == [
+        ("event", "step.started"), ("event", "step.completed")]
+
+
+def test_the_reference_shape_leaves_a_runs_own_data_as_written() -> None:
+    body = {"run_id": "r", "output": {"snake_case": [{"inner_key": 1}]},
+            "suspension": {"details": {"approval_id": "a"}}, "variables": {"my_value": 2}}
+    assert camel_fields(body) == {"runId": "r", "output": {"snake_case": [{"inner_key": 1}]},
+                                  "suspension": {"details": {"approvalId": "a"}},
+                                  "variables": {"my_value": 2}}
 
 
 BAD_AGENT = """schemaVersion: '1.0'
