@@ -14,7 +14,8 @@ once, never resumed and failing forever, and no step runs from it.
 
 The store calls of a run (its reservation, the reads before it, every commit
 of its execution) are made on the runtime's store thread, off the event loop
-(agent_runtime/store_thread.py); the synchronous methods (`create_run`,
+(agent_runtime/store_thread.py; a host running many runtimes at once shares
+one `StorePool` between them); the synchronous methods (`create_run`,
 `approve`, `cancel`, `create_fork`) call the store directly, as before.
 """
 
@@ -80,7 +81,7 @@ from agent_runtime.run_options import FORKED_FROM, without_origin
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
-from agent_runtime.store_thread import store_thread_for
+from agent_runtime.store_thread import StorePool, store_thread_for
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import McpConnections
 from agent_runtime.variables import resolve_variables
@@ -157,10 +158,12 @@ class AgentRuntime(HostServices):
                  reasoning_sink: TextSink | None = None,
                  policy: HostPolicy | None = None,
                  event_sink_failure_policy: str = CONTINUE,
-                 on_event_sink_error: Callable[[Exception, Event], None] | None = None) -> None:
+                 on_event_sink_error: Callable[[Exception, Event], None] | None = None,
+                 store_pool: StorePool | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
-        # Where this runtime's executions call the store, off the event loop.
-        self.store_thread = store_thread_for(self.store)
+        # Where this runtime's executions call the store, off the event loop: a thread
+        # of its own, or a lane on the threads a host shares between its runtimes.
+        self.store_thread = store_thread_for(self.store, pool=store_pool)
         self.models: dict[str, ModelAdapter] = dict(models or {})
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.approvals: ApprovalAdapter = approvals or StoreApprovals()

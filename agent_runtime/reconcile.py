@@ -45,7 +45,8 @@ one acts and the other reports `lost-race`, which is not an error.
 
 Events: `reconcile.started`, `reconcile.resumed` (reason `resume-requested` or
 `child-finished` for a suspended run), `reconcile.skipped` (reason
-`owner-alive`, `owner-unknown` or `lost-race`), `reconcile.suspended-run`,
+`owner-alive`, `owner-unknown`, `lost-race`, or `no-room` when the executor
+had no place for the run: a later pass tries again), `reconcile.suspended-run`,
 `reconcile.error`, `reconcile.deferred` (no room for more resumes and starts),
 `reconcile.request-filed` (the sweep) and `reconcile.completed` (counts). The
 reconciler is not a run: an event about a run carries its id and the attempt
@@ -93,6 +94,7 @@ DEFAULT_RESUME_GRACE_SECONDS = 30.0
 OWNER_ALIVE = "owner-alive"
 OWNER_UNKNOWN = "owner-unknown"
 LOST_RACE = "lost-race"
+NO_ROOM = "no-room"
 # Why a suspended run is resumed.
 RESUME_REQUESTED = "resume-requested"
 CHILD_FINISHED = "child-finished"
@@ -103,6 +105,11 @@ CRASH_LOOP = transitions.CRASH_LOOP
 
 class LostRace(Exception):
     """Raised by a resume action that finds another reconciler or executor got there first."""
+
+
+class NoRoom(Exception):
+    """Raised by a resume action whose executor has no place for the run now: not an
+    error, the run is skipped and a later pass tries again."""
 
 
 # Another reconciler (or a user's `resume`) got there first: the run moved on.
@@ -545,6 +552,8 @@ class Reconciler:
             resumed = await self.resume(run)
         except RACE_ERRORS as race:
             return self._skipped(events, run, LOST_RACE, f"{type(race).__name__}: {race}")
+        except NoRoom as full:
+            return self._skipped(events, run, NO_ROOM, str(full))
         except Exception as error:
             return self._error(events, run, error)
         takeovers = run.takeovers + (run.status is RunStatus.RUNNING)
@@ -566,6 +575,7 @@ __all__ = [
     "Liveness",
     "LivenessCheck",
     "LostRace",
+    "NoRoom",
     "OwnerStatus",
     "ProcessLiveness",
     "ReconcileSummary",

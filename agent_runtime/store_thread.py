@@ -11,15 +11,23 @@ loop goes on while the store works.
 One thread per runtime, taking the calls in the order they were made: a
 run's commits reach the store in order, as they did on the loop thread, and a
 store still sees one runtime's calls one at a time. (A store may be called
-from other threads too: `serve` runs each run on a worker thread of its own.)
+from other threads too: the other runtimes of a host, the HTTP API's routes.)
 A call returns what the store returned and raises what it raised, the same
 exception object (`StaleAttempt`, `RunTerminal`, `CheckpointConflict`, an I/O
 error), so every caller handles the outcome exactly as before.
 
 The thread exists while the runtime executes a run (`held`: a run, a resume,
 an advance, the sub-runs inside them) and ends when the last one returns, so a
-host that builds a runtime per run (`serve`) has one store thread per run
-executing, never one per run it ever started.
+host that builds a runtime per run has one store thread per run executing,
+never one per run it ever started.
+
+A host that executes many runs at once (`serve`, with a runtime per run) gives
+its runtimes one `StorePool` instead (`AgentRuntime(store_pool=...)`): a
+fixed, small number of threads shared by all of them. Each runtime keeps its
+own lane on the pool, so its calls still reach the store one at a time and in
+order, while the calls of different runs are made side by side (a store that
+shares one transaction between concurrent commits needs them to be), and a
+thousand runs waiting on their models hold no thread at all.
 
 A store whose calls never wait on I/O says so with a class attribute
 `waits_on_io = False` (the memory store): its calls are made inline on the
@@ -36,30 +44,61 @@ import contextlib
 import contextvars
 import functools
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 THREAD_NAME = "agent-runtime-store"
+POOL_THREAD_NAME = "agent-runtime-store-pool"
+
+
+class StorePool:
+    """`threads` threads that the store calls of many runtimes share (see the module doc).
+
+    Lives as long as its host: `shutdown` when no runtime calls through it any more.
+    """
+
+    def __init__(self, threads: int, *, name: str = POOL_THREAD_NAME) -> None:
+        if threads < 1:
+            raise ValueError("a store pool needs 1 thread or more")
+        self.threads = threads
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+
+    def submit(self, call: Callable[[], object]) -> None:
+        self._executor.submit(call)
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        self._executor.shutdown(wait=wait, cancel_futures=False)
 
 
 class StoreThread:
-    """Runs blocking store calls, one at a time and in order, off the event loop."""
+    """Runs blocking store calls, one at a time and in order, off the event loop: on a
+    thread of its own, or given a `pool`, in a lane of its own on the pool's threads."""
 
-    def __init__(self, *, inline: bool = False, name: str = THREAD_NAME) -> None:
+    def __init__(self, *, inline: bool = False, name: str = THREAD_NAME,
+                 pool: StorePool | None = None) -> None:
         self.inline = inline  # call on the caller's thread: a store that never waits
         self._name = name
         self._lock = threading.Lock()  # runtimes may be shared by threads with loops of their own
         self._executor: ThreadPoolExecutor | None = None
         self._holders = 0
+        self._pool = pool
+        # With a pool: the calls waiting for their turn, and whether one is on the pool.
+        self._lane: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
+        self._lane_busy = False
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """Keep the thread while the block runs (an execution); the last holder to leave
-        ends it. Nested and concurrent holds share the one thread."""
+        ends it. Nested and concurrent holds share the one thread. (With a pool there is
+        no thread of its own to keep.)"""
+        if self._pool is not None:
+            yield
+            return
         with self._lock:
             self._holders += 1
         try:
@@ -78,15 +117,58 @@ class StoreThread:
 
     @property
     def running(self) -> bool:
-        """Whether the thread exists now (for tests and diagnostics)."""
+        """Whether the thread exists now, or with a pool whether a call is on it (for
+        tests and diagnostics)."""
+        if self._pool is not None:
+            return self._lane_busy
         return self._executor is not None
 
     def _submit(self, call: Callable[[], T]) -> Future[T]:
+        if self._pool is not None:
+            return self._submit_to_lane(self._pool, call)
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1,
                                                     thread_name_prefix=self._name)
             return self._executor.submit(call)
+
+    def _submit_to_lane(self, pool: StorePool, call: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            self._lane.append((future, call))
+            if self._lane_busy:
+                return future  # the call on the pool takes this one after it
+            self._lane_busy = True
+        self._hand_to(pool)
+        return future
+
+    def _hand_to(self, pool: StorePool) -> None:
+        try:
+            pool.submit(functools.partial(self._next_in_lane, pool))
+        except RuntimeError as stopped:  # the pool was shut down: no call will be made
+            with self._lock:
+                waiting, self._lane, self._lane_busy = list(self._lane), deque(), False
+            for future, _ in waiting:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(stopped)
+
+    def _next_in_lane(self, pool: StorePool) -> None:
+        """Make the lane's next call (on a pool thread), then hand the lane back to the
+        pool: one call per turn, so a busy run does not keep a thread from the others."""
+        with self._lock:
+            future, call = self._lane.popleft()
+        if future.set_running_or_notify_cancel():  # else cancelled before its turn
+            try:
+                result = call()
+            except BaseException as error:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+        with self._lock:
+            if not self._lane:
+                self._lane_busy = False
+                return
+        self._hand_to(pool)
 
     async def call(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """`method(*args, **kwargs)` on the store thread; its result, or what it raised.
@@ -110,10 +192,11 @@ class StoreThread:
                 raise
 
 
-def store_thread_for(store: object) -> StoreThread:
+def store_thread_for(store: object, *, pool: StorePool | None = None) -> StoreThread:
     """The store thread of a runtime over `store`: inline when the store says its
-    calls never wait on I/O (`waits_on_io = False`), else a thread of its own."""
-    return StoreThread(inline=not getattr(store, "waits_on_io", True))
+    calls never wait on I/O (`waits_on_io = False`), else a thread of its own, or a
+    lane on `pool` when the host shares one between its runtimes."""
+    return StoreThread(inline=not getattr(store, "waits_on_io", True), pool=pool)
 
 
 async def _outlast(submitted: Future[T]) -> None:
@@ -135,4 +218,4 @@ async def _outlast(submitted: Future[T]) -> None:
             await asyncio.shield(ended)
 
 
-__all__ = ["THREAD_NAME", "StoreThread", "store_thread_for"]
+__all__ = ["POOL_THREAD_NAME", "THREAD_NAME", "StorePool", "StoreThread", "store_thread_for"]

@@ -1,37 +1,48 @@
-"""`LocalLauncher`: the `Launcher` of `agent-runtime serve`, a pool of worker threads.
+"""`LocalLauncher`: the `Launcher` of `agent-runtime serve`: every run an asyncio task.
 
 A request that starts or resumes a run returns as soon as the run is handed
-to the pool; a worker then executes the attempt over the same store with a
-runtime of its own (built per job: MCP connections and event loops are never
-shared between threads). The store keeps the truth, so nothing here has to
-survive a crash: a run the pool never got to stays `created`, or `suspended`
-with its resume request recorded, and the reconciler loop
-(`agent_runtime.api.local_reconcile`) starts it later; a run a dead worker
-was executing is taken over once its lease expired and its owner pid is gone.
+over; the run's attempt then executes as a task on one of the server's event
+loops (`agent_runtime.api.run_loops`, `serve --workers`), awaiting
+`AgentRuntime.run(run_id=..., resume=True)` with a runtime of its own built
+from the run's remembered options. A run waiting on its model holds a
+coroutine, not a thread: how many runs execute at once is bounded by places
+(`agent_runtime.api.run_capacity`: `--max-concurrent-runs`, and one tenant's
+share, `--tenant-concurrent-runs`), not by threads. A run is started the
+moment it is handed over, or refused then (429 to the request, the next pass
+to the reconciler); nothing waits in a queue here.
 
-Workers are shared fairly between tenants (a run's `tenant`; runs without one
-form one more tenant):
+The store keeps the truth, so nothing here has to survive a crash: a run that
+was never handed over stays `created`, or `suspended` with its resume request
+recorded, and the reconciler loop (`agent_runtime.api.local_reconcile`)
+starts it; a run this process was executing when it died is taken over at
+once by the next server, its owner (this host and pid) being gone.
 
-* each tenant has a queue of its own, and a free worker takes the next job of
-  the tenant served least recently among those that have one waiting (round
-  robin), so a tenant that queued a hundred runs delays another tenant's next
-  run by at most one run, not a hundred;
-* at most `tenant_workers` runs of one tenant execute at once, so that with
-  fewer than `workers` one tenant cannot hold every worker with long runs
-  while another tenant's run waits (`serve --tenant-workers`);
-* a tenant's queue is bounded: when `tenant_workers + max_queued` of its jobs
-  are queued or executing, a request is not made to wait; the run is left for
-  the reconciler. Other tenants' queues are not affected.
+Failures of the store: an attempt that ends with its run still `running`
+under this server (a commit the store refused, a full disk, and the write
+that would have failed the run refused too) is taken over again by this
+server, after 1 s, then twice as long each time up to 30 s, until the store
+answers; the run continues from its last checkpoint. A run taken over
+`DEFAULT_MAX_TAKEOVERS` times without progress is left to the reconciler,
+which suspends it as a crash loop.
+
+Stopping (`interrupt`, on SIGTERM): no run is handed over any more, and every
+runtime's `interrupt` is set: no new model request, tool call or step starts,
+a call in flight may end, and each run suspends `interrupted` at its next
+commit point, its lease released. Each run suspended that way gets a resume
+request (reason `server-stopped`), so the next server's reconciler resumes it
+without an operator.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 
 from stores.base import (
     InvalidTransition,
@@ -43,13 +54,27 @@ from stores.base import (
 )
 from stores.records import Budget, RunRecord, RunStatus
 
+from agent_runtime.api.run_capacity import DEFAULT_MAX_RUNS, RunPlaces
+from agent_runtime.api.run_loops import RunLoops
 from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.engine import AgentRuntime
+from agent_runtime.engine import AgentRuntime, default_owner
 from agent_runtime.errors import AgentRuntimeError
+from agent_runtime.reconcile import DEFAULT_MAX_TAKEOVERS
+from agent_runtime.results import RunResult
+from agent_runtime.store_thread import StorePool, StoreThread, store_thread_for
 
-# Jobs that may wait for a worker, per worker and per tenant, before requests
-# leave that tenant's runs to the reconciler.
-QUEUED_PER_WORKER = 8
+DEFAULT_LOOPS = 1
+# After an attempt left its run `running` here, the first wait before taking it
+# over again, doubled each time up to the cap.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+# The resume request filed on each run this server suspended as it stopped.
+SERVER_STOPPED = "server-stopped"
+INTERRUPTED = "interrupted"
+# The store could not take the attempt's commit (execution.CheckpointUnavailable).
+CHECKPOINT_UNAVAILABLE = "checkpoint_unavailable"
+# How often a run waiting to retry looks whether the server stops.
+_STOP_POLL_SECONDS = 0.2
 
 logger = logging.getLogger("agent_runtime.serve")
 
@@ -61,64 +86,74 @@ class _Job:
     why: str
     budget: Budget | None = None
     allow_running_takeover: bool = False
+    # The owner of a running run's lease confirmed gone: taken over without waiting.
+    expired_owner: str | None = None
     # A resume request was recorded for it: worth a second job when it
     # arrives while the run's previous job is still winding down.
     requested: bool = False
 
 
 class LocalLauncher:
-    """Executes stored runs on `workers` threads; `runtime_for(run)` builds each job's runtime.
+    """Executes stored runs as tasks on `loops` event loops; `runtime_for(run)` builds each
+    attempt's runtime (with `store_pool`, when given, for its store calls).
 
-    Thread-safe: requests hand runs over from the server's event loop, the
-    reconciler loop from its own thread.
+    Thread-safe: requests hand runs over from the server's request threads, the
+    reconciler loop from its own thread. Also the routes' `RunCapacity` (`admit`).
     """
 
     def __init__(self, store: RunStore, runtime_for: Callable[[RunRecord], AgentRuntime], *,
-                 workers: int, tenant_workers: int | None = None,
-                 max_queued: int | None = None, clock: Clock | None = None) -> None:
-        if workers < 1:
-            raise ValueError("workers must be 1 or more")
-        if tenant_workers is not None and not 1 <= tenant_workers <= workers:
-            raise ValueError("tenant_workers must be 1 to workers")
+                 loops: int = DEFAULT_LOOPS, max_runs: int = DEFAULT_MAX_RUNS,
+                 tenant_runs: int | None = None, store_pool: StorePool | None = None,
+                 owner: str | None = None, clock: Clock | None = None,
+                 retry_first: float = RETRY_FIRST_SECONDS,
+                 retry_max: float = RETRY_MAX_SECONDS) -> None:
         self.store = store
         self.runtime_for = runtime_for
-        self.workers = workers
-        self.tenant_workers = workers if tenant_workers is None else tenant_workers
-        self.max_queued = QUEUED_PER_WORKER * workers if max_queued is None else max_queued
+        self.places = RunPlaces(max_runs=max_runs, tenant_runs=tenant_runs)
+        self.store_pool = store_pool
+        # Whose leases this server's runtimes hold (theirs is `default_owner()` too).
+        self.owner = owner or default_owner()
         self.clock: Clock = clock or SystemClock()
+        self.retry_first = retry_first
+        self.retry_max = retry_max
+        self._loops = RunLoops(loops)
         self._changed = threading.Condition()
-        # Per tenant, its jobs waiting for a worker (a tenant with none has no entry).
-        self._queues: dict[str | None, deque[_Job]] = {}
-        # Per tenant, its runs executing now.
-        self._executing: dict[str | None, int] = {}
-        # When each tenant was last given a worker (a pick counter): the least recent goes next.
-        self._served: dict[str | None, int] = {}
-        self._picks = 0
-        # Run ids queued or executing, and their tenant: one job per run at a time.
+        # Run ids executing here (a task, or its retry), and their tenant: one task per run.
         self._pending: dict[str, str | None] = {}
-        # Resumes asked for while the run's job was still running: queued after it.
+        # Resumes asked for while the run's task was still ending: run after it.
         self._again: dict[str, _Job] = {}
-        # Jobs given to a free worker (counted as executing) that its thread has not
-        # taken yet, and the workers free to take one.
-        self._handed: deque[_Job] = deque()
-        self._free = workers
+        # Shared by every runtime this launcher builds: set once, all runs stop.
+        self._interrupt = threading.Event()
         self._accepting = True
-        self._threads = [threading.Thread(target=self._work, name=f"agent-runtime-worker-{n}",
-                                          daemon=True) for n in range(workers)]
-        for thread in self._threads:
-            thread.start()
 
-    # -- the Launcher protocol -----------------------------------------------
+    @property
+    def loops(self) -> int:
+        return self._loops.count
+
+    @property
+    def max_runs(self) -> int:
+        return self.places.max_runs
+
+    @property
+    def tenant_runs(self) -> int:
+        return self.places.tenant_runs
+
+    # -- the Launcher and RunCapacity protocols ----------------------------------
+
+    def admit(self, tenant: str | None) -> AbstractContextManager[object]:
+        """A place for one run of `tenant` (`RunCapacity`); `AtCapacity` when none is free."""
+        return self.places.admit(tenant)
 
     def start(self, run: RunRecord) -> None:
-        """Hand a new (`created`) run to a worker; when none can take it, the reconciler will."""
+        """Start a new (`created`) run now; when there is no place for it, it stays
+        `created` for the reconciler (a request that was admitted always has one)."""
         self.submit(_Job(run.run_id, run.tenant, "start"))
 
     def resume(self, run: RunRecord, *, reason: str, budget: Budget | None = None) -> None:
-        """Record the resume request, then hand the run to a worker.
+        """Record the resume request, then resume the run now.
 
-        The request is recorded first so that a run the pool cannot take now
-        (or loses in a crash) is resumed by the reconciler loop. A run that
+        The request is recorded first so that a run that cannot be resumed here
+        now (or is lost in a crash) is resumed by the reconciler loop. A run that
         moved on meanwhile (resumed by someone else, finished, cancelled) has
         nothing left to resume.
         """
@@ -130,168 +165,225 @@ class LocalLauncher:
         self.submit(_Job(run.run_id, run.tenant, f"resume ({reason})", budget=budget,
                          requested=True))
 
-    # -- what the reconciler loop uses ---------------------------------------
+    # -- what the reconciler loop uses -----------------------------------------
 
     def is_pending(self, run_id: str) -> bool:
-        """Whether the run is queued or executing here."""
+        """Whether the run executes here now (or waits here to retry)."""
         with self._changed:
             return run_id in self._pending
 
     def take_over(self, run: RunRecord) -> bool:
-        """Hand a run the reconciler found (queued too long, owner dead, resume requested)
-        to a worker; False when its tenant's queue is full, the pool is stopping, or the
-        run is already here."""
+        """Execute a run the reconciler found (queued too long, owner gone, resume
+        requested); False when there is no place for it, the server is stopping, or
+        the run executes here already."""
+        running = run.status is RunStatus.RUNNING
         return self.submit(_Job(run.run_id, run.tenant, "reconcile",
-                                allow_running_takeover=run.status is RunStatus.RUNNING))
+                                allow_running_takeover=running,
+                                expired_owner=run.lease_owner if running else None))
 
-    # -- the pool --------------------------------------------------------------
+    def free_places(self) -> int:
+        """How many more runs may start now (the reconciler's room per pass)."""
+        return self.places.free()
+
+    # -- handing runs to the loops ------------------------------------------------
 
     def submit(self, job: _Job) -> bool:
         with self._changed:
             if not self._accepting:
-                logger.info("run %s: not handed to a worker, the server is stopping; "
-                            "the next server's reconciler continues it", job.run_id)
+                logger.info("run %s: not started, the server is stopping; the next server "
+                            "continues it", job.run_id)
                 return False
             if job.run_id in self._pending:
                 # An approval answered the moment its run suspended finds the
-                # worker still finishing the attempt that asked: run it next.
+                # task still ending the attempt that asked: run it next.
                 if job.requested:
                     self._again[job.run_id] = job
                     return True
                 return False
-            held = sum(tenant == job.tenant for tenant in self._pending.values())
-            if held >= self.tenant_workers + self.max_queued:
-                logger.warning("run %s: its tenant has %d runs queued or executing on this "
-                               "server, as many as it may; left for the reconciler",
-                               job.run_id, held)
+            if not self.places.claim(job.tenant) and not self.places.take(job.tenant):
+                # Not an error: the run is in the store, and the reconciler's
+                # next pass starts it when there is room.
+                logger.info("run %s: %s: no place free now (%d runs executing); the "
+                            "reconciler starts it when there is one", job.run_id, job.why,
+                            self.places.held())
                 return False
-            self._enqueue(job)
+            self._pending[job.run_id] = job.tenant
+            self._launch(job)
         return True
 
-    def _enqueue(self, job: _Job, *, first: bool = False) -> None:
-        queue = self._queues.setdefault(job.tenant, deque())
-        if first:
-            queue.appendleft(job)
-        else:
-            queue.append(job)
-        self._pending[job.run_id] = job.tenant
-        self._dispatch()
+    def _launch(self, job: _Job) -> None:
+        """Start the job's task (the caller holds the lock and the run's place)."""
+        future = self._loops.submit(self._execute(job))
+        future.add_done_callback(lambda done: self._finished(job, done))
 
-    def _dispatch(self) -> None:
-        """Give the next jobs to the free workers (the caller holds the lock). A job given
-        to a worker is executing: stopping drops only the jobs still queued."""
-        handed = False
-        while self._free > len(self._handed) and (job := self._next_job()) is not None:
-            self._handed.append(job)
-            handed = True
-        if handed:
-            self._changed.notify_all()
-
-    def _next_job(self) -> _Job | None:
-        """The next job a free worker takes (the caller holds the lock), or None."""
-        eligible = [tenant for tenant in self._queues
-                    if self._executing.get(tenant, 0) < self.tenant_workers]
-        if not eligible:
-            return None
-        # Round robin: the tenant served least recently (never: first), ties in
-        # the order their queues appeared.
-        tenant = min(eligible, key=lambda name: self._served.get(name, -1))
-        queue = self._queues[tenant]
-        job = queue.popleft()
-        if not queue:
-            del self._queues[tenant]
-        self._picks += 1
-        self._served[tenant] = self._picks
-        self._executing[tenant] = self._executing.get(tenant, 0) + 1
-        return job
-
-    def _work(self) -> None:
-        while True:
-            with self._changed:
-                while not self._handed:
-                    if not self._accepting:
-                        return
-                    self._changed.wait()
-                job = self._handed.popleft()
-                self._free -= 1
-            try:
-                self._execute(job)
-            finally:
-                self._finished(job)
-
-    def _finished(self, job: _Job) -> None:
+    def _finished(self, job: _Job, done: Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            # _execute handles every failure; this is a bug in it.
+            logger.error("run %s: %s: the task failed", job.run_id, job.why,
+                         exc_info=done.exception())
         with self._changed:
-            left = self._executing[job.tenant] - 1
-            if left:
-                self._executing[job.tenant] = left
-            else:
-                del self._executing[job.tenant]
-            del self._pending[job.run_id]
-            self._free += 1
             again = self._again.pop(job.run_id, None)
             if again is not None and self._accepting:
-                self._enqueue(again, first=True)
-            elif again is not None:
+                self._launch(again)  # the run keeps its place
+                return
+            if again is not None:
                 logger.info("run %s: not resumed again, the server is stopping; the next "
                             "server's reconciler continues it", job.run_id)
-            self._dispatch()
+            tenant = self._pending.pop(job.run_id)
+            self.places.release(tenant)
             self._changed.notify_all()
 
-    def _execute(self, job: _Job) -> None:
-        """One attempt of one run. Nothing raised here is lost: it is logged."""
+    # -- one run's task -------------------------------------------------------------
+
+    async def _execute(self, job: _Job) -> None:
+        """The run's attempt, and as long as it leaves the run stranded here (the store
+        refused a commit), another after a while. Nothing raised here is lost: it is
+        logged."""
+        delay = self.retry_first
+        while await self._attempt(job):
+            if not await self._wait_unless_stopping(delay):
+                return  # stopping: the next server takes the run over at once
+            job = replace(job, why="retry after the store failed", allow_running_takeover=True,
+                          expired_owner=self.owner, requested=False)
+            delay = min(delay * 2, self.retry_max)
+
+    async def _attempt(self, job: _Job) -> bool:
+        """One attempt of one run; True when the run is left `running` under this
+        server (or the store would not say), to be taken over again."""
+        calls = store_thread_for(self.store, pool=self.store_pool)
+        if self._interrupt.is_set():
+            logger.info("run %s: %s: not started, the server is stopping; the next server "
+                        "continues it", job.run_id, job.why)
+            return False
         try:
-            record = self.store.load_run(job.run_id)
-            if record is None:
-                logger.info("run %s: deleted before a worker got to it", job.run_id)
-                return
-            if record.status is RunStatus.SUSPENDED and record.resume_requested_at is None:
-                # Its resume request was served meanwhile (by this pool, the
-                # reconciler or the CLI); resuming again would only re-ask.
-                logger.info("run %s: %s: nothing to do (no resume pending)", job.run_id,
-                            job.why)
-                return
-            runtime = self.runtime_for(record)
-            result = runtime.run_sync(run_id=job.run_id, resume=True, budget=job.budget,
-                                      allow_running_takeover=job.allow_running_takeover)
-            logger.info("run %s: %s: attempt %d ended %s", job.run_id, job.why, result.attempt,
-                        result.status.value)
+            record = await calls.call(self.store.load_run, job.run_id)
+        except Exception as error:
+            return await self._store_failed(job, calls, error)
+        if record is None:
+            logger.info("run %s: deleted before it started", job.run_id)
+            return False
+        if record.status is RunStatus.SUSPENDED and record.resume_requested_at is None:
+            # Its resume request was served meanwhile (here, by the reconciler or
+            # the CLI); resuming again would only re-ask.
+            logger.info("run %s: %s: nothing to do (no resume pending)", job.run_id, job.why)
+            return False
+        runtime = self._runtime(job, record)
+        if runtime is None:
+            return False
+        try:
+            result = await runtime.run(run_id=job.run_id, resume=True, budget=job.budget,
+                                       allow_running_takeover=job.allow_running_takeover,
+                                       expired_owner=job.expired_owner)
         except (LeaseHeld, StaleAttempt) as error:
             logger.info("run %s: %s: another owner is executing it (%s)", job.run_id, job.why,
                         error)
+            return False
         except (RunTerminal, InvalidTransition) as error:
             logger.info("run %s: %s: nothing to do (%s)", job.run_id, job.why, error)
+            return False
         except AgentRuntimeError as error:
-            # A run's options no longer load (a config or tools file gone): the
-            # run keeps its checkpoint; `agent-runtime resume` can continue it.
             logger.error("run %s: %s: cannot execute: %s", job.run_id, job.why, error)
+            return False
+        except Exception as error:
+            # The engine fails a run whose steps raise; what escapes it is the
+            # store failing before the attempt began (a read, the reservation).
+            return await self._store_failed(job, calls, error)
+        if _unsaved(result):
+            logger.error("run %s: %s: attempt %d: the store refused its commit: %s",
+                         job.run_id, job.why, result.attempt,
+                         (result.error or {}).get("message"))
+            return await self._stranded(job, calls)
+        logger.info("run %s: %s: attempt %d ended %s", job.run_id, job.why, result.attempt,
+                    result.status.value)
+        if self._interrupt.is_set() and _interrupted(result):
+            await self._file_resume(job, calls)
+        return False
+
+    def _runtime(self, job: _Job, record: RunRecord) -> AgentRuntime | None:
+        """The attempt's runtime, stopping with this server; None (logged) when the
+        run's options no longer load (a config or tools file gone: the run keeps its
+        checkpoint, `agent-runtime resume` can continue it) or building it failed."""
+        try:
+            runtime = self.runtime_for(record)
+        except AgentRuntimeError as error:
+            logger.error("run %s: %s: cannot execute: %s", job.run_id, job.why, error)
+            return None
         except Exception:
-            logger.exception("run %s: %s: the worker failed", job.run_id, job.why)
+            logger.exception("run %s: %s: its runtime could not be built", job.run_id,
+                             job.why)
+            return None
+        runtime.interrupt = self._interrupt
+        return runtime
+
+    async def _store_failed(self, job: _Job, calls: StoreThread, error: Exception) -> bool:
+        logger.error("run %s: %s: the store failed: %s: %s", job.run_id, job.why,
+                     type(error).__name__, error, exc_info=not isinstance(error, OSError))
+        return await self._stranded(job, calls)
+
+    async def _stranded(self, job: _Job, calls: StoreThread) -> bool:
+        """After a store failure: whether the run is to be taken over again here (it is
+        still `running` under this server, or still waits to start, or the store does
+        not answer even a read), said in the log."""
+        try:
+            record = await calls.call(self.store.load_run, job.run_id)
+        except Exception as error:
+            logger.warning("run %s: the store does not answer (%s: %s); this server tries "
+                           "again", job.run_id, type(error).__name__, error)
+            return True
+        if record is None or record.status.terminal:
+            return False
+        if record.status is RunStatus.RUNNING and record.lease_owner != self.owner:
+            return False  # someone else's now
+        if record.status is RunStatus.SUSPENDED and record.resume_requested_at is None:
+            return False
+        if record.takeovers >= DEFAULT_MAX_TAKEOVERS:
+            logger.warning("run %s: taken over %d times without progress; left to the "
+                           "reconciler", job.run_id, record.takeovers)
+            return False
+        logger.warning("run %s: still %s; this server tries again once the store takes "
+                       "commits", job.run_id, record.status.value)
+        return True
+
+    async def _file_resume(self, job: _Job, calls: StoreThread) -> None:
+        """A run this server suspended as it stopped: resumed by the next server's reconciler."""
+        try:
+            await calls.call(self.store.request_resume, job.run_id, at=self.clock.now(),
+                             reason=SERVER_STOPPED)
+        except Exception as error:
+            logger.warning("run %s: suspended `interrupted`, but its resume request was not "
+                           "recorded (%s: %s); resume it with `agent-runtime resume`",
+                           job.run_id, type(error).__name__, error)
+
+    async def _wait_unless_stopping(self, seconds: float) -> bool:
+        """Wait `seconds`; False as soon as the server stops."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self._interrupt.is_set():
+                return False
+            await asyncio.sleep(min(left, _STOP_POLL_SECONDS))
+        return not self._interrupt.is_set()
 
     # -- stopping --------------------------------------------------------------
 
+    def interrupt(self) -> None:
+        """Stop: hand over no more runs, and have every executing run suspend
+        `interrupted` at its next commit point. Safe in a signal handler (sets flags)."""
+        self._accepting = False
+        self.places.stop()
+        self._interrupt.set()
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupt.is_set()
+
     def running(self) -> list[str]:
-        """Run ids queued or executing now, or due to run again."""
+        """Run ids executing here now, or due to run again."""
         with self._changed:
             return sorted(set(self._pending) | set(self._again))
 
-    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> list[str]:
-        """Stop taking runs, drop the queued ones (their runs stay in the store for the
-        reconciler), and with `wait` let executing ones finish for up to `timeout`
-        seconds. Returns the run ids still executing."""
-        with self._changed:
-            self._accepting = False
-            for queue in self._queues.values():
-                for job in queue:
-                    del self._pending[job.run_id]
-            self._queues.clear()
-            self._changed.notify_all()
-        if wait:
-            return self.wait(timeout)
-        return self.running()
-
     def wait(self, timeout: float | None = None) -> list[str]:
-        """Wait up to `timeout` seconds for the jobs queued or executing (and those they
-        hand on); the run ids still pending then."""
+        """Wait up to `timeout` seconds for the runs executing here (and those they hand
+        on); the run ids still executing then."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while self._pending or self._again:
@@ -300,3 +392,29 @@ class LocalLauncher:
                     break
                 self._changed.wait(remaining)
             return sorted(set(self._pending) | set(self._again))
+
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> list[str]:
+        """`interrupt`, and with `wait` wait up to `timeout` seconds for the runs to
+        suspend; once none is left, stop the loops. Returns the run ids still executing."""
+        self.interrupt()
+        left = self.wait(timeout) if wait else self.running()
+        if not left:
+            self.close()
+        return left
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the event loops (after the runs ended: a task still on one is cancelled)."""
+        self._loops.stop(timeout)
+
+
+def _unsaved(result: RunResult) -> bool:
+    return result.status is RunStatus.FAILED and result.error is not None \
+        and result.error.get("type") == CHECKPOINT_UNAVAILABLE
+
+
+def _interrupted(result: RunResult) -> bool:
+    return result.status is RunStatus.SUSPENDED and result.suspension is not None \
+        and result.suspension.get("reason") == INTERRUPTED
+
+
+__all__ = ["DEFAULT_LOOPS", "SERVER_STOPPED", "LocalLauncher"]

@@ -2,15 +2,21 @@
 
 Each pass runs the `Reconciler` (docs/design.md section 7) with the local liveness
 check, so runs stranded by a crash of an earlier server (or of any local
-process) are taken over once their lease expired and their owner's pid is
-gone, and `created` runs nobody started are started. The same pass resumes
-`suspended` runs whose resume was requested (an approval answered, a resume
-asked for) a little while ago but which no worker picked up — a request that
-found the pool full, or a server that stopped before getting to it — and
-`sub-run` parents whose child finished (the reconciler's resume outbox).
+process) are taken over at once: an owner on this host whose pid is gone
+needs no wait for its lease (`dead_owners_early`). So is a run this server
+holds the lease of but no longer executes (`ServerLiveness`): its attempt
+ended without releasing it. `created` runs nobody started are started. The
+same pass resumes `suspended` runs whose resume was requested (an approval
+answered, a resume asked for, a server that stopped) a little while ago but
+which nobody resumed, and `sub-run` parents whose child finished (the
+reconciler's resume outbox). The first pass, at start, takes every pending
+request and queued run at once: the server that made them is gone, or
+another live server races this one for them, which the store settles.
 
 Runs are not executed on the loop's thread: they are handed to the
-`LocalLauncher`'s workers, so a long run never delays the next pass.
+`LocalLauncher`, and a pass hands over no more than it has places for (the
+`room`); a run it finds no place for is skipped (`no-room`) until a later
+pass, which is not an error.
 """
 
 from __future__ import annotations
@@ -30,8 +36,12 @@ from agent_runtime.reconcile import (
     DEFAULT_MAX_TAKEOVERS,
     RESUME_REQUESTED,
     Action,
+    Liveness,
     LivenessCheck,
     LostRace,
+    NoRoom,
+    OwnerStatus,
+    ProcessLiveness,
     Reconciler,
     ReconcileSummary,
     Resumed,
@@ -45,9 +55,23 @@ logger = logging.getLogger("agent_runtime.serve")
 _REQUESTED = frozenset({RESUME_REQUESTED, CHILD_FINISHED})
 
 
-class WorkersBusy(Exception):
-    """The run's tenant has its share of the workers and a full queue: the next pass
-    tries again."""
+class ServerLiveness:
+    """`base` (the local process check), except for runs whose lease this server holds:
+    alive while the launcher executes them, else gone (an attempt that ended without
+    releasing its run), since this server's own pid would always look alive."""
+
+    def __init__(self, launcher: LocalLauncher, base: LivenessCheck | None = None) -> None:
+        self.launcher = launcher
+        self.base: LivenessCheck = base or ProcessLiveness()
+
+    def __call__(self, run: RunRecord) -> OwnerStatus:
+        if run.lease_owner != self.launcher.owner:
+            return self.base(run)
+        if self.launcher.is_pending(run.run_id):
+            return OwnerStatus(Liveness.ALIVE, "executing on this server")
+        return OwnerStatus(Liveness.GONE, "this server holds its lease but no longer "
+                                          "executes it (an attempt ended without releasing "
+                                          "it)")
 
 
 class ReconcileLoop:
@@ -66,24 +90,37 @@ class ReconcileLoop:
         self.interval = interval
         self.requested_grace = requested_grace
         self.clock: Clock = clock or SystemClock()
-        # Takeovers go to the workers, not to this thread.
-        self.reconciler = Reconciler(store, resume=self._hand_over, liveness=liveness,
+        # Takeovers go to the launcher, not to this thread; an owner of this host
+        # confirmed gone is replaced at once, without waiting for its lease.
+        self.reconciler = Reconciler(store, resume=self._hand_over,
+                                     liveness=ServerLiveness(launcher, liveness),
                                      max_takeovers=max_takeovers, resume_grace=requested_grace,
-                                     event_sinks=event_sinks, clock=self.clock)
+                                     event_sinks=event_sinks, clock=self.clock,
+                                     dead_owners_early=True, room=launcher.free_places)
+        self._first = True
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     async def _hand_over(self, run: RunRecord) -> Resumed:
         if self.launcher.is_pending(run.run_id):
-            raise LostRace("already queued or executing on this server")
+            raise LostRace("already executing on this server")
         if not self.launcher.take_over(run):
-            raise WorkersBusy("the workers' queue of this run's tenant is full (or the server "
-                              "is stopping); the next pass tries again")
-        return Resumed(run.attempt + 1, None, "handed to a worker")
+            raise NoRoom("no place free for it on this server (or the server is stopping); "
+                         "a later pass tries again")
+        return Resumed(run.attempt + 1, None, "handed to the launcher")
 
     def pass_once(self) -> ReconcileSummary:
-        """One reconciler pass (with the requested resumes nobody picked up)."""
-        summary = self.reconciler.reconcile_sync()
+        """One reconciler pass (with the requested resumes nobody picked up); the first
+        takes every pending request and queued run, however recent (the module doc)."""
+        reconciler = self.reconciler
+        grace, queued = reconciler.resume_grace, reconciler.queued_seconds
+        if self._first:
+            reconciler.resume_grace = reconciler.queued_seconds = 0.0
+        try:
+            summary = reconciler.reconcile_sync()
+        finally:
+            reconciler.resume_grace, reconciler.queued_seconds = grace, queued
+        self._first = False
         counts = summary.counts()
         if counts["candidates"]:
             logger.info("reconcile: %d candidates, %d resumed, %d skipped, "
@@ -95,7 +132,7 @@ class ReconcileLoop:
                 logger.warning("reconcile: run %s: %s: %s", outcome.run_id,
                                outcome.action.value, outcome.detail)
             elif outcome.action is Action.RESUMED and outcome.reason in _REQUESTED:
-                logger.info("reconcile: run %s: %s, handed to a worker", outcome.run_id,
+                logger.info("reconcile: run %s: %s, handed to the launcher", outcome.run_id,
                             outcome.reason)
         return summary
 

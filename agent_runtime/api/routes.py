@@ -6,15 +6,19 @@
 Every route acts for the caller's tenant (`services.authenticator`) and sees
 only that tenant's runs: another tenant's run is 404, exactly like a missing
 one. Routes never execute a run: they store it and hand it to
-`services.launcher`. Errors are mapped once, in `agent_runtime.api.problems`.
+`services.launcher`. A route that starts or resumes a run first holds a place
+for it (`services.capacity`, when the host bounds its runs itself): with none
+free it answers 429 (503 while the server stops) with Retry-After before it
+stores or records anything. Errors are mapped once, in `agent_runtime.api.problems`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -32,7 +36,7 @@ from agent_runtime.api.problems import (
     problem_schema_responses,
     register_problem_handlers,
 )
-from agent_runtime.api.services import ApiServices
+from agent_runtime.api.services import ApiServices, AtCapacity
 from agent_runtime.api.submission import (
     agent_from_request,
     request_fingerprint,
@@ -162,6 +166,22 @@ class RunRoutes:
                                 max_output_bytes=self.services.limits.max_inline_output_bytes)
         return json_response(status, envelope, headers)
 
+    @contextlib.contextmanager
+    def place_for_a_run(self) -> Iterator[None]:
+        """Hold a place for the run the block starts or resumes (`RunCapacity`), or answer
+        429 (503 while the server stops) with Retry-After before anything is stored."""
+        capacity = self.services.capacity
+        if capacity is None:
+            yield
+            return
+        try:
+            place = capacity.admit(self.tenant())
+        except AtCapacity as full:
+            raise ApiProblem(full.status, full.detail,
+                             headers={"Retry-After": str(full.retry_after)}) from None
+        with place:
+            yield
+
     def reload(self, run_id: str) -> RunRecord:
         record = self.services.store.load_run(run_id)
         if record is None:  # deleted meanwhile (retention)
@@ -281,7 +301,7 @@ class RunRoutes:
         @self._route("POST", "/runs/<runId>/approvals/<approvalId>", operation_id="answerApproval",
                      summary="Approve or reject what the run waits for, and resume it",
                      responses=_responses(200, RunEnvelope, "The answer was recorded", 409,
-                                          body=True))
+                                          429, body=True))
         def answer_approval(runId: RunId,
                             approvalId: Annotated[str, Path(pattern=KEY_PATTERN)],
                             body: Annotated[ApprovalRequest, Body()]) -> Response[str]:
@@ -290,7 +310,7 @@ class RunRoutes:
         @self._route("POST", "/runs/<runId>/resume", operation_id="resumeRun",
                      summary="Continue a suspended run (optionally with a new token limit)",
                      responses=_responses(200, RunEnvelope, "The run, handed to an executor "
-                                          "(or already completed)", 409, body=True))
+                                          "(or already completed)", 409, 429, body=True))
         def resume_run(runId: RunId,
                        body: Annotated[ResumeRequest | None, Body()] = None) -> Response[str]:
             return self.resume_run(runId, body or ResumeRequest())
@@ -301,7 +321,9 @@ class RunRoutes:
                      description="Reads the caller's next `limit` suspended runs and resumes "
                                  "those the reconciler suspended because their owners kept "
                                  "dying (reason `crash-loop`), each with its takeover count "
-                                 "started again. Call again with `cursor` until it is null.")
+                                 "started again. Call again with `cursor` until it is null. "
+                                 "Each resume is recorded first: one the server has no room "
+                                 "for now is resumed by its reconciler later.")
         def resume_crash_looped(limit: Limit = 100, cursor: Cursor = None) -> Response[str]:
             page = crash_looped_page(self.services.store, tenant=self.tenant(),
                                      cursor=decode_cursor(cursor), limit=limit)
@@ -326,16 +348,18 @@ class RunRoutes:
             record = self.visible_run(runId)
             services = self.services
             self.check_quota()
-            fork = services.runtime.create_fork(record.run_id, seq=(body or ForkRequest()).seq,
-                                                tenant=record.tenant)
-            services.launcher.start(fork)
+            with self.place_for_a_run():
+                fork = services.runtime.create_fork(record.run_id,
+                                                    seq=(body or ForkRequest()).seq,
+                                                    tenant=record.tenant)
+                services.launcher.start(fork)
             return self.run_response(201, self.reload(fork.run_id),
                                      headers={"Location": f"/runs/{fork.run_id}"})
 
         @self._route("POST", "/runs/<runId>/effects/<key>", operation_id="settleEffect",
                      summary="Settle a tool call whose outcome is unknown, and resume the run",
                      responses=_responses(200, RunEnvelope, "The settlement was recorded", 409,
-                                          body=True))
+                                          429, body=True))
         def settle_effect(runId: RunId,
                           key: Annotated[str, Path(pattern=KEY_PATTERN)],
                           body: Annotated[SettleEffectRequest, Body()]) -> Response[str]:
@@ -401,14 +425,15 @@ class RunRoutes:
             budget=None if limit is None else Budget(max_total_tokens=limit), run_id=run_id,
             options=options, tenant=tenant, variables_source="request")
         record.options[REQUEST_SHA256] = fingerprint
-        try:
-            services.store.create_run(record)
-        except RunAlreadyExists:
-            if run_id is None:
-                raise
-            # A concurrent repeat won the race: answer as a repeat.
-            return self._repeat(self.reload(run_id), tenant, fingerprint)
-        services.launcher.start(record)
+        with self.place_for_a_run():
+            try:
+                services.store.create_run(record)
+            except RunAlreadyExists:
+                if run_id is None:
+                    raise
+                # A concurrent repeat won the race: answer as a repeat.
+                return self._repeat(self.reload(run_id), tenant, fingerprint)
+            services.launcher.start(record)
         return self.run_response(201, self.reload(record.run_id),
                                  headers={"Location": f"/runs/{record.run_id}"})
 
@@ -472,10 +497,12 @@ class RunRoutes:
                 or suspension.details.get("approval_id") != approval_id):
             raise ApiProblem(409, f"run {record.run_id} is not waiting for approval "
                                   f"{approval_id} ({_state_of(record)})")
-        self.services.runtime.approve(record.run_id, approved=body.approved,
-                                      response=body.response, responded_by=self.tenant(),
-                                      approval_id=approval_id)
-        self.services.launcher.resume(self.reload(record.run_id), reason="approval-recorded")
+        with self.place_for_a_run():
+            self.services.runtime.approve(record.run_id, approved=body.approved,
+                                          response=body.response, responded_by=self.tenant(),
+                                          approval_id=approval_id)
+            self.services.launcher.resume(self.reload(record.run_id),
+                                          reason="approval-recorded")
         return self.run_response(200, self.reload(record.run_id))
 
     def resume_run(self, run_id: str, body: ResumeRequest) -> Response[str]:
@@ -487,14 +514,16 @@ class RunRoutes:
             services.runtime.check_budget(Budget(max_total_tokens=limit),
                                           field="maxTotalTokens")
         if record.status is RunStatus.SUSPENDED:
-            services.launcher.resume(record, reason="resume-requested",
-                                     budget=None if limit is None
-                                     else Budget(max_total_tokens=limit))
+            with self.place_for_a_run():
+                services.launcher.resume(record, reason="resume-requested",
+                                         budget=None if limit is None
+                                         else Budget(max_total_tokens=limit))
         elif record.status is RunStatus.CREATED:
             if limit is not None:
                 raise ApiProblem(409, f"run {record.run_id} has not started yet, so it keeps "
                                       "the budget it was created with", field="maxTotalTokens")
-            services.launcher.start(record)
+            with self.place_for_a_run():
+                services.launcher.start(record)
         elif record.status is RunStatus.RUNNING:
             raise ApiProblem(409, f"run {record.run_id} is running already")
         elif record.status is RunStatus.FAILED:
@@ -523,10 +552,11 @@ class RunRoutes:
         if body.action == "result":
             settlement["result"] = body.result
         services = self.services
-        services.store.resolve_approval(record.run_id, key, approved=True, response=settlement,
-                                        responded_by=self.tenant(),
-                                        at=services.runtime.clock.now())
-        services.launcher.resume(self.reload(record.run_id), reason="effect-settled")
+        with self.place_for_a_run():
+            services.store.resolve_approval(record.run_id, key, approved=True,
+                                            response=settlement, responded_by=self.tenant(),
+                                            at=services.runtime.clock.now())
+            services.launcher.resume(self.reload(record.run_id), reason="effect-settled")
         return self.run_response(200, self.reload(record.run_id))
 
 

@@ -26,12 +26,16 @@ connection is a `GuardedConnection` (`connections`): a cap on open
 connections, and timeouts for a request's head, an idle connection and a
 client that does not read its answer.
 
-Stopping (SIGINT or SIGTERM): the server stops accepting connections and
-finishes the requests in flight, the reconciler loop stops, queued runs are
-dropped (they stay in the store for the next server's reconciler) and
-executing ones get `grace_seconds` to finish. A run still executing after
-that, or after a second signal, is abandoned as in a crash: its checkpoint
-is kept and the reconciler takes it over once this process is gone.
+Stopping (SIGINT or SIGTERM): at the signal, every run stops starting model
+requests, tool calls and steps (`LocalLauncher.interrupt`); a call in flight
+may end, and each run suspends `interrupted` at its next commit point, its
+lease released and its resume requested for the next server. Meanwhile the
+server stops accepting connections and finishes the requests in flight
+(a request that would start a run is answered 503), and the reconciler loop
+stops. The runs get `grace_seconds` in all to suspend; then the server exits
+0. A run still executing after that, or after a second signal, is abandoned
+as in a crash (exit 1): its checkpoint is kept, and the next server takes it
+over at once, this process being gone.
 """
 
 from __future__ import annotations
@@ -240,15 +244,24 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class _Stop:
     """The signals of one server: the first stops it gracefully, a second at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, launcher: LocalLauncher) -> None:
+        self.launcher = launcher
         self.requested = threading.Event()
         self.forced = threading.Event()
         self.server: Any = None
+        self.at: float | None = None  # when the first signal came (monotonic)
+
+    def interrupt(self) -> None:
+        """Every run stops starting calls, at the first signal (see the module doc)."""
+        if self.at is None:
+            self.at = time.monotonic()
+        self.launcher.interrupt()
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested.is_set():
             self.forced.set()
         self.requested.set()
+        self.interrupt()
         if self.server is not None:
             self.server.should_exit = True
 
@@ -271,8 +284,16 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
                             server_header=False, timeout_graceful_shutdown=math.ceil(grace_seconds),
                             log_config=None, http=guarded_protocol(limits), ws="none",
                             timeout_keep_alive=max(1, math.ceil(limits.idle_timeout)))
-    server = uvicorn.Server(config)
-    stop = _Stop()
+    stop = _Stop(launcher)
+
+    class Server(uvicorn.Server):
+        # While serving, uvicorn's handlers take the signals and pass them on
+        # only after the requests in flight ended: the runs must stop at once.
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            stop.interrupt()
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
     stop.server = server
     # Installed before uvicorn's: it restores them after serving and passes
     # on the signals it caught, and a signal during the drain must count.
@@ -283,7 +304,8 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
         if not stop.requested.is_set():
             server.run(sockets=[sock])
         stop.requested.set()
-        return _drain(stop, launcher, reconcile, grace_seconds)
+        return _drain(stop, launcher, reconcile, grace_seconds,
+                      time.monotonic() if stop.at is None else stop.at)
     finally:
         sock.close()
         for sig, handler in previous.items():
@@ -291,26 +313,30 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
 
 
 def _drain(stop: _Stop, launcher: LocalLauncher, reconcile: ReconcileLoop | None,
-           grace_seconds: float) -> int:
+           grace_seconds: float, started: float) -> int:
+    """Wait for the interrupted runs to suspend, within the grace counted from the
+    signal (`started`, monotonic); the exit code."""
+    launcher.interrupt()  # already, unless serving ended otherwise
     if reconcile is not None:
-        reconcile.stop(timeout=grace_seconds)
-    left = launcher.shutdown(wait=False)
+        reconcile.stop(timeout=max(0.0, started + grace_seconds - time.monotonic()))
+    left = launcher.running()
     if left:
-        logger.info("stopping: waiting up to %ss for %d executing run(s) to finish "
-                    "(a second signal stops at once)", grace_seconds, len(left))
-    deadline = time.monotonic() + grace_seconds
+        logger.info("stopping: waiting up to %ss for %d run(s) to suspend (a second signal "
+                    "stops at once)", grace_seconds, len(left))
+    deadline = started + grace_seconds
     while left and not stop.forced.is_set() and (remaining := deadline - time.monotonic()) > 0:
         # Short waits, so that a second signal is noticed at once.
         left = launcher.wait(timeout=min(0.2, remaining))
     if not left:
+        launcher.close(timeout=grace_seconds)
         logger.info("stopped")
         return 0
     logger.warning("stopping with %d run(s) still executing: %s; each keeps its latest "
-                   "checkpoint and is taken over by the next `agent-runtime serve` (or "
-                   "`agent-runtime reconcile`) once its lease expires", len(left), ", ".join(left))
+                   "checkpoint and is taken over at once by the next `agent-runtime serve` "
+                   "(or `agent-runtime reconcile`) on this host", len(left), ", ".join(left))
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    # The workers' threads cannot be interrupted and would hold the process
-    # open; leaving now is the crash every run is built to survive.
+    # A call in flight (a tool's thread, a store call) cannot be taken back and
+    # would hold the process open; leaving now is the crash every run survives.
     logging.shutdown()
     os._exit(1)

@@ -5,15 +5,20 @@ on AWS by `functions/api/app.py` behind API Gateway, locally by
 `agent-runtime serve`. They never import boto3 and never execute a run
 themselves; what differs between the two places is injected here:
 
-* `Launcher` gets a stored run executed: locally a pool of worker threads
-  over the same store, on AWS a resume request recorded in the store plus an
-  EventBridge event that starts the state machine.
+* `Launcher` gets a stored run executed: locally an asyncio task on one of
+  `serve`'s event loops, over the same store; on AWS a resume request recorded
+  in the store plus an EventBridge event that starts the state machine.
+* `RunCapacity` (locally; none on AWS, where the reconciler's capacity slots
+  bound the executions) holds a place for a run a request is about to start
+  or resume, so that at the bound the request is answered 429 before it
+  stores anything.
 * `Authenticator` turns a request into the caller's tenant: locally a bearer
   token, on AWS the IAM principal or a JWT claim that API Gateway verified.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,6 +57,31 @@ class Launcher(Protocol):
         start is picked up by the reconciler. `budget` replaces the run's
         persisted token limit for the resumed attempt (None keeps it).
         """
+
+
+class AtCapacity(Exception):
+    """This host starts no more runs now: the request is answered `status` (429 at the
+    bound, 503 while the server stops) with `Retry-After: retry_after`."""
+
+    def __init__(self, detail: str, *, retry_after: int, status: int = 429) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+        self.status = status
+
+
+class RunCapacity(Protocol):
+    """How many runs this host executes at once, asked by the routes that start or resume one."""
+
+    def admit(self, tenant: str | None) -> AbstractContextManager[object]:
+        """Hold a place for one run of `tenant`, or raise `AtCapacity` when none is free.
+
+        Use it as a context manager around everything the request does: the
+        start or resume it hands to the launcher inside the block takes the
+        place; when it hands none (the request failed, the run moved on), the
+        place is given back as the block ends.
+        """
+        ...
 
 
 class Authenticator(Protocol):
@@ -100,3 +130,5 @@ class ApiServices:
     launcher: Launcher
     authenticator: Authenticator
     limits: ApiLimits = field(default_factory=ApiLimits)
+    # The places of the runs this host executes at once, when it bounds them itself.
+    capacity: RunCapacity | None = None

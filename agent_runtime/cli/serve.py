@@ -1,6 +1,7 @@
 """`agent-runtime serve`: the HTTP API on this machine (docs/design.md section 12).
 
-    agent-runtime serve [--host 127.0.0.1] [--port 8000] [--workers 4] [--tenant-workers N]
+    agent-runtime serve [--host 127.0.0.1] [--port 8000] [--max-concurrent-runs 2000]
+                        [--tenant-concurrent-runs N] [--workers 1] [--store-threads 16]
                         [--token T | --tokens FILE] [--reconcile-interval 30]
                         [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
                         [--max-connections 256] [--header-timeout 10] [--body-timeout 30]
@@ -15,10 +16,16 @@ Auth: every request carries `Authorization: Bearer <token>`. Without
 written to `.agent-runtime/serve.token` (mode 0600); the token itself is
 never printed or logged, only where to read it.
 
+Runs execute as asyncio tasks on `--workers` event loops (default 1), up to
+`--max-concurrent-runs` at once and `--tenant-concurrent-runs` of one tenant;
+past either bound a request that would start or resume a run is answered 429
+with Retry-After and creates nothing (`agent_runtime.api.local_launcher`,
+`run_capacity`). Their store calls share `--store-threads` threads.
+
 Clients are not trusted (docs/design.md section 14): connections are capped, a
 request's head and body, an idle connection and a client that does not read
-its answer are each timed out (`agent_runtime.api.connections`), and the
-workers are shared fairly between tenants (`agent_runtime.api.local_launcher`).
+its answer are each timed out (`agent_runtime.api.connections`), and one
+tenant holds at most its share of the runs executing at once.
 """
 
 from __future__ import annotations
@@ -34,15 +41,20 @@ from agent_runtime.errors import InvalidInput
 from agent_runtime.run_options import LOCAL_TENANT
 
 if TYPE_CHECKING:  # the engine is imported when `serve` runs, not when the parser is built
-    from stores.base import RunStore
-    from stores.records import RunRecord
-
-    from agent_runtime.engine import AgentRuntime
     from agent_runtime.events import EventSink
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-DEFAULT_WORKERS = 4
+# One event loop: runs waiting on models cost coroutines, and the Python they run
+# between waits would not go faster on more threads (agent_runtime.api.run_loops).
+DEFAULT_WORKERS = 1
+MAX_WORKERS = 64
+# Mirrors agent_runtime.api.run_capacity.DEFAULT_MAX_RUNS (the serve extra's side).
+DEFAULT_MAX_CONCURRENT_RUNS = 2000
+# Threads every run's store calls share: enough for commits of concurrent runs
+# to overlap, few enough for a small machine.
+DEFAULT_STORE_THREADS = 16
+MAX_STORE_THREADS = 256
 DEFAULT_RECONCILE_INTERVAL = 30.0
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 256
@@ -66,20 +78,34 @@ def add_serve_parser(commands: Any,
     serve = commands.add_parser(
         "serve", help="serve the HTTP API on this machine (needs the serve extra)",
         description="Serve the HTTP API: start, watch, approve, resume, cancel and fork runs "
-                    "over HTTP, executed by a pool of worker threads over the same store as "
-                    "the CLI. Every request needs `Authorization: Bearer TOKEN`.")
+                    "over HTTP, executed as asyncio tasks (thousands at once) over the same "
+                    "store as the CLI. Every request needs `Authorization: Bearer TOKEN`.")
     serve.add_argument("--host", default=DEFAULT_HOST,
                        help=f"the address to listen on (default: {DEFAULT_HOST}, this machine "
                             "only)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT,
                        help=f"the port (default: {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--max-concurrent-runs", type=int, default=DEFAULT_MAX_CONCURRENT_RUNS,
+                       metavar="N",
+                       help="runs executed at once, each waiting on its model or tools as a "
+                            "coroutine; past it a request that would start or resume a run "
+                            "is answered 429 with Retry-After and creates nothing (default: "
+                            f"{DEFAULT_MAX_CONCURRENT_RUNS})")
+    serve.add_argument("--tenant-concurrent-runs", "--tenant-workers", dest="tenant_runs",
+                       type=int, metavar="N",
+                       help="runs of one tenant executed at once, so that one tenant's burst "
+                            "leaves the others room; past it that tenant's requests are "
+                            "answered 429 (default: half of --max-concurrent-runs when the "
+                            "tokens name more than one tenant, else all of it; "
+                            "--tenant-workers is its former name)")
     serve.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
-                       help=f"runs executed at once (default: {DEFAULT_WORKERS})")
-    serve.add_argument("--tenant-workers", type=int, metavar="N",
-                       help="runs of one tenant executed at once, so that one tenant's long "
-                            "runs cannot hold every worker; the workers take the tenants' "
-                            "queued runs in turn (default: one fewer than --workers when the "
-                            "tokens name more than one tenant, else --workers)")
+                       help="event loops (one thread each) the runs are shared between; more "
+                            "than one helps only when code blocks a loop (default: "
+                            f"{DEFAULT_WORKERS})")
+    serve.add_argument("--store-threads", type=int, default=DEFAULT_STORE_THREADS,
+                       metavar="N",
+                       help="threads the runs' store calls share, so that commits of "
+                            f"concurrent runs overlap (default: {DEFAULT_STORE_THREADS})")
     auth = serve.add_mutually_exclusive_group()
     auth.add_argument("--token", metavar="TOKEN",
                       help="accept this bearer token, tenant `local` (32 characters or more; "
@@ -92,8 +118,11 @@ def add_serve_parser(commands: Any,
                        metavar="S", help="resume stranded runs every S seconds (default: "
                                          f"{DEFAULT_RECONCILE_INTERVAL:g})")
     serve.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
-                       metavar="S", help="on SIGINT/SIGTERM, how long executing runs may take "
-                                         f"to finish (default: {DEFAULT_GRACE_SECONDS:g})")
+                       metavar="S", help="on SIGINT/SIGTERM no run starts another model "
+                                         "request, tool call or step; how long the calls in "
+                                         "flight may take to end before each run suspends "
+                                         "`interrupted`, for the next serve to resume "
+                                         f"(default: {DEFAULT_GRACE_SECONDS:g})")
     serve.add_argument("--config", metavar="FILE", help="runtime config (providers, models, "
                                                         "webhooks) for every run")
     serve.add_argument("--tools", metavar="FILE.py", action="append",
@@ -156,10 +185,15 @@ def missing_serve_extra() -> str | None:
 def _check(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise InvalidInput("must be a port number, 0 to 65535", source="--port")
-    if args.workers < 1:
-        raise InvalidInput("must be 1 or more", source="--workers")
-    if args.tenant_workers is not None and not 1 <= args.tenant_workers <= args.workers:
-        raise InvalidInput("must be 1 to --workers", source="--tenant-workers")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise InvalidInput(f"must be 1 to {MAX_WORKERS}", source="--workers")
+    if args.max_concurrent_runs < 1:
+        raise InvalidInput("must be 1 or more", source="--max-concurrent-runs")
+    if args.tenant_runs is not None and not 1 <= args.tenant_runs <= args.max_concurrent_runs:
+        raise InvalidInput(f"must be 1 to --max-concurrent-runs ({args.max_concurrent_runs})",
+                           source="--tenant-concurrent-runs")
+    if not 1 <= args.store_threads <= MAX_STORE_THREADS:
+        raise InvalidInput(f"must be 1 to {MAX_STORE_THREADS}", source="--store-threads")
     if args.max_connections < 1:
         raise InvalidInput("must be 1 or more", source="--max-connections")
     if args.reconcile_interval <= 0:
@@ -190,14 +224,15 @@ def _tokens(args: argparse.Namespace) -> tuple[dict[str, str], str]:
             f"auth: a new bearer token is in {DEFAULT_TOKEN_FILE} (mode 0600, tenant local)")
 
 
-def _tenant_workers(args: argparse.Namespace, tokens: dict[str, str]) -> int:
-    """`--tenant-workers`, or its default: with several tenants, one worker is always
-    left for the others (a single tenant gets every worker)."""
-    if args.tenant_workers is not None:
-        return int(args.tenant_workers)
+def _tenant_runs(args: argparse.Namespace, tokens: dict[str, str]) -> int:
+    """`--tenant-concurrent-runs`, or its default: with several tenants, one tenant may
+    hold half of the places, so that no one tenant keeps the others out (a single
+    tenant gets them all)."""
+    if args.tenant_runs is not None:
+        return int(args.tenant_runs)
     if len(set(tokens.values())) > 1:
-        return max(1, int(args.workers) - 1)
-    return int(args.workers)
+        return max(1, int(args.max_concurrent_runs) // 2)
+    return int(args.max_concurrent_runs)
 
 
 def _url(host: str, port: int) -> str:
@@ -222,11 +257,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
     from agent_runtime.api.services import ApiServices  # noqa: PLC0415
     from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
+    from agent_runtime.cli.serve_runtimes import ServeRuntimes  # noqa: PLC0415
     from agent_runtime.events import JsonlEventSink  # noqa: PLC0415
+    from agent_runtime.store_thread import StorePool  # noqa: PLC0415
 
     _check(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "httpx2"):
+        # A line per model request: thousands a minute from a busy server.
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     tokens, auth_line = _tokens(args)
     # Every job builds a runtime of its own from the run's remembered options;
     # the flags given here win, as for `agent-runtime resume`.
@@ -235,25 +275,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                   lease_seconds=args.lease_seconds, stream=False, format="json")
     log = None if args.events == "none" else JsonlEventSink(args.events)
     sinks: list[EventSink] = [log] if log is not None else []
+    store_pool = StorePool(args.store_threads)
     try:
         with open_run_store(args) as store:
-            def runtime_for(record: RunRecord | None) -> AgentRuntime:
-                return _runtime(run_args, store, record, sinks)
-
+            runtime_for = ServeRuntimes(run_args, store, sinks, store_pool)
             # Built now: a config or tools file that does not load stops serve at once.
             api_runtime = runtime_for(None)
-            tenant_workers = _tenant_workers(args, tokens)
-            launcher = LocalLauncher(store, runtime_for, workers=args.workers,
-                                     tenant_workers=tenant_workers)
+            tenant_runs = _tenant_runs(args, tokens)
+            launcher = LocalLauncher(store, runtime_for, loops=args.workers,
+                                     max_runs=args.max_concurrent_runs,
+                                     tenant_runs=tenant_runs, store_pool=store_pool)
             limits = ConnectionLimits(
                 max_connections=args.max_connections, header_timeout=args.header_timeout,
                 body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
                 write_timeout=args.write_timeout)
             services = ApiServices(store=store, runtime=api_runtime, launcher=launcher,
-                                   authenticator=BearerTokens(tokens))
+                                   authenticator=BearerTokens(tokens), capacity=launcher)
             try:
                 sock = bind_socket(args.host, args.port)
             except OSError as error:
+                launcher.close()
                 print(f"error: cannot listen on {_url(args.host, args.port)}: {error}",
                       file=sys.stderr)
                 return EXIT_FAILED
@@ -262,38 +303,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 app = build_app(services, HostCheck(args.host, port), limits)
             except BaseException:
                 sock.close()
+                launcher.close()
                 raise
             reconcile = ReconcileLoop(store, launcher, interval=args.reconcile_interval,
                                       event_sinks=sinks)
             url = _url(host, port)
             store_label = "memory" if args.store_driver == "memory" \
                 else f"{args.store_driver}:{args.store or DEFAULT_STORE}"
-            lines = [f"agent-runtime serve: listening on {url} ({args.workers} workers, "
-                     f"{tenant_workers} per tenant, store "
-                     f"{store_label}, reconcile every {args.reconcile_interval:g}s)", auth_line]
+            lines = [f"agent-runtime serve: listening on {url} ({args.max_concurrent_runs} "
+                     f"runs at once, {tenant_runs} per tenant, on {args.workers} event "
+                     f"loop(s), {args.store_threads} store threads, store {store_label}, "
+                     f"reconcile every {args.reconcile_interval:g}s)", auth_line]
             if args.token is None and args.tokens is None:
                 lines.append('  try: curl -H "Authorization: Bearer '
                              f'$(cat {DEFAULT_TOKEN_FILE})" {url}/runs')
             print("\n".join(lines), flush=True)
-            if tenant_workers == args.workers and len(set(tokens.values())) > 1:
+            if tenant_runs == args.max_concurrent_runs and len(set(tokens.values())) > 1:
                 logging.getLogger("agent_runtime.serve").warning(
-                    "one tenant's runs may hold all %d workers while another tenant's wait; "
-                    "use --workers 2 or more, with --tenant-workers below it", args.workers)
+                    "one tenant's runs may hold all %d places while another tenant's are "
+                    "refused; use --tenant-concurrent-runs below --max-concurrent-runs",
+                    args.max_concurrent_runs)
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,
                                        grace_seconds=args.grace_seconds,
                                        access_log=args.access_log, limits=limits)
     finally:
+        store_pool.shutdown(wait=False)
         if log is not None:
             log.close()
-
-
-def _runtime(run_args: argparse.Namespace, store: RunStore, record: RunRecord | None,
-             sinks: list[EventSink]) -> AgentRuntime:
-    from agent_runtime.cli.options import run_options  # noqa: PLC0415
-    from agent_runtime.cli.runtime import build_runtime  # noqa: PLC0415
-    from agent_runtime.policy import HostPolicy  # noqa: PLC0415
-
-    options = run_options(run_args, None if record is None else record.options)
-    # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
-    return build_runtime(run_args, store, options, extra_sinks=sinks,
-                         default_policy=HostPolicy())[0]

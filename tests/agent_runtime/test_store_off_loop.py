@@ -23,7 +23,7 @@ from agent_runtime import AgentRuntime, RunStatus
 from agent_runtime.api.local_launcher import LocalLauncher
 from agent_runtime.events import CallbackEventSink, Event
 from agent_runtime.models.base import ModelRequest, ModelResponse, TextListener
-from agent_runtime.store_thread import THREAD_NAME, StoreThread
+from agent_runtime.store_thread import THREAD_NAME, StorePool, StoreThread
 from agent_runtime.testing import scripted
 from stores.base import StaleAttempt
 from stores.memory import MemoryRunStore
@@ -355,18 +355,19 @@ def test_one_store_thread_for_concurrent_runs_and_none_once_they_end(tmp_path: P
     assert _until_gone(_store_threads() - before) == set()
 
 
-def test_serve_workers_hold_a_store_thread_each_only_while_executing(tmp_path: Path) -> None:
-    """`serve` builds a runtime per job: at most one store thread per worker at a
-    time, and none left once the runs are done, however many ran."""
+def test_serve_runs_share_the_store_pool_however_many_execute(tmp_path: Path) -> None:
+    """`serve` builds a runtime per attempt, all over one `StorePool`: at most its
+    threads make store calls, however many runs execute at once, and none is left
+    once the pool is shut down."""
     before = _store_threads()
     model = CountsStoreThreads(before)
-    workers = 2
+    pool = StorePool(2)
     with SqliteRunStore(tmp_path / "runs.sqlite") as store:
         def runtime_for(record: RunRecord | None) -> AgentRuntime:
-            return AgentRuntime(store=store, models={"count": model})
+            return AgentRuntime(store=store, models={"count": model}, store_pool=pool)
 
         agent = manifest({"id": "ask", "type": "prompt", "prompt": "hi"})
-        launcher = LocalLauncher(store, runtime_for, workers=workers)
+        launcher = LocalLauncher(store, runtime_for, store_pool=pool)
         try:
             run_ids = []
             for _ in range(12):
@@ -376,9 +377,10 @@ def test_serve_workers_hold_a_store_thread_each_only_while_executing(tmp_path: P
                 run_ids.append(record.run_id)
             assert launcher.wait(HANG_DEADLINE) == []
         finally:
-            launcher.shutdown(wait=True, timeout=HANG_DEADLINE)
+            launcher.shutdown(timeout=HANG_DEADLINE)
+            pool.shutdown()
         records = [store.load_run(run_id) for run_id in run_ids]
     assert all(record is not None and record.status is RunStatus.COMPLETED
                for record in records)
-    assert 1 <= model.peak <= workers
+    assert 1 <= model.peak <= 2
     assert _until_gone(_store_threads() - before) == set()

@@ -86,8 +86,9 @@ class Serve:
 
 
 def start_serve(workdir: Path, *, token: str | None = TEST_TOKEN,
-                args: Sequence[str] = ()) -> Serve:
-    """Start `agent-runtime serve` in `workdir` and wait until it answers."""
+                args: Sequence[str] = (), pythonpath: Sequence[Path] = ()) -> Serve:
+    """Start `agent-runtime serve` in `workdir` and wait until it answers (with
+    `pythonpath` importable too: an installed plugin's directory)."""
     log = workdir / "serve.log"
     command = [sys.executable, "-m", "agent_runtime.cli", "serve", "--host", "127.0.0.1",
                "--port", "0", "--store", str(workdir / "runs.sqlite"),
@@ -96,7 +97,8 @@ def start_serve(workdir: Path, *, token: str | None = TEST_TOKEN,
     if token is not None:
         command += ["--token", token]
     command += list(args)
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, [REPO, *pythonpath])),
+               PYTHONUNBUFFERED="1")
     with open(log, "wb") as out:
         process = subprocess.Popen(command, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=env)
@@ -113,8 +115,8 @@ def start_serve(workdir: Path, *, token: str | None = TEST_TOKEN,
 
 @contextmanager
 def running_serve(workdir: Path, *, token: str | None = TEST_TOKEN,
-                  args: Sequence[str] = ()) -> Iterator[Serve]:
-    serve = start_serve(workdir, token=token, args=args)
+                  args: Sequence[str] = (), pythonpath: Sequence[Path] = ()) -> Iterator[Serve]:
+    serve = start_serve(workdir, token=token, args=args, pythonpath=pythonpath)
     try:
         yield serve
     finally:

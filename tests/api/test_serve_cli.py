@@ -50,13 +50,23 @@ def test_other_commands_need_no_serve_extra(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("flags", [["--workers", "0"], ["--port", "70000"],
+@pytest.mark.parametrize("flags", [["--workers", "0"], ["--workers", "65"], ["--port", "70000"],
                                    ["--reconcile-interval", "0"], ["--grace-seconds", "-1"],
-                                   ["--lease-seconds", "0"]])
+                                   ["--lease-seconds", "0"], ["--max-concurrent-runs", "0"],
+                                   ["--store-threads", "0"], ["--store-threads", "257"],
+                                   ["--tenant-concurrent-runs", "0"]])
 def test_bad_serve_flags_are_invalid_input(flags: list[str],
                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", *flags]) == 2
     assert flags[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--tenant-concurrent-runs", "--tenant-workers"])
+def test_one_tenants_share_is_at_most_the_hosts_bound(
+        flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--max-concurrent-runs", "4", flag, "5"]) == 2
+    error = capsys.readouterr().err
+    assert "--tenant-concurrent-runs" in error and "--max-concurrent-runs (4)" in error
 
 
 def test_a_port_in_use_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -1,126 +1,56 @@
-"""`LocalLauncher` (the worker pool of `agent-runtime serve`) and its reconciler loop, in
-process on a memory store with a fake clock and the scripted echo model."""
+"""`LocalLauncher` (how `agent-runtime serve` executes runs: asyncio tasks on its own event
+loops, bounded by places), in process on a memory store with a fake clock and a model
+whose answers wait for the test."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from launcher_world import APPROVAL, World, eventually, settle
 
 from agent_runtime import AgentRuntime, RunStatus
-from agent_runtime.api.local_launcher import LocalLauncher
-from agent_runtime.api.local_reconcile import ReconcileLoop
-from agent_runtime.events import ListEventSink
-from agent_runtime.reconcile import Liveness, OwnerStatus
-from agent_runtime.testing import FakeClock
-from stores.base import RunStore
-from stores.memory import MemoryRunStore
+from agent_runtime.api.local_launcher import SERVER_STOPPED
+from agent_runtime.api.services import AtCapacity
 from stores.records import Budget, RunRecord
 
-ECHO = {"model": "scripted/echo"}
-TIMEOUT = 60.0
-DEAD_OWNER = "gone-host:1"
-
-TWO_STEPS = {"schemaVersion": "1.0", "id": "two", "steps": [
-    {"id": "first", "type": "prompt", "prompt": "one", "outputVariable": "one"},
-    {"id": "second", "type": "prompt", "prompt": "two", "includeInFinalOutput": True}]}
-APPROVAL = {"schemaVersion": "1.0", "id": "approval", "steps": [
-    {"id": "draft", "type": "prompt", "prompt": "draft", "outputVariable": "draft"},
-    {"id": "approve", "type": "approval", "prompt": "ok?", "action": "pause"},
-    {"id": "final", "type": "prompt", "prompt": "final", "includeInFinalOutput": True}]}
-
-
-class WindingDown(AgentRuntime):
-    """A runtime whose job lingers after the attempt ended (its run already suspended)."""
-
-    def __init__(self, gate: threading.Event, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.gate = gate
-        self.ended = threading.Event()
-
-    def run_sync(self, **kwargs: Any) -> Any:
-        result = super().run_sync(**kwargs)
-        self.ended.set()
-        assert self.gate.wait(TIMEOUT), "the test never opened the gate"
-        return result
-
-
-class World:
-    """A memory store, a fake clock, and runtimes on them, as serve builds them per job."""
-
-    def __init__(self) -> None:
-        self.store: RunStore = MemoryRunStore()
-        self.clock = FakeClock()
-        self.events = ListEventSink()
-        self.gate: threading.Event | None = None
-        self.wind_down: threading.Event | None = None
-        self.lingering: list[WindingDown] = []
-        self.built = 0
-
-    def runtime(self, owner: str = "serve-test:1") -> AgentRuntime:
-        return AgentRuntime(store=self.store, clock=self.clock, event_sinks=[self.events],
-                            owner=owner, lease_seconds=30.0)
-
-    def runtime_for(self, record: RunRecord) -> AgentRuntime:
-        self.built += 1
-        if self.gate is not None:
-            assert self.gate.wait(TIMEOUT), "the test never opened the gate"
-        if self.wind_down is not None and not self.lingering:
-            self.lingering.append(WindingDown(self.wind_down, store=self.store, clock=self.clock,
-                                              owner="serve-test:1", lease_seconds=30.0))
-            return self.lingering[0]
-        return self.runtime()
-
-    def create(self, manifest: dict[str, Any] = TWO_STEPS) -> RunRecord:
-        return self.runtime().create_run(manifest=manifest, options=ECHO)
-
-    def status(self, run_id: str) -> RunStatus:
-        record = self.store.load_run(run_id)
-        assert record is not None
-        return record.status
-
 
 @pytest.fixture
-def world() -> World:
-    return World()
+def world() -> Iterator[World]:
+    built = World()
+    yield built
+    built.close()
 
 
-@pytest.fixture
-def launcher(world: World) -> Iterator[LocalLauncher]:
-    pool = LocalLauncher(world.store, world.runtime_for, workers=2, clock=world.clock)
-    yield pool
-    if world.gate is not None:
-        world.gate.set()
-    pool.shutdown(wait=True, timeout=TIMEOUT)
-
-
-def settle(launcher: LocalLauncher) -> None:
-    assert launcher.wait(TIMEOUT) == [], "jobs still executing"
-
-
-def wait_until_set(check: Callable[[], bool]) -> bool:
-    done = threading.Event()
-    for _ in range(int(TIMEOUT / 0.01)):
-        if check():
-            done.set()
-            break
-        done.wait(0.01)
-    return done.is_set()
-
-
-def test_a_started_run_is_executed_by_a_worker(world: World, launcher: LocalLauncher) -> None:
+def test_a_started_run_executes_at_once(world: World) -> None:
+    launcher = world.launcher()
     run = world.create()
     launcher.start(run)
     settle(launcher)
-    record = world.store.load_run(run.run_id)
-    assert record is not None and record.status is RunStatus.COMPLETED
-    assert record.attempt == 1
+    record = world.record(run.run_id)
+    assert (record.status, record.attempt) == (RunStatus.COMPLETED, 1)
 
 
-def test_a_resume_is_recorded_then_executed(world: World, launcher: LocalLauncher) -> None:
+@pytest.mark.parametrize("loops", [1, 2])
+def test_runs_waiting_on_their_model_wait_together(world: World, loops: int) -> None:
+    launcher = world.launcher(loops=loops)
+    world.model.gate.clear()
+    runs = [world.create() for _ in range(50)]
+    for run in runs:
+        launcher.start(run)
+    # Every run holds its model request at once: none waits for another to end.
+    assert world.model.holding(50), f"only {world.model.in_flight} requests held at once"
+    world.model.gate.set()
+    settle(launcher)
+    assert {world.status(run.run_id) for run in runs} == {RunStatus.COMPLETED}
+
+
+def test_a_resume_is_recorded_then_executed(world: World) -> None:
+    launcher = world.launcher()
     run = world.create(APPROVAL)
     launcher.start(run)
     settle(launcher)
@@ -128,98 +58,120 @@ def test_a_resume_is_recorded_then_executed(world: World, launcher: LocalLaunche
     world.runtime().approve(run.run_id)
     launcher.resume(run, reason="approval", budget=Budget(max_total_tokens=10_000))
     settle(launcher)
-    record = world.store.load_run(run.run_id)
-    assert record is not None and record.status is RunStatus.COMPLETED
+    record = world.record(run.run_id)
+    assert record.status is RunStatus.COMPLETED
     assert record.resume_requested_at is None
 
 
-def test_a_resume_asked_for_while_the_runs_job_winds_down_runs_after_it(
-        world: World, launcher: LocalLauncher) -> None:
-    world.wind_down = threading.Event()
+class WindingDown(AgentRuntime):
+    """A runtime whose task lingers after the attempt ended (its run already suspended)."""
+
+    def __init__(self, gate: threading.Event, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gate = gate
+        self.ended = threading.Event()
+
+    async def run(self, **kwargs: Any) -> Any:  # type: ignore[override]
+        result = await super().run(**kwargs)
+        self.ended.set()
+        while not self.gate.is_set():
+            await asyncio.sleep(0.005)
+        return result
+
+
+def test_a_resume_asked_for_while_the_runs_task_ends_runs_after_it(world: World) -> None:
+    wind_down = threading.Event()
+    lingering: list[WindingDown] = []
+
+    def runtime_for(record: RunRecord) -> AgentRuntime:
+        if not lingering:
+            lingering.append(WindingDown(wind_down, store=world.store, clock=world.clock,
+                                         owner="serve-test:1", lease_seconds=30.0,
+                                         models={"gated": world.model}))
+            return lingering[0]
+        return world.runtime()
+
+    launcher = world.launcher(runtime_for)
     run = world.create(APPROVAL)
     launcher.start(run)
-    assert wait_until_set(lambda: bool(world.lingering) and world.lingering[0].ended.is_set())
+    assert eventually(lambda: bool(lingering) and lingering[0].ended.is_set())
     assert world.status(run.run_id) is RunStatus.SUSPENDED
-    assert launcher.running() == [run.run_id]  # the job has not returned yet
+    assert launcher.running() == [run.run_id]  # its task has not ended yet
     world.runtime().approve(run.run_id)
     launcher.resume(run, reason="approval")
-    world.wind_down.set()
+    wind_down.set()
     settle(launcher)
-    record = world.store.load_run(run.run_id)
-    assert record is not None and record.status is RunStatus.COMPLETED
-    assert record.attempt == 2
+    record = world.record(run.run_id)
+    assert (record.status, record.attempt) == (RunStatus.COMPLETED, 2)
+    assert launcher.places.held() == 0
 
 
-def test_a_suspended_run_nobody_asked_to_resume_is_left_alone(
-        world: World, launcher: LocalLauncher) -> None:
+def test_a_suspended_run_nobody_asked_to_resume_is_left_alone(world: World) -> None:
+    launcher = world.launcher()
     run = world.create(APPROVAL)
     world.runtime().run_sync(run_id=run.run_id, resume=True)
-    assert launcher.take_over(world.store.load_run(run.run_id))  # type: ignore[arg-type]
+    assert launcher.take_over(world.record(run.run_id))
     settle(launcher)
-    record = world.store.load_run(run.run_id)
-    assert record is not None and record.status is RunStatus.SUSPENDED
-    assert record.attempt == 1
+    record = world.record(run.run_id)
+    assert (record.status, record.attempt) == (RunStatus.SUSPENDED, 1)
     assert world.built == 0
 
 
-def test_a_resume_request_that_the_pool_cannot_take_stays_for_the_reconciler(
-        world: World) -> None:
-    world.gate = threading.Event()
-    pool = LocalLauncher(world.store, world.runtime_for, workers=1, max_queued=0,
-                         clock=world.clock)
-    try:
-        suspended = world.create(APPROVAL)
-        world.runtime().run_sync(run_id=suspended.run_id, resume=True)
-        world.runtime().approve(suspended.run_id)
-        blocker = world.create()
-        pool.start(blocker)  # holds the only worker until the gate opens
-        pool.resume(suspended, reason="approval")
-        record = world.store.load_run(suspended.run_id)
-        assert record is not None and record.status is RunStatus.SUSPENDED
-        assert record.resume_requested_at is not None
-        assert pool.running() == [blocker.run_id]
-    finally:
-        world.gate.set()
-        pool.shutdown(wait=True, timeout=TIMEOUT)
-
-
-def test_a_start_the_pool_cannot_take_leaves_the_run_created(
+def test_a_start_with_no_place_free_leaves_the_run_created_without_a_warning(
         world: World, caplog: pytest.LogCaptureFixture) -> None:
-    world.gate = threading.Event()
-    pool = LocalLauncher(world.store, world.runtime_for, workers=1, max_queued=1,
-                         clock=world.clock)
-    runs = [world.create() for _ in range(3)]
-    try:
-        with caplog.at_level(logging.WARNING, logger="agent_runtime.serve"):
-            for run in runs:
-                pool.start(run)
-        assert sorted(pool.running()) == sorted(run.run_id for run in runs[:2])
-        assert "left for the reconciler" in caplog.text
-        world.gate.set()
-        assert pool.wait(TIMEOUT) == []
-    finally:
-        world.gate.set()
-        pool.shutdown(wait=True, timeout=TIMEOUT)
-    assert [world.status(run.run_id) for run in runs] == \
-        [RunStatus.COMPLETED, RunStatus.COMPLETED, RunStatus.CREATED]
+    launcher = world.launcher(max_runs=1)
+    world.model.gate.clear()
+    executing, refused = world.create(), world.create()
+    with caplog.at_level(logging.INFO, logger="agent_runtime.serve"):
+        launcher.start(executing)
+        launcher.start(refused)
+    assert launcher.running() == [executing.run_id]
+    assert "no place free now" in caplog.text
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    world.model.gate.set()
+    settle(launcher)
+    assert world.status(executing.run_id) is RunStatus.COMPLETED
+    assert world.status(refused.run_id) is RunStatus.CREATED  # for the reconciler
 
 
-def test_a_run_is_queued_once(world: World) -> None:
-    world.gate = threading.Event()
-    pool = LocalLauncher(world.store, world.runtime_for, workers=2, clock=world.clock)
+def test_a_request_holds_a_place_before_it_stores_anything(world: World) -> None:
+    launcher = world.launcher(max_runs=2)
+    world.model.gate.clear()
+    with launcher.admit("alice"):
+        run = world.create(tenant="alice")
+        launcher.start(run)  # the run takes the request's place
+    with launcher.admit("alice"):
+        pass  # a request that failed before it started anything gives its place back
+    assert launcher.places.held() == 1
+    with launcher.admit("bob"):
+        launcher.start(world.create(tenant="bob"))
+    with pytest.raises(AtCapacity) as full:
+        launcher.admit("carol")
+    assert full.value.status == 429 and full.value.retry_after >= 1
+    assert "--max-concurrent-runs" in full.value.detail
+    world.model.gate.set()
+    settle(launcher)
+    assert launcher.places.held() == 0
+    with launcher.admit("carol"):
+        pass
+
+
+def test_a_run_executes_once(world: World) -> None:
+    launcher = world.launcher()
+    world.model.gate.clear()
     run = world.create()
-    try:
-        pool.start(run)
-        pool.start(run)
-        assert pool.running() == [run.run_id]
-    finally:
-        world.gate.set()
-        pool.shutdown(wait=True, timeout=TIMEOUT)
+    launcher.start(run)
+    launcher.start(run)
+    assert launcher.running() == [run.run_id]
+    world.model.gate.set()
+    settle(launcher)
     assert world.built == 1
+    assert world.record(run.run_id).attempt == 1
 
 
-def test_resuming_a_finished_run_does_nothing(world: World, launcher: LocalLauncher,
+def test_resuming_a_finished_run_does_nothing(world: World,
                                               caplog: pytest.LogCaptureFixture) -> None:
+    launcher = world.launcher()
     run = world.create()
     launcher.start(run)
     settle(launcher)
@@ -231,8 +183,9 @@ def test_resuming_a_finished_run_does_nothing(world: World, launcher: LocalLaunc
     assert world.built == 1
 
 
-def test_a_run_someone_else_executes_is_left_to_them(world: World, launcher: LocalLauncher,
+def test_a_run_someone_else_executes_is_left_to_them(world: World,
                                                      caplog: pytest.LogCaptureFixture) -> None:
+    launcher = world.launcher()
     run = world.create()
     world.store.resume_run(run.run_id, owner="elsewhere:7", now=world.clock.now(),
                            lease_seconds=30.0)
@@ -244,159 +197,73 @@ def test_a_run_someone_else_executes_is_left_to_them(world: World, launcher: Loc
     assert "Traceback" not in caplog.text
 
 
-def test_an_error_in_a_job_is_logged_with_its_traceback(
+def test_a_runtime_that_cannot_be_built_is_logged_with_its_traceback_and_not_retried(
         world: World, caplog: pytest.LogCaptureFixture) -> None:
     def broken(record: RunRecord) -> AgentRuntime:
-        raise RuntimeError("boom in the job")
+        world.built += 1
+        raise RuntimeError("boom in the runtime")
 
-    pool = LocalLauncher(world.store, broken, workers=1, clock=world.clock)
+    launcher = world.launcher(broken)
     run = world.create()
     with caplog.at_level(logging.ERROR, logger="agent_runtime.serve"):
-        pool.start(run)
-        assert pool.shutdown(wait=True, timeout=TIMEOUT) == []
-    assert "the worker failed" in caplog.text
-    assert "boom in the job" in caplog.text
+        launcher.start(run)
+        settle(launcher)
+    assert "boom in the runtime" in caplog.text
     assert any(record.exc_info for record in caplog.records)
+    assert world.built == 1
     assert world.status(run.run_id) is RunStatus.CREATED
 
 
-def test_shutdown_drops_queued_runs_and_reports_executing_ones(world: World) -> None:
-    world.gate = threading.Event()
-    pool = LocalLauncher(world.store, world.runtime_for, workers=1, clock=world.clock)
-    executing, queued = world.create(), world.create()
-    pool.start(executing)
-    pool.start(queued)
-    assert wait_until_set(lambda: world.built == 1)  # the first job is executing
-    assert pool.shutdown(wait=True, timeout=0.05) == [executing.run_id]
-    pool.start(world.create())  # refused: stopping
-    world.gate.set()
-    assert pool.wait(TIMEOUT) == []
-    assert world.status(executing.run_id) is RunStatus.COMPLETED
-    assert world.status(queued.run_id) is RunStatus.CREATED
+def test_interrupted_runs_suspend_at_their_next_commit_point_with_a_resume_request(
+        world: World) -> None:
+    launcher = world.launcher()
+    world.model.gate.clear()
+    runs = [world.create() for _ in range(5)]
+    for run in runs:
+        launcher.start(run)
+    assert world.model.holding(5)
+    launcher.interrupt()
+    with pytest.raises(AtCapacity) as stopping:
+        launcher.admit("anyone")
+    assert stopping.value.status == 503
+    launcher.start(world.create())  # refused: stopping
+    world.model.gate.set()  # the calls in flight end; no run starts another
+    settle(launcher)
+    for run in runs:
+        record = world.record(run.run_id)
+        assert record.status is RunStatus.SUSPENDED
+        assert record.suspension is not None and record.suspension.reason == "interrupted"
+        assert (record.resume_reason, record.lease_owner) == (SERVER_STOPPED, None)
+    assert world.model.calls == 5  # the second step's request never started
 
 
-# -- the reconciler loop ----------------------------------------------------------
-
-
-def dead_owner(run: RunRecord) -> OwnerStatus:
-    if run.lease_owner == DEAD_OWNER:
-        return OwnerStatus(Liveness.GONE, "its process is gone")
-    return OwnerStatus(Liveness.ALIVE, "running")
-
-
-def loop_for(world: World, launcher: LocalLauncher,
-             liveness: Callable[[RunRecord], OwnerStatus] = dead_owner) -> ReconcileLoop:
-    return ReconcileLoop(world.store, launcher, interval=30.0, clock=world.clock,
-                         liveness=liveness, event_sinks=[world.events])
-
-
-def test_a_pass_hands_a_run_whose_owner_died_to_a_worker(world: World,
-                                                         launcher: LocalLauncher) -> None:
+def test_a_commit_the_store_refused_is_taken_over_again_once_the_store_takes_commits(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    launcher = world.launcher()
+    world.model.gate.clear()
     run = world.create()
-    world.store.resume_run(run.run_id, owner=DEAD_OWNER, now=world.clock.now(),
-                           lease_seconds=30.0)
-    loop = loop_for(world, launcher)
-    summary = loop.pass_once()
-    assert summary.counts()["candidates"] == 0  # the lease has not expired yet
-    world.clock.advance(31)
-    summary = loop.pass_once()
-    assert summary.counts()["resumed"] == 1
-    settle(launcher)
-    record = world.store.load_run(run.run_id)
-    assert record is not None and record.status is RunStatus.COMPLETED
-    assert record.takeovers == 0  # taken over once, then progress reset the count
+    launcher.start(run)
+    assert world.model.holding(1)
+    world.store.refusing.set()  # the disk fills while the model answers
+    with caplog.at_level(logging.INFO, logger="agent_runtime.serve"):
+        world.model.gate.set()
+        # The first step's commit, the write failing the run, then this server's
+        # takeovers: each refused, and the run stays `running`, this server's.
+        assert eventually(lambda: world.store.refused >= 4)
+        record = world.record(run.run_id)
+        assert (record.status, record.lease_owner) == (RunStatus.RUNNING, "serve-test:1")
+        assert launcher.running() == [run.run_id]
+        world.store.refusing.clear()
+        settle(launcher)
+    record = world.record(run.run_id)
+    assert (record.status, record.attempt) == (RunStatus.COMPLETED, 2)
+    assert "attempt 1: the store refused its commit" in caplog.text
 
 
-def test_a_pass_leaves_a_live_owners_run_alone(world: World, launcher: LocalLauncher) -> None:
-    run = world.create()
-    world.store.resume_run(run.run_id, owner="alive:2", now=world.clock.now(),
-                           lease_seconds=30.0)
-    world.clock.advance(31)
-    summary = loop_for(world, launcher).pass_once()
-    assert summary.counts()["skipped"] == 1
-    settle(launcher)
-    assert world.status(run.run_id) is RunStatus.RUNNING
-
-
-def test_a_pass_starts_a_run_queued_too_long(world: World, launcher: LocalLauncher) -> None:
-    run = world.create()
-    world.clock.advance(61)
-    summary = loop_for(world, launcher).pass_once()
-    assert summary.counts()["resumed"] == 1
-    settle(launcher)
-    assert world.status(run.run_id) is RunStatus.COMPLETED
-
-
-def test_a_pass_resumes_an_approved_run_nobody_resumed(world: World,
-                                                       launcher: LocalLauncher) -> None:
-    run = world.create(APPROVAL)
-    world.runtime().run_sync(run_id=run.run_id, resume=True)
-    world.runtime().approve(run.run_id)
-    loop = loop_for(world, launcher)
-    assert loop.resume_requested() == []  # the request is fresh: its own request may serve it
-    world.clock.advance(10)
-    assert loop.resume_requested() == [run.run_id]
-    settle(launcher)
-    assert world.status(run.run_id) is RunStatus.COMPLETED
-
-
-def test_a_pass_does_not_queue_a_run_twice(world: World) -> None:
-    world.gate = threading.Event()
-    pool = LocalLauncher(world.store, world.runtime_for, workers=1, clock=world.clock)
-    try:
-        run = world.create()
-        pool.start(run)
-        world.clock.advance(61)
-        summary = loop_for(world, pool).pass_once()
-        assert summary.counts()["skipped"] == 1
-        assert summary.outcomes[0].reason == "lost-race"
-    finally:
-        world.gate.set()
-        pool.shutdown(wait=True, timeout=TIMEOUT)
-    assert world.built == 1
-
-
-def test_the_loop_runs_passes_until_stopped(world: World, launcher: LocalLauncher) -> None:
-    passes = threading.Semaphore(0)
-    loop = ReconcileLoop(world.store, launcher, interval=0.01, clock=world.clock,
-                         liveness=dead_owner)
-    original = loop.pass_once
-
-    def counted() -> Any:
-        try:
-            return original()
-        finally:
-            passes.release()
-
-    loop.pass_once = counted  # type: ignore[method-assign]
-    loop.start()
-    try:
-        for _ in range(3):
-            assert passes.acquire(timeout=TIMEOUT)
-    finally:
-        loop.stop(timeout=TIMEOUT)
-
-
-def test_a_failing_pass_does_not_end_the_loop(world: World, launcher: LocalLauncher,
-                                              caplog: pytest.LogCaptureFixture) -> None:
-    calls = threading.Semaphore(0)
-    loop = ReconcileLoop(world.store, launcher, interval=0.01, clock=world.clock)
-
-    def failing() -> Any:
-        calls.release()
-        raise OSError("the store is briefly unavailable")
-
-    loop.pass_once = failing  # type: ignore[method-assign]
-    with caplog.at_level(logging.ERROR, logger="agent_runtime.serve"):
-        loop.start()
-        try:
-            for _ in range(2):
-                assert calls.acquire(timeout=TIMEOUT)
-        finally:
-            loop.stop(timeout=TIMEOUT)
-    assert "the pass failed" in caplog.text
-
-
-def test_the_interval_must_be_positive(world: World, launcher: LocalLauncher) -> None:
-    with pytest.raises(ValueError):
-        ReconcileLoop(world.store, launcher, interval=0)
+def test_the_loops_and_places_must_be_at_least_one(world: World) -> None:
+    with pytest.raises(ValueError, match="event loop"):
+        world.launcher(loops=0)
+    with pytest.raises(ValueError, match="max_runs"):
+        world.launcher(max_runs=0)
+    with pytest.raises(ValueError, match="tenant_runs"):
+        world.launcher(max_runs=2, tenant_runs=3)

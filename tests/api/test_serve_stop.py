@@ -1,6 +1,8 @@
 """Stopping `agent-runtime serve`, gracefully or not, and what happens to the runs it was
-executing: finished within the grace period, or left with their checkpoint for the next
-server, whose reconciler loop takes them over once the old owner is gone."""
+executing: on SIGTERM no run starts another call, the calls in flight end within the
+grace period and each run suspends `interrupted` for the next server to resume; a run
+still busy after the grace, or left by a killed server, keeps its checkpoint and the
+next server takes it over at once, its old owner being gone."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from pathlib import Path
 import pytest
 from serve_process import (
     ALLOW_LOOPBACK_WEBHOOKS,
-    run_of,
     running_serve,
     start,
     start_serve,
@@ -33,7 +34,7 @@ def flags(workdir: Path, *extra: str) -> list[str]:
             *extra]
 
 
-def test_sigterm_lets_an_executing_run_finish_within_the_grace_period(
+def test_sigterm_lets_the_call_in_flight_end_then_suspends_the_run_for_the_next_server(
         tmp_path: Path, receiver: SlowReceiver) -> None:
     serve = start_serve(tmp_path, token=TOKEN, args=flags(tmp_path, "--grace-seconds", "120"))
     try:
@@ -46,11 +47,14 @@ def test_sigterm_lets_an_executing_run_finish_within_the_grace_period(
         assert serve.process.wait(120) == 0, serve.output()
     finally:
         serve.stop()
-    assert "/graceful/second" in receiver.paths()
+    # The call in flight ended and was kept; the next one did not start.
+    assert receiver.paths() == ["/graceful/first"]
     with running_serve(tmp_path, token=TOKEN, args=flags(tmp_path)) as after, \
             after.client() as http:
-        done = run_of(http, run_id)
-        assert (done["status"], done["attempt"]) == ("completed", 1)
+        done = wait_for_status(http, run_id, "completed")
+        assert done["attempt"] == 2
+        assert done["lastSuspension"]["reason"] == "interrupted"
+    assert receiver.paths() == ["/graceful/first", "/graceful/second"]
 
 
 def test_a_run_still_executing_after_the_grace_period_is_taken_over_by_the_next_server(
@@ -66,6 +70,7 @@ def test_a_run_still_executing_after_the_grace_period_is_taken_over_by_the_next_
         serve.stop()
     assert f"still executing: {run_id}" in serve.output()
 
+    # Its lease (2 s) has not expired: the next server takes it over at once anyway.
     receiver.release.set()
     with running_serve(tmp_path, token=TOKEN, args=flags(tmp_path)) as after, \
             after.client() as http:

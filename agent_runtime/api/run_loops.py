@@ -1,0 +1,84 @@
+"""The event loops `agent-runtime serve` executes runs on (`serve --workers`), one thread each.
+
+A run waiting on a model or a tool is a coroutine suspended on its loop, so
+one loop keeps thousands of runs waiting at once; what a run does between its
+waits is Python under the GIL, which more threads would not run any faster.
+One loop is the default. A second one helps only when something blocks a loop
+for a while (a driver or hook that does blocking I/O on it): the runs of the
+other loop go on meanwhile. Store calls never block a loop (they go to the
+store pool: `agent_runtime.store_thread`), nor do synchronous tools (each
+loop's default executor runs them).
+
+A run goes to the loop with the fewest runs at the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any
+
+THREAD_NAME = "agent-runtime-runs"
+
+
+class RunLoops:
+    """`count` event loops, each running on a daemon thread of its own until `stop`."""
+
+    def __init__(self, count: int, *, name: str = THREAD_NAME) -> None:
+        if count < 1:
+            raise ValueError("a server needs 1 event loop or more")
+        self._lock = threading.Lock()
+        self._loops = [asyncio.new_event_loop() for _ in range(count)]
+        self._load = [0] * count
+        self._threads = [threading.Thread(target=_run_forever, args=(loop,),
+                                          name=f"{name}-{index}", daemon=True)
+                         for index, loop in enumerate(self._loops)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def count(self) -> int:
+        return len(self._loops)
+
+    def submit(self, coroutine: Coroutine[Any, Any, None]) -> Future[None]:
+        """Run `coroutine` as a task on the least busy loop; the future ends with it."""
+        with self._lock:
+            index = min(range(len(self._loops)), key=self._load.__getitem__)
+            self._load[index] += 1
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loops[index])
+
+        def ended(_: Future[None]) -> None:
+            with self._lock:
+                self._load[index] -= 1
+
+        future.add_done_callback(ended)
+        return future
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every loop (tasks still on one are cancelled) and wait up to `timeout`
+        seconds for each thread to end."""
+        for loop in self._loops:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(loop.stop)
+        for thread in self._threads:
+            thread.join(timeout)
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
+__all__ = ["THREAD_NAME", "RunLoops"]

@@ -1,0 +1,67 @@
+"""The runtimes `serve` builds per attempt (`ServeRuntimes`): the config and tools files
+a run's options name are loaded once, not per attempt, and again when they change."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from agent_runtime.cli.serve_runtimes import ServeRuntimes
+from agent_runtime.errors import ConfigError
+from stores.memory import MemoryRunStore
+
+TOOLS = '''
+from pathlib import Path
+
+from agent_runtime import tool
+
+with open(Path(__file__).with_suffix(".imports"), "a") as imports:
+    imports.write("imported\\n")
+
+
+@tool
+def lookup(order_id: str) -> dict:
+    """Look an order up."""
+    return {"order_id": order_id, "version": VERSION}
+'''
+
+
+def runtimes(tmp_path: Path, *, tools: Path, config: Path | None = None) -> ServeRuntimes:
+    args = argparse.Namespace(model=None, config=None if config is None else str(config),
+                              tools=[str(tools)], events="none", artifacts="none",
+                              lease_seconds=30.0, stream=False, format="json")
+    return ServeRuntimes(args, MemoryRunStore(), [])
+
+
+def imports(tools: Path) -> int:
+    marks = tools.with_suffix(".imports")
+    return len(marks.read_text().splitlines()) if marks.exists() else 0
+
+
+def test_a_tools_file_is_imported_once_for_every_attempt_and_again_when_it_changes(
+        tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS.replace("VERSION", "1"), encoding="utf-8")
+    config = tmp_path / "runtime.config.yaml"
+    config.write_text("version: '1.0'\n", encoding="utf-8")
+    runtime_for = runtimes(tmp_path, tools=tools, config=config)
+    built = [runtime_for(None) for _ in range(20)]
+    assert imports(tools) == 1
+    assert len({id(runtime) for runtime in built}) == 20  # a runtime per attempt
+    assert all(runtime.tools.get("lookup") is built[0].tools.get("lookup")
+               for runtime in built)
+    tools.write_text(TOOLS.replace("VERSION", "22"), encoding="utf-8")  # another size
+    changed = runtime_for(None)
+    assert imports(tools) == 2
+    assert changed.tools.get("lookup") is not built[0].tools.get("lookup")
+
+
+def test_a_missing_config_is_refused_by_name_every_time(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS.replace("VERSION", "1"), encoding="utf-8")
+    runtime_for = runtimes(tmp_path, tools=tools, config=tmp_path / "gone.yaml")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=r"gone\.yaml"):
+            runtime_for(None)
