@@ -2,7 +2,7 @@
 takes a run over (docs/design.md section 7): only an owner confirmed gone is replaced.
 
 `ProcessLiveness` answers for the local engine's owners (`host:pid`); the AWS
-reconciler asks Step Functions (functions/executions.py `ExecutionLiveness`).
+reconciler asks Step Functions (functions/reconciler/executions.py `ExecutionLiveness`).
 """
 
 from __future__ import annotations

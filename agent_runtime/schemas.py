@@ -50,7 +50,10 @@ it (`SchemaRefused.at`), whatever could make applying it fetch, hang or crash:
 
 Metaschema violations are `SchemaInvalid`, a kind of `SchemaRefused`: a
 caller that can let someone else validate (an MCP server checks its own
-arguments) may tolerate those and still refuses the unsafe ones.
+arguments) may tolerate those and still refuses the unsafe ones. Both live in
+`agent_runtime.schema_refusals`, so a module that only catches them does not
+load this one (and jsonschema with it): it is imported where a schema is
+compiled.
 """
 
 from __future__ import annotations
@@ -80,13 +83,11 @@ from agent_runtime.schema_keywords import (
     step_budget,
 )
 from agent_runtime.schema_precheck import precheck
+from agent_runtime.schema_refusals import SchemaInvalid, SchemaPath, SchemaRefused
 from agent_runtime.serde import canonical_json
 
 __all__ = ["DEFAULT_LIMITS", "CompiledSchema", "SchemaInvalid", "SchemaLimits", "SchemaRefused",
            "compile_schema"]
-
-PathPart = str | int
-SchemaPath = tuple[PathPart, ...]
 
 
 @dataclass(frozen=True)
@@ -99,24 +100,6 @@ class SchemaLimits:
 
 
 DEFAULT_LIMITS = SchemaLimits()
-
-
-class SchemaRefused(ValueError):
-    """A schema the runtime will not apply, or a validation it will not finish.
-
-    `reason` says why in a sentence; `at` is where in the schema (keys and
-    indexes from its root, `("properties", "x", "$ref")`), empty for the
-    whole schema or for a validation that stopped.
-    """
-
-    def __init__(self, reason: str, at: SchemaPath = ()) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.at = at
-
-
-class SchemaInvalid(SchemaRefused):
-    """The schema breaks its dialect's metaschema."""
 
 
 # -- dialects ------------------------------------------------------------------------

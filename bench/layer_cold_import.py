@@ -2,11 +2,20 @@
 
 Builds a twin of the runtime layer with layers/runtime/Makefile itself (same
 requirements, same pruning, same python3.13 bytecode) for this machine's
-architecture, since the deployed layer is arm64 wheels, then imports each
-handler module in a fresh python3.13 process with the layer and the functions
-on sys.path, and `import boto3` the same way, in one run. Prints the median
-import time of each, its ratio to boto3's, and the unzipped size of the layer
-(the deployed arm64 one from `make build` when present, and the twin).
+architecture, since the deployed layer is arm64 wheels, and the functions'
+code with functions/Makefile, then imports each handler module in a fresh
+python3.13 process with the layer and the functions on sys.path, and
+`import boto3` the same way, in one run: each round imports every subject
+once, so a machine busier in one part of the run weighs on all of them alike.
+Prints the median import time of each, its ratio to boto3's, and the unzipped
+size of the layer (the deployed arm64 one from `make build` when present, and
+the twin).
+
+The floor is what every handler needs at import, whatever it trims: boto3,
+Powertools' logger and metrics, and the store's records, whose pydantic models
+each handler validates (its event, every run it reads). A handler cannot
+import less than that without moving the same work into its first invocation,
+which a cold start waits for just the same.
 
     python bench/layer_cold_import.py [--rounds 7] [--layer DIR]
 """
@@ -24,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+FLOOR = ("floor (boto3, records, Powertools)",
+         "boto3, stores.records, aws_lambda_powertools.logging, aws_lambda_powertools.metrics")
 HANDLERS = {
     "Advance/Start (functions.step.app)": "functions.step.app",
     "Reconciler (functions.reconciler.app)": "functions.reconciler.app",
@@ -68,6 +79,14 @@ def build_twin(into: Path, python: str) -> Path:
     return into / "python"
 
 
+def build_functions(into: Path, python: str) -> Path:
+    """The functions' code, built by their own Makefile into `into` (one target: every
+    function's code is the same package)."""
+    subprocess.run(["make", "-s", "-C", str(REPO / "functions"), "build-ApiFunction",
+                    f"ARTIFACTS_DIR={into}", f"PY313={python}"], check=True)
+    return into
+
+
 def size_of(directory: Path) -> tuple[int, int, int]:
     """(bytes, .py files, .py files with a cpython-313 .pyc) under `directory`."""
     total = sources = compiled = 0
@@ -81,18 +100,21 @@ def size_of(directory: Path) -> tuple[int, int, int]:
     return total, sources, compiled
 
 
-def import_time(python: str, module: str, path: list[Path], rounds: int) -> float:
+def import_times(python: str, modules: list[str], path: list[Path],
+                 rounds: int) -> list[float]:
+    """The median time to import each of `modules` in a fresh process, interleaved."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **ENVIRONMENT,
            "PYTHONPATH": os.pathsep.join(str(entry) for entry in path)}
-    times = []
+    times: list[list[float]] = [[] for _ in modules]
     for _ in range(rounds):
-        done = subprocess.run([python, "-c", PROBE.format(module=module)], env=env,
-                              capture_output=True, text=True, check=False,
-                              cwd=tempfile.gettempdir())
-        if done.returncode != 0:
-            raise SystemExit(f"import {module} failed:\n{done.stderr[-2000:]}")
-        times.append(float(done.stdout.strip().splitlines()[-1]))
-    return statistics.median(times)
+        for module, taken in zip(modules, times, strict=True):
+            done = subprocess.run([python, "-c", PROBE.format(module=module)], env=env,
+                                  capture_output=True, text=True, check=False,
+                                  cwd=tempfile.gettempdir())
+            if done.returncode != 0:
+                raise SystemExit(f"import {module} failed:\n{done.stderr[-2000:]}")
+            taken.append(float(done.stdout.strip().splitlines()[-1]))
+    return [statistics.median(taken) for taken in times]
 
 
 def main() -> None:
@@ -108,17 +130,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="layer-bench-") as scratch:
         layer = args.layer or build_twin(Path(scratch), python)
         # The functions' code as sam build ships it (functions/Makefile: its .py
-        # files only), then the layer: never the repository's own packages.
-        code = Path(scratch) / "code"
-        shutil.copytree(REPO / "functions", code / "functions",
-                        ignore=shutil.ignore_patterns("__pycache__", "Makefile"))
+        # files and their python3.13 bytecode), then the layer: never the
+        # repository's own packages.
+        code = build_functions(Path(scratch) / "code", python)
         path = [code, layer]
-        baseline = import_time(python, "boto3", path, args.rounds)
+        subjects = {"import boto3": "boto3", FLOOR[0]: FLOOR[1], **HANDLERS}
+        medians = import_times(python, list(subjects.values()), path, args.rounds)
+        baseline = medians[0]
         print(f"cold import from the runtime layer, {version}, median of {args.rounds} "
               f"fresh processes (ratio to `import boto3` from the same layer)")
-        print(f"  {'import boto3':<48} {baseline * 1000:8.1f} ms   1.00")
-        for name, module in HANDLERS.items():
-            seconds = import_time(python, module, path, args.rounds)
+        for name, seconds in zip(subjects, medians, strict=True):
             print(f"  {name:<48} {seconds * 1000:8.1f} ms   {seconds / baseline:.2f}")
         for label, directory in (("deployed layer (arm64, make build)", DEPLOYED_LAYER),
                                  (f"measured twin ({platform.machine()})", layer)):

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
-import yaml
 
 from agent_runtime.clock import Clock, SystemClock
 from stores.dynamodb.location import open_dynamodb_store
@@ -54,9 +53,9 @@ if TYPE_CHECKING:
     from agent_runtime.engine import AgentRuntime
     from agent_runtime.events import EventSink
 
-# The engine, its config and its tools load when a path first builds a runtime
-# (Advance, the API, the reconciler's resumes): the start function never does,
-# so its cold start skips them.
+# The engine, its config (and the YAML parser) and its tools load when a path
+# first builds a runtime (Advance, the API, the reconciler's resumes): the start
+# function never does, so its cold start skips them.
 
 STORE = "AGENT_RUNTIME_STORE"
 STATE_MACHINE_ARN = "AGENT_RUNTIME_STATE_MACHINE_ARN"
@@ -194,7 +193,9 @@ def config_source(settings: Settings) -> str:
 
 
 def _parse_config_text(text: str, *, source: str) -> RuntimeConfig:
-    from agent_runtime.config import parse_config  # noqa: PLC0415 - see the imports
+    import yaml  # noqa: PLC0415 - see the imports
+
+    from agent_runtime.config import parse_config  # noqa: PLC0415
 
     data: Any = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
     return parse_config(data, source=source)

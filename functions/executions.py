@@ -31,8 +31,10 @@ replaced by its safe characters and a hash of the id, deterministically.
 The lease owner of an attempt names its execution (a slice holds it as
 `<execution ARN>#<invocation>`, a hand-over leaves it to the next
 execution's ARN: stores/dynamodb/slices.py), so the reconciler asks Step
-Functions whether that execution still runs (`ExecutionLiveness`): the owner
-string is the engine reference on AWS.
+Functions whether that execution still runs (`ExecutionLiveness`, with the
+reconciler's other hooks in functions/reconciler/executions.py, so the start
+and Advance functions do not load the reconciler): the owner string is the
+engine reference on AWS.
 """
 
 from __future__ import annotations
@@ -45,22 +47,17 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.reconcile import Liveness, LostRace, OwnerStatus, Resumed
-from functions.capacity import CapacitySlots
-from stores.base import RunStore
-from stores.dynamodb.slices import execution_of
-from stores.records import RunRecord, RunStatus
-
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.client import SFNClient
+
+    from stores.base import RunStore
 
 MAX_NAME_LENGTH = 80
 MAX_NAMES_PER_ATTEMPT = 5
 _SAFE = re.compile(r"[A-Za-z0-9._-]+")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_ALIVE = frozenset({"RUNNING", "PENDING_REDRIVE"})
-_ENDED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+# What Step Functions calls a running execution (or one waiting to be redriven).
+ALIVE = frozenset({"RUNNING", "PENDING_REDRIVE"})
 
 
 def execution_name(run_id: str, attempt: int, retry: int = 1, *, slice_: int = 1) -> str:
@@ -116,7 +113,7 @@ def is_execution_arn(owner: str) -> bool:
     return owner.startswith("arn:") and ":states:" in owner and ":execution:" in owner
 
 
-def _code(error: ClientError) -> str:
+def error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
@@ -125,7 +122,7 @@ def describe(stepfunctions: SFNClient, arn: str) -> dict[str, Any] | None:
     try:
         return dict(stepfunctions.describe_execution(executionArn=arn))
     except ClientError as error:
-        if _code(error) == "ExecutionDoesNotExist":
+        if error_code(error) == "ExecutionDoesNotExist":
             return None
         raise
 
@@ -165,10 +162,10 @@ def start_attempt(stepfunctions: SFNClient, state_machine_arn: str, store: RunSt
                                                         name=name, input=body)
                 return Started(started["executionArn"], name, new=True)
             except ClientError as error:
-                if _code(error) != "ExecutionAlreadyExists":
+                if error_code(error) != "ExecutionAlreadyExists":
                     raise
             found = describe(stepfunctions, arn)  # another starter won the race
-        if found is None or found["status"] in _ALIVE:
+        if found is None or found["status"] in ALIVE:
             return Started(arn, name, new=False)
         run = store.load_run(run_id)
         if run is None or run.attempt >= attempt:
@@ -192,83 +189,7 @@ def start_slice(stepfunctions: SFNClient, state_machine_arn: str, run_id: str, a
         started = stepfunctions.start_execution(stateMachineArn=state_machine_arn, name=name,
                                                 input=body)
     except ClientError as error:
-        if _code(error) != "ExecutionAlreadyExists":
+        if error_code(error) != "ExecutionAlreadyExists":
             raise
         return Started(execution_arn(state_machine_arn, name), name, new=False)
     return Started(started["executionArn"], name, new=True)
-
-
-class ExecutionLiveness:
-    """The reconciler's LivenessCheck: is the execution holding the lease still running?
-
-    RUNNING (or waiting to be redriven) is alive; SUCCEEDED, FAILED,
-    TIMED_OUT and ABORTED is gone, and so is no such execution: a slice that
-    died between handing the lease to its successor and starting it leaves an
-    owner that was never started (stores/dynamodb/slices.py). An owner that is
-    not an execution ARN (a local process on this store), or an execution Step
-    Functions will not describe to us, is unknown: the run is left alone. The
-    reconciler asks only once the lease has expired: a live slice renews it,
-    whatever its execution's state.
-    """
-
-    def __init__(self, stepfunctions: SFNClient) -> None:
-        self.stepfunctions = stepfunctions
-
-    def __call__(self, run: RunRecord) -> OwnerStatus:
-        # A slice of an execution holds the lease as `<execution ARN>#<invocation>`.
-        owner = execution_of(run.lease_owner or "")
-        if not is_execution_arn(owner):
-            return OwnerStatus(Liveness.UNKNOWN, "the owner is not a Step Functions execution")
-        try:
-            found = describe(self.stepfunctions, owner)
-        except ClientError as error:
-            return OwnerStatus(Liveness.UNKNOWN, f"DescribeExecution failed: {_code(error)}")
-        if found is None:
-            return OwnerStatus(Liveness.GONE, "the owner execution does not exist")
-        status = str(found["status"])
-        if status in _ALIVE:
-            return OwnerStatus(Liveness.ALIVE, f"the owner execution is {status}")
-        if status in _ENDED:
-            # The error name only: a cause may quote a handler's exception message.
-            name = f" ({found['error']})" if found.get("error") else ""
-            return OwnerStatus(Liveness.GONE, f"the owner execution ended {status}{name}")
-        return OwnerStatus(Liveness.UNKNOWN, f"the owner execution is {status}")
-
-
-class StartExecution:
-    """The reconciler's ResumeAction on AWS: start the execution of the next attempt,
-    once it holds a capacity slot (`slots`; None: no limit). A takeover moves the
-    dead attempt's slot to the new one; a run that gets no slot is left as it is
-    (`AtCapacity`) for a later pass, and once the slots are full the rest of the
-    pass is refused without reading them again."""
-
-    def __init__(self, stepfunctions: SFNClient, state_machine_arn: str,
-                 store: RunStore, *, slots: CapacitySlots | None = None,
-                 clock: Clock | None = None) -> None:
-        self.stepfunctions = stepfunctions
-        self.state_machine_arn = state_machine_arn
-        self.store = store
-        self.slots = slots
-        self.clock: Clock = clock or SystemClock()
-
-    async def __call__(self, run: RunRecord) -> Resumed:
-        attempt = run.attempt + 1
-        takeover = run.status is RunStatus.RUNNING
-        if self.slots is not None:
-            full = self.slots.admit(run.run_id, attempt, now=self.clock.now())
-            if full is not None:
-                raise AtCapacity(f"left as it is: {full}")
-        try:
-            started = start_attempt(self.stepfunctions, self.state_machine_arn, self.store,
-                                    run.run_id, attempt, takeover=takeover)
-        except BaseException:
-            if self.slots is not None:
-                self.slots.release(run.run_id, attempt)  # not started: not used
-            raise
-        if not started.new:
-            raise LostRace(f"execution {started.name} of attempt {attempt} was already started")
-        return Resumed(attempt, None, detail=started.execution_arn)
-
-
-class AtCapacity(LostRace):
-    """Not started for capacity (functions/capacity.py): a later pass starts it."""

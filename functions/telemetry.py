@@ -21,13 +21,17 @@ another's shared state.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from agent_runtime.events import Event
 from agent_runtime.excerpts import EXCERPT_LIMIT, excerpt
+
+if TYPE_CHECKING:
+    # A type only: events come from the engine or the reconciler, which load
+    # their module; a handler that runs neither (start, retention) never does.
+    from agent_runtime.events import Event
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "agent-runtime"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "AgentRuntime"

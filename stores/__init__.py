@@ -3,9 +3,16 @@
 `open_store(driver, location)` builds one by name, as the CLI's
 `--store-driver NAME --store LOCATION` does: a built-in driver (memory, file,
 sqlite, dynamodb) or one an installed distribution adds (`stores.drivers`).
+
+The contract and its records load with the package; `MemoryRunStore` loads on
+first use (PEP 562), so a process that uses one backend (a Lambda handler on
+DynamoDB) does not load another with it.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from stores.base import (
     ApprovalConflict,
@@ -23,7 +30,6 @@ from stores.base import (
     StoreUnavailable,
 )
 from stores.drivers import BUILT_IN, open_store
-from stores.memory import MemoryRunStore
 from stores.records import (
     ArtifactRef,
     Budget,
@@ -36,6 +42,9 @@ from stores.records import (
     RunRecord,
     RunStatus,
 )
+
+if TYPE_CHECKING:
+    from stores.memory import MemoryRunStore
 
 # The built-in store drivers (stores.drivers also finds installed ones).
 DRIVERS = BUILT_IN
@@ -79,3 +88,15 @@ __all__ = [
 ]
 
 
+
+
+def __getattr__(name: str) -> Any:
+    if name != "MemoryRunStore":
+        raise AttributeError(f"module 'stores' has no attribute {name!r}")
+    value = importlib.import_module("stores.memory").MemoryRunStore
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

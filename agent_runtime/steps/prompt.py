@@ -33,7 +33,7 @@ from agent_runtime.events import random_id
 from agent_runtime.excerpts import excerpt, fingerprint
 from agent_runtime.manifest import PromptStep
 from agent_runtime.models.base import ModelAdapter, ModelError, ModelRequest, ModelResponse
-from agent_runtime.schemas import SchemaRefused, compile_schema
+from agent_runtime.schema_refusals import SchemaRefused
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
 from agent_runtime.state import MODEL_RESPONSE
 from agent_runtime.steps.prompt_media import resolve_media
@@ -180,6 +180,8 @@ def _parse_output(step: PromptStep, response: ModelResponse, step_path: str) -> 
                 "output_schema_invalid",
                 f"step {step_path}: the model's answer is not JSON ({error}): "
                 f"{excerpt(text)}") from error
+    from agent_runtime.schemas import compile_schema  # noqa: PLC0415 - jsonschema, when used
+
     try:
         failure = compile_schema(step.output_schema).failure(data)
     except SchemaRefused as error:

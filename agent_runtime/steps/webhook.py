@@ -39,7 +39,6 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import httpx
 from stores.records import EffectStatus, Frame, JsonObject, JsonValue
 
 from agent_runtime.config import WebhookPolicy
@@ -57,6 +56,8 @@ from agent_runtime.steps.webhook_destinations import (
 )
 
 if TYPE_CHECKING:
+    import httpx
+
     from agent_runtime.execution import Execution
 
 DEFAULT_METHOD = "POST"
@@ -81,6 +82,8 @@ class _TooLarge(Exception):
 async def _send(client: httpx.AsyncClient, destination: Destination, method: str, url: str, *,
                 headers: dict[str, str], content: bytes | None) -> httpx.Response:
     """Send to the first checked address that accepts the connection; stream the answer."""
+    import httpx  # noqa: PLC0415 - loaded by the first webhook, not with the engine
+
     extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
     refused: httpx.ConnectError | None = None
     for address in destination.addresses:
@@ -232,6 +235,8 @@ class WebhookStepExecutor:
         cap = policy.max_response_bytes
         ctx.events.emit("webhook.started", step_id=step.id, step_path=frame.step_path,
                         method=method, host=destination.host)
+        import httpx  # noqa: PLC0415 - loaded by the first webhook, not with the engine
+
         async with httpx.AsyncClient(timeout=timeout_ms / 1000, follow_redirects=False,
                                      trust_env=False) as client:
             for attempt in range(1, attempts + 1):

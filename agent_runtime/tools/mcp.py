@@ -55,7 +55,7 @@ from agent_runtime.errors import AgentRuntimeError, ConfigError, StepFailed
 from agent_runtime.manifest import AgentManifest
 from agent_runtime.manifest_input import format_path
 from agent_runtime.models.base import ToolSpec
-from agent_runtime.schemas import CompiledSchema, SchemaInvalid, SchemaRefused, compile_schema
+from agent_runtime.schema_refusals import SchemaInvalid, SchemaRefused
 from agent_runtime.tools.python import ToolContext, check_arguments
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from mcp_types import Tool as ServerTool
 
     from agent_runtime.events import EventEmitter
+    from agent_runtime.schemas import CompiledSchema
 
 IDEMPOTENCY_META_KEY = "agent-runtime/idempotency-key"
 # The key's name in this project's releases before it followed the reference.
@@ -184,6 +185,8 @@ class McpTool:
     def describe(self, info: ServerTool) -> None:
         """Take the server's description and input schema; `StepFailed` when the
         schema is one the runtime refuses to apply (see `agent_runtime.schemas`)."""
+        from agent_runtime.schemas import compile_schema  # noqa: PLC0415 - jsonschema, when used
+
         self.description = info.description or info.title or self.name
         schema = dict(info.input_schema or {})
         self.parameters = schema or {"type": "object", "properties": {}}

@@ -16,12 +16,15 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin, overload
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, overload
 
 from stores.records import ArtifactRef
 
 from agent_runtime.models.base import ToolSpec
-from agent_runtime.schemas import CompiledSchema, SchemaRefused, compile_schema
+from agent_runtime.schema_refusals import SchemaRefused
+
+if TYPE_CHECKING:
+    from agent_runtime.schemas import CompiledSchema
 
 ArtifactSink = Callable[[bytes, str], ArtifactRef]
 
@@ -134,6 +137,8 @@ class Tool:
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  description: str | None = None, idempotent: bool = True) -> None:
+        from agent_runtime.schemas import compile_schema  # noqa: PLC0415 - jsonschema, when used
+
         self.fn = fn
         self.name = name or fn.__name__
         self.idempotent = idempotent

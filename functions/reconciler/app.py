@@ -59,7 +59,7 @@ from agent_runtime.reconcile import (
 )
 from functions import environment
 from functions.capacity import slots_of
-from functions.executions import ExecutionLiveness, StartExecution
+from functions.reconciler.executions import ExecutionLiveness, StartExecution
 from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
 from stores.records import RunRecord

@@ -15,7 +15,6 @@ the input of every slice of that attempt.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
@@ -119,6 +118,8 @@ def _run_slice(slice_: Coroutine[Any, Any, RunResult]) -> RunResult:
     plain-function tool abandoned at the deadline may still be running in one
     (a thread cannot be stopped), and waiting for it would run the Lambda into
     its timeout. Its result is never used: the next slice calls it again."""
+    import asyncio  # noqa: PLC0415 - with the engine: the start function runs no loop
+
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(slice_)

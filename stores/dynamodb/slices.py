@@ -23,7 +23,7 @@ the lease held and stops before doing anything.
 
 Who holds the lease, and what the reconciler makes of it (it acts on a
 running run only once its lease has expired, then asks Step Functions about
-the execution the owner names, `functions.executions.ExecutionLiveness`):
+the execution the owner names, `functions.reconciler.executions.ExecutionLiveness`):
 
 * a live slice renews the lease at every checkpoint and during long calls,
   so the reconciler never looks at it, whatever its execution's state;

@@ -31,7 +31,8 @@ from agent_runtime import AgentRuntime, RunStatus
 from agent_runtime.owner_liveness import Liveness
 from agent_runtime.steps.subrun import child_run_id_for
 from functions.capacity import slots_of
-from functions.executions import ExecutionLiveness, execution_name
+from functions.executions import execution_name
+from functions.reconciler.executions import ExecutionLiveness
 from functions.resume_requests import ResumeRequested, request_resume
 from functions.step import app, ownership
 from stores.records import ParentRef
