@@ -66,15 +66,17 @@ test: dev lint template-check
 	$(BIN)/pytest
 
 # Speed and storage, printed as ratios measured in one run (ours vs a raw
-# SQLite floor and vs LangGraph's SqliteSaver; the CLI's start-up vs importing
-# pydantic); 1,000 concurrent runs through one `serve` vs LangGraph and DBOS
-# on the same fake model (a serve flag it lacks is left out, with a note).
+# SQLite floor and vs LangGraph's SqliteSaver; group commit vs a commit per
+# save; the CLI's start-up vs importing pydantic); 1,000 concurrent runs
+# through one `serve` vs LangGraph and DBOS on the same fake model (a serve
+# flag it lacks is left out, with a note).
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py
 	$(BIN)/python bench/timeline_read.py
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/many_runs.py
+	$(BIN)/python bench/group_commit.py
 	$(BIN)/python bench/cli_startup.py
 	$(BIN)/python bench/policy_limits.py
 	$(BIN)/python bench/aws_cost.py

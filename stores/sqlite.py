@@ -15,12 +15,16 @@ every row a seal over its columns (`sqlite_rows`); a mismatch, a decode
 failure, a record stored under another run or key, checkpoints that are not
 exactly seqs 1..`checkpoint_seq`, or a counted effect or run that is missing
 raise `CorruptRecord` naming the record. Any `sqlite3` error becomes a store
-error naming the file (`sqlite_schema.translated`, around every transaction).
+error naming the file (`sqlite_schema.translation`, for every transaction).
+Concurrent writes share transactions and their fsync (`sqlite_group_commit`):
+each write is a function of the connection, made in the next transaction
+with the writes that arrived while one was being committed.
 Checkpoints are stored as deltas (`stores.deltas`). An owner's checkpoint is
 one INSERT into the connection's `checkpoint_saves` view, whose trigger moves
 the run's checkpoint columns and writes the seal this store computed (see
-`sqlite_schema`), so checkpointing every step costs little more than the raw
-write itself. `list_runs` is indexed SQL (`sqlite_listing`).
+`sqlite_schema`), prepared before its transaction (`sqlite_saves`), so
+checkpointing every step costs little more than the raw write itself.
+`list_runs` is indexed SQL (`sqlite_listing`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from pydantic import BaseModel
 from stores import transitions
 from stores.base import CorruptRecord, RunAlreadyExists, Settlement
 from stores.codecs import seal_text
-from stores.deltas import SavedLists, SavedListsCache, encode_body
+from stores.deltas import SavedLists, encode_body
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
@@ -53,6 +57,7 @@ from stores.records import (
     encode_record,
 )
 from stores.sqlite_effects import EffectRows
+from stores.sqlite_group_commit import GroupCommit, Work
 from stores.sqlite_integrity import (
     OWNED,
     checked_checkpoints,
@@ -77,11 +82,13 @@ from stores.sqlite_rows import (
     run_values,
 )
 from stores.sqlite_runs import RunRows
-from stores.sqlite_schema import SAVE_VIEW_COLUMNS, connect, transaction, translated
+from stores.sqlite_saves import CheckpointSaves
+from stores.sqlite_schema import connect, transaction, translated
 from stores.sqlite_turns import WriterTurns
-from stores.state_changes import StateChanges, apply_change, saving
+from stores.state_changes import Decide, Linked, StateChanges, apply_change, saving
 
 R = TypeVar("R", bound=BaseModel)
+T = TypeVar("T")
 
 
 class _RowWrite:
@@ -122,26 +129,29 @@ class SqliteRunStore(StateChanges):
     `synchronous="FULL"` (the default) makes every commit durable across power
     loss; `"NORMAL"` is an explicit opt-in that may lose the last commits on
     power loss (never on a process crash) in exchange for fewer fsyncs. One
-    connection per instance, shared by threads under a lock.
+    connection per instance, shared by threads under a lock; writes from
+    threads that arrive while a transaction is being committed share the next
+    one (`sqlite_group_commit`). `group_commit=False` gives every write a
+    transaction of its own, for benchmarks and tests to compare with.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL",
-                 busy_timeout_seconds: float = 30.0) -> None:
+                 busy_timeout_seconds: float = 30.0, group_commit: bool = True) -> None:
         if not isinstance(synchronous, str) or synchronous.upper() not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
         if busy_timeout_seconds < 0:
             raise ValueError("busy_timeout_seconds must not be negative")
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._saved = SavedListsCache()  # keyed by run incarnation
         self._rows = RunRows(self.path)
         self._effects = EffectRows(self.path, self._run,
                                    lambda run_id: self._rows.decoded[run_id].effect_count,
                                    self._rows.counted_effect)
-        # Lists appended in the open write transaction, cached only once it commits.
-        self._uncommitted: list[tuple[str, SavedLists]] = []
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
         self._turns = WriterTurns(self.path)
+        self._commits = GroupCommit(self._conn, self.path, self._lock, self._turns.turn,
+                                    enabled=group_commit)
+        self._saves = CheckpointSaves(self._rows, self._commits)
 
     # -- transactions and rows -----------------------------------------------
 
@@ -150,16 +160,9 @@ class SqliteRunStore(StateChanges):
         with self._lock, translated(self.path), transaction(self._conn, write=False) as conn:
             yield conn
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._turns.turn():
-            self._uncommitted.clear()
-            with translated(self.path), transaction(self._conn, write=True) as conn:
-                yield conn
-            # A rolled-back body must never become the base of the next delta.
-            for incarnation, saved in self._uncommitted:
-                self._saved.put(incarnation, saved)
-            self._uncommitted.clear()
+    def _write(self, work: Work[T]) -> T:
+        """`work` made in a write transaction, returned once that has committed."""
+        return self._commits.write(work)
 
     def _run(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         return self._row(conn, run_id)[0]
@@ -218,7 +221,7 @@ class SqliteRunStore(StateChanges):
     def _append(self, conn: sqlite3.Connection, checkpoint: Checkpoint, incarnation: str,
                 lease_expires_at: datetime | None) -> None:
         run_id, seq = checkpoint.run_id, checkpoint.seq
-        previous = self._saved.get(incarnation, seq - 1)
+        previous = self._saves.base(incarnation, seq - 1)
         if previous is None and seq > 1:
             # Another process (or an evicted entry) wrote seq - 1: rebuild it once.
             found = self._assemble(conn, run_id, seq - 1, seq - 1)
@@ -227,12 +230,24 @@ class SqliteRunStore(StateChanges):
         conn.execute(f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES"
                      f" ({CHECKPOINT_VALUES})",
                      checkpoint_row(checkpoint, body, lease_expires_at))
-        self._uncommitted.append((incarnation, saved))
+        self._saves.remember_once_committed(incarnation, saved)
 
-    @contextlib.contextmanager
-    def _writes(self, run_id: str) -> Iterator[tuple[_RowWrite]]:
-        with self._write() as conn:
-            yield (_RowWrite(self, conn, run_id),)
+    def _writes(self, run_id: str) -> contextlib.AbstractContextManager[tuple[_RowWrite]]:
+        # StateChanges' hook to hold a transaction around a change; this store
+        # makes its changes as writes of its group commits instead (`_change`).
+        raise NotImplementedError("SqliteRunStore makes its changes in _change")
+
+    def _change(self, run_id: str, checkpoint: Checkpoint | None, decide: Decide, *,
+                lease_expires_at: datetime | None = None,
+                linked: Linked | None = None) -> RunRecord | None:
+        transitions.check_checkpoint_owner(run_id, checkpoint)
+        changed = self._write(lambda conn: apply_change(
+            (_RowWrite(self, conn, run_id),), checkpoint, decide,
+            lease_expires_at=lease_expires_at, linked=linked))
+        known = self._rows.decoded.get(run_id)
+        if changed is not None and changed.status.terminal and known is not None:
+            self._saves.forget(known.incarnation)
+        return changed
 
     # -- reads ---------------------------------------------------------------
 
@@ -251,7 +266,7 @@ class SqliteRunStore(StateChanges):
             # A resumed owner loads before it saves: seed the delta cache so
             # its first save does not read the run's bodies a second time.
             if incarnation is not None:
-                self._saved.put(incarnation, found[1])
+                self._saves.remember(incarnation, found[1])
             return found[0]
 
     def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
@@ -302,7 +317,7 @@ class SqliteRunStore(StateChanges):
     # -- writes --------------------------------------------------------------
 
     def create_run(self, run: RunRecord) -> None:
-        with self._write() as conn:
+        def create(conn: sqlite3.Connection) -> None:
             if self._incarnation(conn, run.run_id) is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
             definition = seal_text(run.model_dump_json(include=DEFINITION))
@@ -315,10 +330,12 @@ class SqliteRunStore(StateChanges):
                           seal))
             count_runs(conn, self.path, +1)
 
+        self._write(create)
+
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False,
                    expired_owner: str | None = None) -> RunRecord:
-        with self._write() as conn:
+        def resume(conn: sqlite3.Connection) -> RunRecord:
             run = transitions.reserve_attempt(
                 self._run(conn, run_id), run_id, owner=owner, now=now,
                 lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover,
@@ -326,15 +343,25 @@ class SqliteRunStore(StateChanges):
             self._put_run(conn, run, fence=run.attempt - 1)
             return run
 
+        return self._write(resume)
+
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
-        with self._lock, self._turns.turn(), translated(self.path):
-            found = self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at)
-            if found is not None:
-                self._saved.put(*found)
-                return
-        super().save_checkpoint(checkpoint, expected_attempt=expected_attempt,
-                                lease_expires_at=lease_expires_at)
+        # Prepared before the transaction, while other writes commit: the
+        # statement saves only over the row it was prepared on (`sqlite_saves`).
+        prepared = self._saves.prepare(checkpoint, expected_attempt, lease_expires_at)
+
+        def statement(conn: sqlite3.Connection) -> bool | None:
+            return self._saves.save(conn, prepared) or None
+
+        def save(conn: sqlite3.Connection) -> bool:
+            apply_change((_RowWrite(self, conn, checkpoint.run_id),), checkpoint,
+                         saving(checkpoint, expected_attempt=expected_attempt,
+                                lease_expires_at=lease_expires_at),
+                         lease_expires_at=lease_expires_at)
+            return True
+
+        self._commits.write(save, statement=statement)
 
     def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
                                  *, expected_attempt: int, at: datetime,
@@ -344,7 +371,8 @@ class SqliteRunStore(StateChanges):
         (one fsync)."""
         transitions.check_checkpoint_owner(checkpoint.run_id, checkpoint)
         run_id = checkpoint.run_id
-        with self._write() as conn:
+
+        def save(conn: sqlite3.Connection) -> None:
             for settlement in settlements:
                 self._effects.settle(conn, settlement.key, run_id=run_id,
                                      expected_attempt=expected_attempt,
@@ -352,58 +380,20 @@ class SqliteRunStore(StateChanges):
             for key in reservations:
                 self._effects.reserve_new(conn, key, run_id=run_id,
                                           expected_attempt=expected_attempt, at=at)
-            found = self._save_in_one_statement(checkpoint, expected_attempt, lease_expires_at)
-            if found is not None:
-                self._uncommitted.append(found)
+            # Prepared here: the reservations moved the run row's effect count.
+            if self._saves.save(conn, self._saves.prepare(checkpoint, expected_attempt,
+                                                          lease_expires_at)):
                 return
             apply_change((_RowWrite(self, conn, checkpoint.run_id),), checkpoint,
                          saving(checkpoint, expected_attempt=expected_attempt,
                                 lease_expires_at=lease_expires_at),
                          lease_expires_at=lease_expires_at)
 
-    def _save_in_one_statement(self, checkpoint: Checkpoint, expected_attempt: int,
-                               lease_expires_at: datetime | None
-                               ) -> tuple[str, SavedLists] | None:
-        """The owner's common case as one atomic INSERT (the view's trigger moves the run).
-
-        It applies only when the run is the one this store knows (incarnation),
-        running at `expected_attempt` with `seq - 1` its latest checkpoint, and
-        this store holds that checkpoint's lists to encode the delta against.
-        Anything else returns None for the reading path, which raises the
-        authoritative error or handles an identical re-save. Saved, it returns
-        the lists the next delta is encoded against, for the caller to cache
-        once the statement's transaction commits.
-        """
-        known = self._rows.decoded.get(checkpoint.run_id)
-        # A checkpoint after a takeover resets `takeovers`, which lives in the
-        # record text the fast path does not touch: the reading path rewrites it.
-        # (Takeovers change only with the attempt, so a record known at this
-        # attempt knows them.)
-        if known is None or not known.seal or known.run.attempt != expected_attempt \
-                or known.run.takeovers or transitions.budget_changes(known.run, checkpoint):
-            return None
-        previous = self._saved.get(known.incarnation, checkpoint.seq - 1)
-        if previous is None and checkpoint.seq != 1:
-            return None
-        body, saved = encode_body(checkpoint, previous)
-        row = checkpoint_row(checkpoint, body, lease_expires_at)
-        after = self._rows.after_checkpoint(known, row)
-        try:
-            # Saved only over the very row this store knows (sqlite_schema's
-            # checkpoint_saves): a row changed by anyone else, or damaged, goes
-            # to the reading path, which decides or reports it.
-            self._conn.execute(
-                f"INSERT INTO temp.checkpoint_saves ({SAVE_VIEW_COLUMNS})"
-                f" VALUES ({CHECKPOINT_VALUES}, ?, ?, ?)",
-                (*row, known.incarnation, known.seal, after.seal))
-        except sqlite3.IntegrityError:
-            return None
-        self._rows.decoded[checkpoint.run_id] = after
-        return known.incarnation, saved
+        self._write(save)
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
-        with self._write() as conn:
+        def resolve(conn: sqlite3.Connection) -> None:
             run = self._run(conn, run_id)
             existing = self._owned(conn, ApprovalDecision, run_id, approval_id)
             decided = None if run is None or run.suspension is None else run.suspension.decision
@@ -422,20 +412,20 @@ class SqliteRunStore(StateChanges):
                          " VALUES (?, ?, ?, ?)", (run_id, approval_id, record, digest(record)))
             self._put_run(conn, updated, fence=updated.attempt)
 
+        self._write(resolve)
+
     def begin_effect(self, key: str, *, run_id: str, expected_attempt: int,
                      at: datetime) -> EffectRecord:
-        with self._write() as conn:
-            return self._effects.begin(conn, key, run_id=run_id,
-                                       expected_attempt=expected_attempt, at=at)
+        return self._write(lambda conn: self._effects.begin(
+            conn, key, run_id=run_id, expected_attempt=expected_attempt, at=at))
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
-        with self._write() as conn:
-            self._effects.settle(conn, key, run_id=run_id, expected_attempt=expected_attempt,
-                                 result=result, at=at)
+        self._write(lambda conn: self._effects.settle(
+            conn, key, run_id=run_id, expected_attempt=expected_attempt, result=result, at=at))
 
     def delete_run(self, run_id: str) -> None:
-        with self._write() as conn:
+        def delete(conn: sqlite3.Connection) -> None:
             run = self._run(conn, run_id)
             if run is None:
                 return
@@ -443,6 +433,8 @@ class SqliteRunStore(StateChanges):
             # Checkpoints, effects and approvals go with it (ON DELETE CASCADE).
             conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             count_runs(conn, self.path, -1)
+
+        self._write(delete)
 
     def close(self) -> None:
         with self._lock, translated(self.path):

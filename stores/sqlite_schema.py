@@ -12,10 +12,11 @@ initialised over or followed. Processes creating the same store at once each
 build one; the first link wins and the others open it.
 
 Every `sqlite3` error is translated in one place (`store_error`, applied by
-`translated`): damage to the file (malformed, not a database, a schema that
+`translation` and `translated`): damage to the file (malformed, not a database, a schema that
 no longer matches) is `CorruptRecord`; anything about reaching the file
 (locked, I/O, permissions, a closed store) is `StoreUnavailable`. Both name
-the file.
+the file. A transaction rolled back on the way out of an error reports that
+error, never the rollback's (`roll_back`).
 """
 
 from __future__ import annotations
@@ -225,34 +226,64 @@ def store_error(path: Path, error: sqlite3.Error) -> StoreError:
     return StoreUnavailable(f"{path} cannot be used: {message}")
 
 
+def translation(path: Path, error: BaseException) -> StoreError | None:
+    """The store's error for an error of sqlite3 (or the OS, or text sqlite3 could not
+    decode) at `path`, caused by it; None for any other error."""
+    found: StoreError
+    if isinstance(error, sqlite3.Error):
+        found = store_error(path, error)
+    elif isinstance(error, UnicodeDecodeError):  # sqlite3 decoding damaged text, or its message
+        found = CorruptRecord(f"{path} is damaged or not an agent-runtime store: text that "
+                              f"is not UTF-8 ({error.reason})")
+    elif isinstance(error, OSError):
+        found = StoreUnavailable(f"{path} cannot be used: {error.strerror or error}")
+    else:
+        return None
+    found.__cause__ = error
+    return found
+
+
 @contextlib.contextmanager
 def translated(path: Path) -> Iterator[None]:
     """Raise the store's error for any sqlite3 error in the block (and for an OS error,
     or text sqlite3 could not decode)."""
     try:
         yield
-    except sqlite3.Error as error:
-        raise store_error(path, error) from error
-    except UnicodeDecodeError as error:  # sqlite3 decoding damaged text, or its message
-        raise CorruptRecord(f"{path} is damaged or not an agent-runtime store: text that "
-                            f"is not UTF-8 ({error.reason})") from error
-    except OSError as error:
-        raise StoreUnavailable(f"{path} cannot be used: {error.strerror or error}") from error
+    except (sqlite3.Error, UnicodeDecodeError, OSError) as error:
+        found = translation(path, error)
+        assert found is not None  # every error caught here has one
+        raise found from error
 
 
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[sqlite3.Connection]:
+def begin(conn: sqlite3.Connection, *, write: bool) -> None:
     # IMMEDIATE takes the write lock before the first read (waiting up to the
     # busy timeout), so a read-modify-write is atomic across processes; a
     # deferred transaction that later tried to write could fail with BUSY
     # instead of waiting.
+    if conn.in_transaction:  # left open by a rollback that failed (`roll_back`)
+        conn.execute("ROLLBACK")
     conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if any, on the way out of an error.
+
+    That error is the one to report: should the rollback fail too (an I/O
+    error, a closed connection), its own error is dropped, and a transaction
+    it left open is rolled back before the next one begins (`begin`)."""
+    with contextlib.suppress(sqlite3.Error):
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[sqlite3.Connection]:
+    begin(conn, write=write)
     try:
         yield conn
         conn.execute("COMMIT")
     except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        roll_back(conn)
         raise
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -13,6 +14,7 @@ from stores.conformance.settlements import SettlementConformance
 from stores.file import FileRunStore
 from stores.memory import MemoryRunStore
 from stores.sqlite import SqliteRunStore
+from tests.stores.sqlite_groups import AccompaniedStore
 
 
 class TestMemoryRunStore(SettlementConformance, RunStoreConformance):
@@ -27,6 +29,15 @@ class TestSqliteRunStore(SettlementConformance, RunStoreConformance):
     def store(self, tmp_path: Path) -> Iterator[RunStore]:
         with SqliteRunStore(tmp_path / "runs.sqlite") as store:
             yield store
+
+
+class TestSqliteRunStoreInGroups(SettlementConformance, RunStoreConformance):
+    """Every write shares its group commit with another, so is made in a savepoint."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[RunStore]:
+        with AccompaniedStore(SqliteRunStore(tmp_path / "runs.sqlite")) as store:
+            yield cast(RunStore, store)
 
 
 class TestFileRunStore(RunStoreConformance):

@@ -102,3 +102,20 @@ def test_a_damaged_column_is_never_sealed_by_a_save(tmp_path: Path) -> None:
             store.load_run("r1")
     with SqliteRunStore(path) as reopened, pytest.raises(CorruptRecord, match="checksum"):
         reopened.load_run("r1")
+
+
+def test_the_delta_cache_holds_many_running_runs_and_drops_an_ended_one(
+        tmp_path: Path) -> None:
+    runs = [f"r{index}" for index in range(200)]
+    with SqliteRunStore(tmp_path / "runs.sqlite") as store:
+        for run_id in runs:
+            store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:m"))
+            store.resume_run(run_id, owner="me", now=NOW, lease_seconds=60)
+            store.save_checkpoint(_checkpoint(1).model_copy(update={"run_id": run_id}),
+                                  expected_attempt=1)
+        incarnations = {run_id: store._rows.decoded[run_id].incarnation for run_id in runs}
+        # Every one of them saves its next checkpoint as a delta without a read.
+        assert all(store._saves.base(incarnations[run_id], 1) is not None for run_id in runs)
+        store.complete_run("r0", expected_attempt=1, output="done", at=NOW)
+        assert store._saves.base(incarnations["r0"], 1) is None
+        assert store._saves.base(incarnations["r1"], 1) is not None

@@ -1,0 +1,155 @@
+"""Group commit on SQLite: commits/s of 100 runs checkpointing at once, shared vs alone.
+
+100 threads, each the owner of its own run, save checkpoints as fast as they
+can on one `SqliteRunStore` at synchronous=FULL (a file in a temporary
+directory): each save appends a ~200-byte transcript entry and a step result,
+as an engine's iteration does. Measured twice in the same run, on the same
+disk: with group commit (saves that arrive while a transaction commits share
+the next one and its fsync) and with it disabled (`group_commit=False`: every
+save a transaction and an fsync of its own, as before). After a short round of
+each to warm up, rounds alternate the two; the median of each is printed with
+the ratio, and the mean number of saves per transaction. Every save must land:
+the bench checks each run's checkpoints afterwards and exits non-zero on any
+error.
+
+The ratio depends on the disk: a save costs the CPU of making it plus, alone,
+an fsync; shared, a share of one. So the bench also prints what bounds it,
+measured in the same run: the disk's fsync (a 4 KiB append, the median of
+200), and the same saves at synchronous=NORMAL (WAL: no fsync at commit), the
+rate the CPU alone allows, which group commit approaches as groups grow.
+
+    python bench/group_commit.py [--runs 100] [--saves 20] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from stores.records import Checkpoint, CheckpointBudget, Frame, RunRecord
+from stores.sqlite import SqliteRunStore
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+TARGET = 5.0  # issue 34, acceptance 3
+
+
+def _owner(store: SqliteRunStore, run_id: str, saves: int, start: threading.Barrier,
+           errors: list[str]) -> None:
+    transcript: list[dict[str, object]] = []
+    results: list[dict[str, object]] = []
+    start.wait()
+    try:
+        for seq in range(1, saves + 1):
+            transcript.append({"role": "assistant", "content": f"{seq:06d} " + "x" * 180})
+            results.append({"step_id": f"s{seq}", "output": seq})
+            store.save_checkpoint(Checkpoint(
+                run_id=run_id, seq=seq, attempt=1, manifest_hash="sha256:bench",
+                cursor=[Frame(step_path=f"s{seq}", step_id=f"s{seq}", step_index=seq)],
+                variables={"step": seq}, step_results=list(results),
+                transcript=list(transcript), budget=CheckpointBudget(consumed_tokens=seq),
+                created_at=NOW + timedelta(milliseconds=seq)), expected_attempt=1,
+                lease_expires_at=NOW + timedelta(seconds=600 + seq))
+    except Exception as error:  # a bench counts every failure, whatever its kind
+        errors.append(f"{run_id}: {type(error).__name__}: {error}")
+
+
+def measure(directory: Path, *, grouped: bool, synchronous: str, runs: int,
+            saves: int) -> tuple[float, float]:
+    """(commits per second, saves per transaction) of `runs` owners saving at once."""
+    path = directory / f"runs-{time.monotonic_ns()}.sqlite"
+    with SqliteRunStore(path, synchronous=synchronous, group_commit=grouped) as store:
+        ids = [f"run-{index:04d}" for index in range(runs)]
+        for run_id in ids:
+            store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:bench"))
+            store.resume_run(run_id, owner="bench", now=NOW, lease_seconds=600)
+        errors: list[str] = []
+        start = threading.Barrier(runs + 1)
+        owners = [threading.Thread(target=_owner, args=(store, run_id, saves, start, errors))
+                  for run_id in ids]
+        for owner in owners:
+            owner.start()
+        before = store._commits.transactions
+        start.wait()
+        started = time.perf_counter()
+        for owner in owners:
+            owner.join()
+        elapsed = time.perf_counter() - started
+        transactions = store._commits.transactions - before
+        for run_id in ids:
+            run = store.load_run(run_id)
+            if run is None or run.checkpoint_seq != saves:
+                errors.append(f"{run_id}: {saves} saves, checkpoint_seq "
+                              f"{None if run is None else run.checkpoint_seq}")
+        if errors:
+            raise SystemExit("saves failed:\n" + "\n".join(errors[:10]))
+    return runs * saves / elapsed, runs * saves / max(transactions, 1)
+
+
+def fsync_micros(directory: Path, count: int = 200) -> float:
+    """The median time of appending 4 KiB to a file and fsyncing it, in microseconds."""
+    path = directory / "fsync.probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+            times.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(times) * 1e6
+
+
+# (label, group commit, synchronous)
+SUBJECTS = (("one commit each", False, "FULL"), ("group commit", True, "FULL"),
+            ("no fsync (NORMAL)", True, "NORMAL"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--saves", type=int, default=20, help="checkpoints per run")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if min(args.runs, args.saves, args.rounds) < 1:
+        parser.error("--runs, --saves and --rounds must be at least 1")
+    print(f"group commit: {args.runs} runs saving {args.saves} checkpoints each at once,"
+          f" one SqliteRunStore, median of {args.rounds} rounds")
+    rates: dict[str, list[float]] = {label: [] for label, _, _ in SUBJECTS}
+    sizes: dict[str, list[float]] = {label: [] for label, _, _ in SUBJECTS}
+    fsyncs: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-") as directory:
+        for _, grouped, synchronous in SUBJECTS:  # warm-up, not counted
+            measure(Path(directory), grouped=grouped, synchronous=synchronous,
+                    runs=args.runs, saves=2)
+        for round_number in range(args.rounds):
+            fsyncs.append(fsync_micros(Path(directory)))
+            # Rotated, so no subject always runs first (or right after another).
+            turn = round_number % len(SUBJECTS)
+            for label, grouped, synchronous in SUBJECTS[turn:] + SUBJECTS[:turn]:
+                rate, size = measure(Path(directory), grouped=grouped,
+                                     synchronous=synchronous, runs=args.runs,
+                                     saves=args.saves)
+                rates[label].append(rate)
+                sizes[label].append(size)
+    print(f"  fsync of a 4 KiB append on this disk: {statistics.median(fsyncs):7.0f} us")
+    median = {label: statistics.median(found) for label, found in rates.items()}
+    for label, _, synchronous in SUBJECTS:
+        print(f"  {label:18s} {median[label]:9.1f} commits/s  synchronous={synchronous:6s}"
+              f" {statistics.median(sizes[label]):6.1f} saves per transaction")
+    ratio = median["group commit"] / median["one commit each"]
+    print(f"  ratio group commit / one commit each {ratio:6.2f}  (target >= {TARGET:g})")
+    print(f"  group commit reaches {median['group commit'] / median['no fsync (NORMAL)']:.0%}"
+          " of the rate without fsync")
+
+
+if __name__ == "__main__":
+    main()
