@@ -150,6 +150,11 @@ def _code_step_problems(loaded: LoadedManifest, config: RuntimeConfig | None,
                         choice: ConfigChoice | None) -> list[tuple[str, str]]:
     """The code steps the runtime config cannot run: refused (`ConfigError`, the
     first, by field) when a config is in play, else returned to be warned about."""
+    from agent_runtime.manifest import CodeStep, iter_steps  # noqa: PLC0415
+
+    if not any(isinstance(step, CodeStep)
+               for _, step in iter_steps(loaded.agent.steps, into_sub_runs=True)):
+        return []  # the common case, without loading the sandbox's modules
     from agent_runtime.sandbox.selection import manifest_code_problems  # noqa: PLC0415
 
     problems = manifest_code_problems(loaded.agent, config.sandbox if config else None)

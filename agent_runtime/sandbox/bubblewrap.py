@@ -174,10 +174,11 @@ class BubblewrapSandbox:
         source = f"{SOURCE_STEM}.{profile.extension}"
         memory = str(self.settings.memory_mb)
         return [bwrap, *self._namespace_args(bwrap), "--ro-bind", "/usr", "/usr",
-                *_root_entries(), *_interpreter_binds(profile),
-                "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+                *_root_entries(), "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                 "--proc", "/proc", "--dev", "/dev",
                 *size, "--tmpfs", "/tmp", *size, "--tmpfs", WORKSPACE,
+                # After the tmpfs, so a bound directory under /tmp is not hidden by it.
+                *_interpreter_binds(profile),
                 "--perms", "0400", "--file", str(source_fd), source,
                 "--perms", "0400", "--file", str(variables_fd), VARIABLES_FILE,
                 "--dir", OUTPUT_DIRECTORY, "--chdir", WORKSPACE, "--",

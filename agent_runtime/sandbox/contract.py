@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
-
-from stores.records import JsonValue
+from typing import TYPE_CHECKING, Protocol
 
 from agent_runtime.errors import AgentRuntimeError
+
+if TYPE_CHECKING:
+    from stores.records import JsonValue
 
 WORKSPACE = "/workspace"
 SOURCE_STEM = f"{WORKSPACE}/main"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sandbox_kit import bubblewrap_sandbox, processes_with, run_code
 
-from agent_runtime.sandbox import SandboxUnavailable
+from agent_runtime.sandbox import SandboxSettings, SandboxUnavailable
 from agent_runtime.sandbox.bubblewrap import BubblewrapSandbox
 
 
@@ -233,8 +233,9 @@ const fs = require("fs"), net = require("net");
 let read;
 try {{ read = fs.readFileSync({json.dumps(str(secret))}, "utf8"); }} catch (e) {{ read = e.code; }}
 const socket = net.connect(80, "1.1.1.1");
-socket.on("connect", () => {{ console.log(JSON.stringify({{read, net: "connected"}})); process.exit(0); }});
-socket.on("error", (e) => {{ console.log(JSON.stringify({{read, net: e.code}})); process.exit(0); }});
+const report = (net) => {{ console.log(JSON.stringify({{read, net}})); process.exit(0); }};
+socket.on("connect", () => report("connected"));
+socket.on("error", (e) => report(e.code));
 """
     result = run_code(sandbox, code, language="javascript")
     assert result.exit_code == 0, result.stderr
@@ -251,9 +252,7 @@ def test_cpu_time_past_the_limit_ends_the_code() -> None:
 
 def test_without_bubblewrap_the_adapter_refuses_and_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    sandbox = BubblewrapSandbox(SMALL := __import__("agent_runtime.sandbox", fromlist=["x"])
-                                .SandboxSettings.model_validate({"bwrap": "/nonexistent/bwrap"}))
-    del SMALL
+    sandbox = BubblewrapSandbox(SandboxSettings.model_validate({"bwrap": "/nonexistent/bwrap"}))
     refusal = sandbox.availability()
     assert refusal is not None and "cannot create a sandbox" in refusal
     with pytest.raises(SandboxUnavailable, match="code steps cannot run"):
