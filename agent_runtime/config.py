@@ -38,6 +38,8 @@ policy for webhook steps:
     execution:
       maxConcurrency: 8             # the host's cap on a parallel wave's width (a run
                                     # manifest's execution.maxConcurrency asks, this caps)
+    sandbox:                        # where code steps run (agent_runtime.sandbox.settings,
+      adapter: bubblewrap           # docs/sandbox.md); without it validate refuses them
 
 The config file itself is read up to `limits.CONFIG_BYTES` (1 MiB), as YAML
 (libyaml, duplicate keys refused) or, for `.json`, JSON.
@@ -67,6 +69,7 @@ from agent_runtime.execution_plan import DEFAULT_HOST_MAX_CONCURRENCY
 from agent_runtime.limits import CONFIG_BYTES, InputLimits, decode_utf8, read_bounded
 from agent_runtime.manifest_input import check_structure, parse_document
 from agent_runtime.policy import HostPolicy
+from agent_runtime.sandbox.settings import SandboxSettings
 
 DRIVERS = ("openai", "openai-compatible", "anthropic", "bedrock", "scripted",
            "google", "xai", "groq", "cohere")
@@ -230,6 +233,9 @@ class RuntimeConfig(_Strict):
     # What tenants' manifests may make this host do (agent_runtime.policy); None:
     # serve and the API Lambda apply HostPolicy()'s safe defaults, the CLI none.
     policy: HostPolicy | None = None
+    # Where `code` steps run (agent_runtime.sandbox; docs/sandbox.md); None: nowhere,
+    # and validate refuses a manifest with one.
+    sandbox: SandboxSettings | None = None
     # Where the CLI keeps runs when no flag or AGENT_RUNTIME_STORE says:
     # `DRIVER:LOCATION`, e.g. `sqlite:./runs.sqlite` (the CLI's store selection).
     store: str | None = None

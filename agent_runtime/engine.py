@@ -78,6 +78,7 @@ from agent_runtime.results import TERMINAL, RunResult, finished_result
 from agent_runtime.run_ids import generate_run_id
 from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
 from agent_runtime.run_options import FORKED_FROM, without_origin
+from agent_runtime.sandbox.selection import build_sandbox
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
 from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
@@ -88,7 +89,7 @@ from agent_runtime.variables import resolve_variables
 from agent_runtime.waves import EXECUTION_OPTION, execution_json, execution_option
 
 if TYPE_CHECKING:
-    pass
+    from agent_runtime.sandbox.contract import SandboxAdapter
 
 
 # What `run` accepts as a manifest: parsed, loaded from a run manifest, data, or a file.
@@ -159,7 +160,8 @@ class AgentRuntime(HostServices):
                  policy: HostPolicy | None = None,
                  event_sink_failure_policy: str = CONTINUE,
                  on_event_sink_error: Callable[[Exception, Event], None] | None = None,
-                 store_pool: StorePool | None = None) -> None:
+                 store_pool: StorePool | None = None,
+                 sandbox: SandboxAdapter | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
         # Where this runtime's executions call the store, off the event loop: a thread
         # of its own, or a lane on the threads a host shares between its runtimes.
@@ -174,6 +176,8 @@ class AgentRuntime(HostServices):
         self.clock: Clock = clock or SystemClock()
         self.config = config or empty_config()
         self.steps = steps or default_steps()
+        # Where code steps run: given, else the config's `sandbox:` (agent_runtime.sandbox).
+        self.sandbox = sandbox or build_sandbox(self.config.sandbox)
         self.owner = owner or default_owner()
         self.lease_seconds = lease_seconds
         self.base_dir = base_dir or Path.cwd()

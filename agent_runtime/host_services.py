@@ -19,6 +19,7 @@ from agent_runtime.config import RuntimeConfig
 from agent_runtime.errors import ConfigError, StepFailed
 from agent_runtime.manifest import (
     AgentManifest,
+    CodeStep,
     LoopStep,
     ModelRef,
     ProfileModelRef,
@@ -31,12 +32,14 @@ from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.policy import HostPolicy, PolicyHooks
 from agent_runtime.run_tree import TreeManifest, iter_run_tree
+from agent_runtime.sandbox.selection import code_step_problem
 from agent_runtime.steps.subrun import MANIFEST_DIR
 from agent_runtime.steps.webhook import destination_refusal
 from agent_runtime.tools import ToolRegistry
 from agent_runtime.tools.mcp import Grant, McpConnections, connection_grants
 
 if TYPE_CHECKING:
+    from agent_runtime.sandbox.contract import SandboxAdapter
     from agent_runtime.step_context import StepContext, StepTool
 
 
@@ -51,6 +54,7 @@ class HostServices:
     policy: HostPolicy
     policy_hooks: PolicyHooks
     base_dir: Path
+    sandbox: SandboxAdapter | None
 
     def adapter_for(self, provider: str) -> ModelAdapter:
         """The adapter serving `provider`: given in `models=`, the scripted model, or a
@@ -157,7 +161,7 @@ class HostServices:
                        source: str, tenant: str | None = None) -> None:
         """Refuse, before a run exists, a manifest of its tree (its own, and every
         sub-run's at any depth, inline or by `manifestRef`) whose models, tools,
-        connections, webhook destinations or sizes this host does not allow."""
+        connections, webhook destinations, code steps or sizes this host does not allow."""
         for node in iter_run_tree(manifest, source=source, directory=manifest_directory(options),
                                   base_dir=self.base_dir):
             self._check_manifest(node, options, tenant)
@@ -187,6 +191,11 @@ class HostServices:
                 refusal = destination_refusal(step.url, self.config.webhooks)
                 if refusal is not None:
                     raise ConfigError(refusal, source=source, field=node.field(f"{path}.url"))
+            if isinstance(step, CodeStep):
+                problem = code_step_problem(step, self.sandbox, self.config.sandbox)
+                if problem is not None:
+                    raise ConfigError(f"code step {step.id}: {problem[1]}", source=source,
+                                      field=node.field(f"{path}.{problem[0]}"))
             if not isinstance(step, PromptStep):
                 continue
             try:

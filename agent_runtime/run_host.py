@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from agent_runtime.manifest import AgentManifest, ModelRef
     from agent_runtime.policy import HostPolicy
     from agent_runtime.results import RunResult
+    from agent_runtime.sandbox.contract import SandboxAdapter
     from agent_runtime.step_context import StepContext, StepTool
     from agent_runtime.steps.approval import ApprovalAdapter
     from agent_runtime.steps.base import StepRegistry
@@ -61,6 +62,11 @@ class RunHost(Protocol):
 
     @property
     def config(self) -> RuntimeConfig: ...
+
+    @property
+    def sandbox(self) -> SandboxAdapter | None:
+        """Where code steps run (agent_runtime.sandbox); None when nowhere."""
+        ...
 
     @property
     def policy(self) -> HostPolicy:

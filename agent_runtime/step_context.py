@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from agent_runtime.config import WebhookPolicy
     from agent_runtime.results import RunResult
     from agent_runtime.run_host import RunHost
+    from agent_runtime.sandbox.contract import SandboxAdapter
     from agent_runtime.tools import Tool
     from agent_runtime.tools.mcp import McpTool
 
@@ -156,6 +157,11 @@ class StepContext:
     @property
     def webhook_policy(self) -> WebhookPolicy:
         return self.runtime.config.webhooks
+
+    @property
+    def sandbox(self) -> SandboxAdapter | None:
+        """Where code steps run (agent_runtime.sandbox), None when nowhere."""
+        return self.runtime.sandbox
 
     @property
     def base_dir(self) -> Path:

@@ -302,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default: agent-runtime.config.yaml, .yml or .json in the current "
                              "directory")
     config.add_argument("--format", choices=("pretty", "json"), default="pretty")
+    config.add_argument("--manifest", metavar="FILE", action="append", default=[],
+                        help="also refuse FILE (repeatable) when this config cannot run its "
+                             "code steps (no sandbox, language, timeoutMs, environment)")
 
     examples = _command(commands, "examples", "list, show or run the example agents",
                         "agent-runtime examples list | show NAME | run NAME [run flags]: every "

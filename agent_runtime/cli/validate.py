@@ -22,7 +22,7 @@ import contextlib
 import sys
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runtime.cli.config_file import CONFIG_NAMES, choose_config, find_config
 from agent_runtime.cli.errors import EXIT_COMPLETED
@@ -33,6 +33,11 @@ from agent_runtime.excerpts import printable
 from agent_runtime.manifest import manifest_hash
 from agent_runtime.template_references import undeclared_references
 from agent_runtime.variables import resolve_variables
+
+if TYPE_CHECKING:
+    from agent_runtime.cli.config_file import ConfigChoice
+    from agent_runtime.config import RuntimeConfig
+    from agent_runtime.run_manifest import LoadedManifest
 
 _PLUGIN_LOADER = "pydantic.plugin._loader"
 
@@ -84,6 +89,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         AgentRuntime(config=config, tools=load_tools(options, config)).check_runnable(
             loaded.agent, options, source=str(loaded.agent_path))
     agent = loaded.agent
+    # Code steps run only in the config's sandbox: refused by a config without one,
+    # said (a warning) when no config is in play at all (agent_runtime/sandbox).
+    sandbox_warnings = [] if host_check else _code_step_problems(loaded, config, choice)
     # A misspelled {{ name }} renders as "" (as in the reference): said, by field.
     findings = undeclared_references(agent)
     if findings and args.strict:
@@ -102,7 +110,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         "manifest_hash": manifest_hash(agent),
         "config": None if choice is None else {**choice.to_json(), "host_checked": host_check},
         "warnings": [{"field": finding.field, "message": finding.message}
-                     for finding in findings]}
+                     for finding in findings]
+        + [{"field": field, "message": message} for field, message in sandbox_warnings]}
     plan = None
     if args.plan:
         from agent_runtime.execution_plan import plan_json  # noqa: PLC0415 - asked for only
@@ -131,7 +140,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for finding in findings:
         print(printable(f"warning: {loaded.agent_path}: {finding.field}: {finding.message}",
                         multiline=False), file=guarded(sys.stderr))
+    for field, message in sandbox_warnings:
+        print(printable(f"warning: {loaded.agent_path}: {field}: {message}",
+                        multiline=False), file=guarded(sys.stderr))
     return EXIT_COMPLETED
+
+
+def _code_step_problems(loaded: LoadedManifest, config: RuntimeConfig | None,
+                        choice: ConfigChoice | None) -> list[tuple[str, str]]:
+    """The code steps the runtime config cannot run: refused (`ConfigError`, the
+    first, by field) when a config is in play, else returned to be warned about."""
+    from agent_runtime.manifest import CodeStep, iter_steps  # noqa: PLC0415
+
+    if not any(isinstance(step, CodeStep)
+               for _, step in iter_steps(loaded.agent.steps, into_sub_runs=True)):
+        return []  # the common case, without loading the sandbox's modules
+    from agent_runtime.sandbox.selection import manifest_code_problems  # noqa: PLC0415
+
+    problems = manifest_code_problems(loaded.agent, config.sandbox if config else None)
+    if problems and choice is not None:
+        from agent_runtime.errors import ConfigError  # noqa: PLC0415
+
+        field, message = problems[0]
+        raise ConfigError(f"{message} ({choice.describe()})", source=str(loaded.agent_path),
+                          field=field)
+    return [(field, f"{message}; a run here fails at this step") for field, message in problems]
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
@@ -148,12 +181,21 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
         from agent_runtime.policy import PolicyHooks  # noqa: PLC0415
 
         PolicyHooks(config.policy, source=args.file)  # its hooks import, or name the field
+    for manifest_file in args.manifest:
+        from agent_runtime.sandbox.selection import manifest_code_problems  # noqa: PLC0415
+
+        loaded = load_manifest(manifest_file)
+        problems = manifest_code_problems(loaded.agent, config.sandbox)
+        if problems:
+            raise ManifestError(f"{problems[0][1]} (runtime config {args.file})",
+                                source=str(loaded.agent_path), field=problems[0][0])
     summary = {"valid": True, "version": config.version,  # the reference's fields, then ours
                "providerCount": len(config.providers), "modelCount": len(config.models),
                "connectionCount": len(config.connections),
                "file": args.file, "providers": sorted(config.providers),
                "models": sorted(config.models), "tools": sorted(config.tools),
                "store": config.store,
+               "sandbox": None if config.sandbox is None else config.sandbox.adapter,
                "policy": None if config.policy is None
                else config.policy.model_dump(mode="json", by_alias=True)}
     out = guarded(sys.stdout)

@@ -8,7 +8,7 @@ import pytest
 from engine_harness import ECHO, Harness, manifest
 
 from agent_runtime import RunStatus
-from agent_runtime.errors import ManifestError
+from agent_runtime.errors import ConfigError, ManifestError
 from agent_runtime.testing import scripted
 
 
@@ -210,11 +210,13 @@ def test_max_steps_limit_counts_declared_steps_up_front() -> None:
 
 
 def test_code_step_needs_a_sandbox() -> None:
+    # Refused before a run exists, naming the step (no `sandbox:` in the config).
     h = Harness()
-    result = h.run(manifest({"id": "calc", "type": "code", "language": "python",
-                             "code": "print(1)"}), options=ECHO)
-    assert result.status is RunStatus.FAILED
-    assert result.error["type"] == "sandbox_unavailable"
+    with pytest.raises(ConfigError) as refused:
+        h.run(manifest({"id": "calc", "type": "code", "language": "python",
+                        "code": "print(1)"}), options=ECHO)
+    assert refused.value.field == "steps[0].type"
+    assert "code step calc" in str(refused.value) and "sandbox" in str(refused.value)
 
 
 def test_model_error_fails_the_step_with_its_code() -> None:

@@ -11,6 +11,7 @@ import pytest
 from engine_harness import SCRIPTED, Harness, manifest
 
 from agent_runtime import Budget, RunStatus, ToolContext, tool
+from agent_runtime.sandbox import SandboxRequest, SandboxResult
 from agent_runtime.steps.subrun import child_run_id_for
 from agent_runtime.testing import scripted
 from stores.file import check_run_id
@@ -253,8 +254,24 @@ def test_a_cancelled_child_fails_the_step_and_is_not_resumed() -> None:
     assert "sub-run.resumed" not in h.types()
 
 
+class _ExitsWithOne:
+    """A sandbox whose code always exits 1: a child step that fails at run time."""
+
+    idempotent = False
+
+    def languages(self) -> frozenset[str]:
+        return frozenset({"python"})
+
+    def availability(self) -> str | None:
+        return None
+
+    async def execute(self, request: SandboxRequest) -> SandboxResult:
+        return SandboxResult(exit_code=1, stdout="", stderr="boom")
+
+
 def test_a_failing_child_fails_the_parent_step() -> None:
     h = Harness()
+    h.runtime.sandbox = _ExitsWithOne()
     agent = manifest(sub_run(manifest=child({"id": "run_code", "type": "code",
                                              "language": "python", "code": "print(1)"})),
                      prompt("never"))
@@ -263,8 +280,8 @@ def test_a_failing_child_fails_the_parent_step() -> None:
     assert result.error["type"] == "sub_run_failed"
     child_id = child_run_id_for(result.run_id, "delegate")
     assert child_id in result.error["message"]
-    assert "sandbox_unavailable" in result.error["message"]
-    assert result.error["details"]["child_error"]["type"] == "sandbox_unavailable"
+    assert "code_failed" in result.error["message"]
+    assert result.error["details"]["child_error"]["type"] == "code_failed"
     assert h.store.load_run(child_id).status is RunStatus.FAILED
     assert h.model.requests == []
 

@@ -64,7 +64,11 @@ HISTORY = ("history", HERE + "test_history_fields_reach_the_model_request")
 RICH = ("effect", PROMPTS + "test_replays_complete_rich_histories_templates_text_only_and_"
         "resolves_artifact_media")
 STEP_TYPE = ("effect", MANIFEST + "test_every_step_kind_and_nested_structures_parse")
-CODE = ("effect", ENGINE + "test_code_step_needs_a_sandbox")
+SANDBOX = "tests/agent_runtime/sandbox/"
+CODE_STEPS = SANDBOX + "test_code_steps.py::"
+ESCAPES = SANDBOX + "test_sandbox_escapes.py::"
+SANDBOX_SETTINGS = SANDBOX + "test_sandbox_settings.py::"
+CODE = ("effect", CODE_STEPS + "test_the_reference_example_runs_to_its_output")
 
 FIELDS: dict[str, tuple[str, str]] = {
     # -- the agent manifest
@@ -253,8 +257,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "CodeStep.type": CODE,
     "CodeStep.language": CODE,
     "CodeStep.code": CODE,
-    "CodeStep.timeout_ms": CODE,
-    "CodeStep.environment": CODE,
+    "CodeStep.timeout_ms": ("effect", CODE_STEPS + "test_a_step_past_its_timeout_fails_the_step"),
+    "CodeStep.environment": ("effect", CODE_STEPS + "test_the_steps_environment_reaches_the_"
+                             "code_and_no_event"),
     # -- the run manifest
     "RunManifest.schema_version": ("refused", CONTRACT + "test_requires_an_agent_reference_"
                                    "and_rejects_agent_definition_fields"),
@@ -380,6 +385,43 @@ FIELDS: dict[str, tuple[str, str]] = {
                                "manager"),
     "SecretReference.field": ("effect", "tests/functions/test_provider_secrets.py::test_an_ssm_"
                               "secure_string_and_a_json_field_are_read_too"),
+    "RuntimeConfig.sandbox": ("refused", ENGINE + "test_code_step_needs_a_sandbox"),
+    "SandboxSettings.adapter": CODE,
+    "SandboxSettings.bwrap": ("effect", ESCAPES + "test_without_bubblewrap_the_adapter_refuses_"
+                              "and_runs_nothing"),
+    "SandboxSettings.idempotent": ("effect", "tests/e2e/test_code_step_crash.py::test_a_crash_"
+                                   "mid_code_step_runs_it_again_when_the_sandbox_is_idempotent"),
+    "SandboxSettings.network": ("refused", SANDBOX_SETTINGS + "test_network_other_than_none_is_"
+                                "refused_by_name"),
+    "SandboxSettings.timeout_ms": ("effect", SANDBOX_SETTINGS + "test_a_step_without_timeout_"
+                                   "gets_the_hosts_default"),
+    "SandboxSettings.max_timeout_ms": ("refused", CODE_STEPS + "test_validate_refuses_code_"
+                                       "steps_the_config_cannot_run_by_step"),
+    "SandboxSettings.memory_mb": ("effect", ESCAPES + "test_memory_past_the_limit_is_refused"),
+    "SandboxSettings.cpu_seconds": ("effect", ESCAPES + "test_cpu_time_past_the_limit_ends_the_"
+                                    "code"),
+    "SandboxSettings.max_processes": ("effect", ESCAPES + "test_a_fork_bomb_is_bounded_and_the_"
+                                      "host_survives"),
+    "SandboxSettings.max_file_bytes": ("effect", SANDBOX_SETTINGS + "test_files_are_bounded_in_"
+                                       "size_and_in_total"),
+    "SandboxSettings.workspace_bytes": ("effect", SANDBOX_SETTINGS + "test_files_are_bounded_"
+                                        "in_size_and_in_total"),
+    "SandboxSettings.max_output_bytes": ("effect", ESCAPES + "test_printing_past_the_output_"
+                                         "limit_kills_the_code"),
+    "SandboxSettings.allowed_environment": ("refused", CODE_STEPS + "test_validate_refuses_"
+                                            "code_steps_the_config_cannot_run_by_step"),
+    "SandboxSettings.run_as": ("effect", SANDBOX_SETTINGS + "test_the_code_runs_as_the_run_as_"
+                               "uid_under_root"),
+    "SandboxSettings.languages": ("effect", SANDBOX_SETTINGS + "test_language_profiles_and_"
+                                  "their_binds"),
+    "LanguageProfile.command": ("effect", SANDBOX_SETTINGS + "test_language_profiles_and_their_"
+                                "binds"),
+    "LanguageProfile.extension": ("effect", SANDBOX_SETTINGS + "test_language_profiles_and_"
+                                  "their_binds"),
+    "LanguageProfile.binds": ("effect", SANDBOX_SETTINGS + "test_language_profiles_and_their_"
+                              "binds"),
+    "LanguageProfile.address_space_mb": ("effect", ESCAPES + "test_memory_past_the_limit_in_"
+                                         "javascript_is_refused"),
     "RuntimeConfig.execution": ("effect", WAVES + "test_max_concurrency_and_the_host_cap_split_"
                                 "the_wave"),
     "ExecutionPolicy.max_concurrency": ("effect", WAVES + "test_max_concurrency_and_the_host_"
