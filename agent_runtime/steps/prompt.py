@@ -43,6 +43,7 @@ from agent_runtime.waves import admit_model_request
 
 if TYPE_CHECKING:
     from agent_runtime.capabilities import ResolvedModel
+    from agent_runtime.events import TextSink
     from agent_runtime.execution import Execution
     from agent_runtime.step_context import StepTool
 
@@ -218,6 +219,37 @@ def _reservation(pending: list[PendingCall], index: int, ctx: Execution,
     return [call["key"]]
 
 
+class _DeltaCounter:
+    """A streamed channel (the answer's text, or its reasoning) as it arrives.
+
+    Thousands of deltas may come: the event log gets at most a few a second,
+    each counting the characters since the last one (never the text itself),
+    while a live view (`sink`) gets every delta as it arrives."""
+
+    def __init__(self, ctx: Execution, request: ModelRequest, frame: Frame, event: str,
+                 sink: TextSink | None) -> None:
+        self._ctx, self._step_id, self._path = ctx, request.step_id, frame.step_path
+        self._event, self._sink = event, sink
+        self._chars = 0
+        self._at = 0.0
+
+    def __call__(self, delta: str) -> None:
+        self._chars += len(delta)
+        now = time.monotonic()
+        if now - self._at >= TEXT_EVENT_INTERVAL:
+            self.flush()
+            self._at = now
+        if self._sink is not None:
+            self._sink(self._path, delta)
+
+    def flush(self) -> None:
+        """Count what arrived since the last event, if anything did."""
+        if self._chars:
+            self._ctx.events.emit(self._event, step_id=self._step_id, step_path=self._path,
+                                  chars=self._chars)
+            self._chars = 0
+
+
 def _check_input_size(request: ModelRequest, model: ResolvedModel, step_path: str) -> None:
     """Fail the step, before a paid call, when the request is certainly larger than its
     model profile's `capabilities.maxInputTokens` (agent_runtime/capabilities.py)."""
@@ -323,55 +355,22 @@ class PromptStepExecutor:
                         request=request.request_index)
         started = time.monotonic()
 
-        text_sink = ctx.text_sink
-
-        pending = {"chars": 0, "at": 0.0}
-
-        def on_text(delta: str) -> None:
-            # A streamed answer arrives in thousands of deltas: the event log gets
-            # at most a few a second (with the characters since the last one),
-            # while the terminal view gets every delta as it arrives.
-            pending["chars"] += len(delta)
-            now = time.monotonic()
-            if now - pending["at"] >= TEXT_EVENT_INTERVAL:
-                ctx.events.emit("model.text.delta", step_id=request.step_id,
-                                step_path=frame.step_path, chars=pending["chars"])
-                pending.update(chars=0, at=now)
-            if text_sink is not None:
-                text_sink(frame.step_path, delta)
-
-        reasoning_sink = ctx.reasoning_sink
-        thought = {"chars": 0, "at": 0.0}
-
-        def on_reasoning(delta: str) -> None:
-            # As text: a count of characters in the log a few times a second (never
-            # the reasoning itself), every delta to a view that asked to show it.
-            thought["chars"] += len(delta)
-            now = time.monotonic()
-            if now - thought["at"] >= TEXT_EVENT_INTERVAL:
-                ctx.events.emit("model.reasoning.delta", step_id=request.step_id,
-                                step_path=frame.step_path, chars=thought["chars"])
-                thought.update(chars=0, at=now)
-            if reasoning_sink is not None:
-                reasoning_sink(frame.step_path, delta)
-
+        text = _DeltaCounter(ctx, request, frame, "model.text.delta", ctx.text_sink)
         if reasoning:
-            request.on_reasoning = on_reasoning
+            request.on_reasoning = _DeltaCounter(ctx, request, frame, "model.reasoning.delta",
+                                                 ctx.reasoning_sink)
 
         try:
             # Bounded by the engine itself, whether or not the driver honours
             # `timeout_seconds`: providerTimeoutMs, and the slice's deadline.
             response: ModelResponse = await ctx.bounded(
-                adapter.generate(request, on_text=on_text), "model call",
+                adapter.generate(request, on_text=text), "model call",
                 step_path=frame.step_path,
                 timeout=None if request.timeout_seconds is None
                 else request.timeout_seconds + DRIVER_TIMEOUT_GRACE)
-            if pending["chars"]:
-                ctx.events.emit("model.text.delta", step_id=request.step_id,
-                                step_path=frame.step_path, chars=pending["chars"])
-            if thought["chars"]:
-                ctx.events.emit("model.reasoning.delta", step_id=request.step_id,
-                                step_path=frame.step_path, chars=thought["chars"])
+            text.flush()
+            if isinstance(request.on_reasoning, _DeltaCounter):
+                request.on_reasoning.flush()
         except ModelError as error:
             raise StepFailed("model_error", f"step {frame.step_path}: {request.provider}/"
                              f"{request.model}: {error}", {"code": error.code}) from error
