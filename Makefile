@@ -70,11 +70,14 @@ test: dev lint template-check
 # save; the CLI's start-up vs importing pydantic); 1,000 concurrent runs
 # through one `serve` vs LangGraph and DBOS on the same fake model (a serve
 # flag it lacks is left out, with a note).
+# The engine bench measures the engine of ENGINE_BASELINE in the same run too
+# (main before issue 34's leaner engine); `ENGINE_BASELINE=` skips it.
+ENGINE_BASELINE ?= e17daf8
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py
 	$(BIN)/python bench/timeline_read.py
-	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/engine_overhead.py $(if $(ENGINE_BASELINE),--baseline $(ENGINE_BASELINE))
 	$(BIN)/python bench/many_runs.py
 	$(BIN)/python bench/group_commit.py
 	$(BIN)/python bench/cli_startup.py

@@ -40,6 +40,7 @@ from stores.records import (
     RunError,
     RunRecord,
     RunStatus,
+    trusted_record,
     utc_now,
 )
 
@@ -88,7 +89,7 @@ def kept_output_bytes(step_results: Sequence[JsonObject]) -> int:
 
 
 def join_path(prefix: str, *parts: object) -> str:
-    tail = "/".join(str(part) for part in parts)
+    tail = "/".join(map(str, parts))
     return f"{prefix}/{tail}" if prefix else tail
 
 
@@ -121,9 +122,16 @@ class Execution(StepContext):
                                    failure=runtime.sink_failure)
         self._last_renewal = time.monotonic()
         self._lost: StoreError | None = None
+        # The lease heartbeat while model and tool calls are in flight (`guarded`).
+        self._beat_interval = max(runtime.lease_seconds / 3, 0.05)
+        self._lease = timedelta(seconds=runtime.lease_seconds)  # each checkpoint renews it
+        self._in_flight = 0
+        self._beat_timer: asyncio.TimerHandle | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self.resolutions = {}
         self.settlements = []
         self.reserved = set()
+        self.resolved_models = {}
         # A protocol check costs more than a tool call's bookkeeping: once per execution.
         self.settles_in_checkpoint = isinstance(runtime.store, SettlesInCheckpoint)
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
@@ -164,7 +172,7 @@ class Execution(StepContext):
         checkpoint = self.state.to_checkpoint(
             run_id=self.run_id, attempt=self.attempt, manifest_hash=self.run.manifest_hash,
             cursor=self.cursor(), created_at=now, copy_lists=self._appending_meanwhile())
-        lease_expires_at = now + timedelta(seconds=self.runtime.lease_seconds)
+        lease_expires_at = now + self._lease
         settlements, self.settlements = self.settlements, []
         try:
             if settlements or reserving:
@@ -188,7 +196,8 @@ class Execution(StepContext):
             raise CheckpointUnavailable(self.run_id, error) from error
         self._last_renewal = time.monotonic()
         self.slice.progressed = True
-        self.events.emit("checkpoint.saved", seq=seq)
+        if self.events.listening:
+            self.events.emit("checkpoint.saved", seq=seq)
         if reserving:
             self.reserved.update(reserving)
             return
@@ -214,42 +223,51 @@ class Execution(StepContext):
 
     def cursor(self) -> list[Frame]:
         # Copies of the frames, their continuations copied without deepcopy (a
-        # hot path: every commit point). Validating a frame costs less than
-        # pydantic's model_construct.
-        return [Frame(step_path=frame.step_path, step_id=frame.step_id,
-                      step_index=frame.step_index, loop_iteration=frame.loop_iteration,
-                      child_index=frame.child_index,
-                      continuation=json_copy(frame.continuation),
-                      continuation_version=frame.continuation_version)
-                for frame in self.stack]
+        # hot path: every commit point). Trusted: each field is a valid frame's.
+        return [trusted_record(Frame, {
+            "step_path": frame.step_path, "step_id": frame.step_id,
+            "step_index": frame.step_index, "loop_iteration": frame.loop_iteration,
+            "child_index": frame.child_index, "continuation": json_copy(frame.continuation),
+            "continuation_version": frame.continuation_version}) for frame in self.stack]
 
     async def guarded(self, call: Awaitable[T]) -> T:
         """Await a long model or tool call while a heartbeat keeps the lease alive."""
-        interval = max(self.runtime.lease_seconds / 3, 0.05)
-        heartbeats: list[asyncio.Task[None]] = []
         # A timer starts the heartbeat, not a task of its own: most calls end long
-        # before the first beat, and a timer costs a fraction of a task to cancel.
-        timer = asyncio.get_running_loop().call_later(
-            interval, lambda: heartbeats.append(asyncio.create_task(self._heartbeat(interval))))
+        # before the first beat. One timer for the execution's calls, not one per
+        # call: armed by a call when none is, it starts the heartbeat if calls are
+        # in flight when it fires, and the heartbeat renews the lease when due.
+        self._in_flight += 1
+        if self._beat_timer is None:
+            self._beat_timer = asyncio.get_running_loop().call_later(
+                self._beat_interval, self._beat_due)
         try:
             return await call
         finally:
-            timer.cancel()
-            for heartbeat in heartbeats:
+            self._in_flight -= 1
+            heartbeat = self._heartbeat_task
+            if self._in_flight == 0 and heartbeat is not None:
+                self._heartbeat_task = None
                 heartbeat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
+
+    def _beat_due(self) -> None:
+        self._beat_timer = None
+        if self._in_flight and self._heartbeat_task is None:
+            self._heartbeat_task = asyncio.create_task(self._heartbeat(self._beat_interval))
 
     async def bounded(self, call: Coroutine[object, None, T], what: str, *, step_path: str,
                       timeout: float | None = None) -> T:
         """A model, tool or webhook call, heartbeat-guarded and bounded by its own
         `timeout` and the slice's deadline (agent_runtime/deadlines.py)."""
+        if timeout is None and self.slice.deadline is None:
+            return await self.guarded(call)  # nothing bounds it: no slice to fit in
         return await self.slice.bounded(call, what, step_path=step_path, timeout=timeout,
                                         guard=self.guarded)
 
     async def _heartbeat(self, interval: float) -> None:
         """Renew the lease every `interval` the attempt has not renewed it otherwise
-        (started `interval` into a call, by `guarded`)."""
+        (started by `guarded`'s timer while calls are in flight)."""
         while True:
             if time.monotonic() - self._last_renewal >= interval:
                 try:
@@ -261,7 +279,8 @@ class Execution(StepContext):
                     return
                 self._last_renewal = time.monotonic()
                 self.events.emit("run.heartbeat")
-            await asyncio.sleep(interval)
+            # Until the renewal is due: a commit point may have renewed it meanwhile.
+            await asyncio.sleep(max(self._last_renewal + interval - time.monotonic(), 0.0))
 
     # -- the walk ------------------------------------------------------------
 
@@ -279,17 +298,19 @@ class Execution(StepContext):
         level = len(self.stack)
         start = resume[0].step_index if resume else 0
         first: Frame | None = resume[0] if resume else None
-        self.stack.append(self._frame_at(steps, start, prefix, loop_iteration))
+        if first is None or start >= len(steps) or first.step_id != steps[start].id:
+            first = self._frame_at(steps, start, prefix, loop_iteration)
+            resume = []  # nothing below a fresh frame
+        self.stack.append(first)
         after = start
         for index in range(start, len(steps)):
             if index < after:
                 continue  # ran in the wave before
             step = steps[index]
-            if first is not None and first.step_id == step.id:
-                frame, below = first, resume[1:]
+            if first is not None:  # the frame the sequence starts (or resumes) at
+                frame, below, first = first, resume[1:], None
             else:
                 frame, below = self._frame_at(steps, index, prefix, loop_iteration), []
-            first = None
             self.stack[level] = frame
             if level > 0:
                 self.stack[level - 1].child_index = index
@@ -311,13 +332,18 @@ class Execution(StepContext):
     @staticmethod
     def _frame_at(steps: Sequence[StepBase], index: int, prefix: str,
                   loop_iteration: int | None) -> Frame:
+        # Trusted (several frames a commit point): the fields come from the parsed
+        # manifest and the walk itself.
         if index >= len(steps):  # past the end: this sequence is done
-            return Frame(step_path=prefix, step_id="", step_index=index,
-                         loop_iteration=loop_iteration)
+            return trusted_record(Frame, {
+                "step_path": prefix, "step_id": "", "step_index": index,
+                "loop_iteration": loop_iteration, "child_index": None, "continuation": {},
+                "continuation_version": 1})
         step = steps[index]
-        return Frame(step_path=join_path(prefix, step.id), step_id=step.id, step_index=index,
-                     loop_iteration=loop_iteration,
-                     continuation_version=step.continuation_version)
+        return trusted_record(Frame, {
+            "step_path": f"{prefix}/{step.id}" if prefix else step.id, "step_id": step.id,
+            "step_index": index, "loop_iteration": loop_iteration, "child_index": None,
+            "continuation": {}, "continuation_version": step.continuation_version})
 
     async def run_step(self, step: StepBase, frame: Frame, resume: list[Frame]) -> None:
         fresh = not frame.continuation and not resume
@@ -334,10 +360,14 @@ class Execution(StepContext):
             raise StepFailed("unsupported_step",
                              f"step {frame.step_path}: {step.type!r} steps are not supported "
                              "by this runtime yet")
-        consumed_before = self.state.budget.spent(frame.step_path)
-        started = time.monotonic()
-        self.events.emit("step.started", step_id=step.id, step_path=frame.step_path,
-                         kind=step.type, resumed=not fresh or None)
+        # Events are built only when a sink listens, their fields too: a commit point's
+        # several events would otherwise cost a run nobody watches a share of its time.
+        listening = self.events.listening
+        if listening:
+            consumed_before = self.state.budget.spent(frame.step_path)
+            started = time.monotonic()
+            self.events.emit("step.started", step_id=step.id, step_path=frame.step_path,
+                             kind=step.type, resumed=not fresh or None)
         output = await executor.execute(step, frame, self, resume)
         self._check_output_size(step, frame, output)
         if self.projecting:  # the manifest's stateProjection (state_projection.py)
@@ -347,9 +377,11 @@ class Execution(StepContext):
         self.state.add_result({"kind": STEP, "step_path": frame.step_path, "step_id": step.id,
                                "depth": depth, "status": COMPLETED, "output": output,
                                "at": self.now().isoformat()})
-        self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
-                         kind=step.type, duration_ms=round((time.monotonic() - started) * 1000),
-                         tokens=self.state.budget.spent(frame.step_path) - consumed_before)
+        if listening:
+            self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
+                             kind=step.type,
+                             duration_ms=round((time.monotonic() - started) * 1000),
+                             tokens=self.state.budget.spent(frame.step_path) - consumed_before)
 
     def _check_output_size(self, step: StepBase, frame: Frame, output: JsonValue) -> None:
         """Fail a step whose output is more than the host policy keeps, per step or
@@ -406,6 +438,10 @@ class Execution(StepContext):
                 return await self._lost_result(lost.cause)
             except CheckpointUnavailable as unavailable:
                 return await self._fail_unsaved(unavailable)
+            finally:
+                if self._beat_timer is not None:  # no call is in flight any more
+                    self._beat_timer.cancel()
+                    self._beat_timer = None
 
     async def _attempt(self, started: float) -> RunResult:
         steps = self.manifest.steps

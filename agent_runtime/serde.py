@@ -28,6 +28,39 @@ class NotJsonSerialisable(TypeError):
 
 def json_value(value: Any, *, what: str = "value") -> Any:
     """`value` as plain JSON data (dict/list/str/int/float/bool/None)."""
+    try:
+        # Most values (a tool's result, a model's data) are plain JSON already:
+        # copied without naming every key on the way, which only an error needs.
+        return _plain_copy(value)
+    except _NotPlain:
+        return _converted(value, what)
+
+
+class _NotPlain(Exception):
+    """A value `_plain_copy` leaves to `_converted`: not plain JSON data as it is."""
+
+
+def _plain_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            result[key] = _plain_copy(item)
+        return result
+    if kind is list:
+        return [_plain_copy(item) for item in value]
+    if kind is float and math.isfinite(value):
+        return value
+    raise _NotPlain
+
+
+def _converted(value: Any, what: str) -> Any:
+    """`json_value` of a value that is not plain JSON data as it is: converted, or
+    refused naming where in it the value is that has no JSON form."""
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
@@ -39,20 +72,20 @@ def json_value(value: Any, *, what: str = "value") -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise NotJsonSerialisable(f"{what}: object keys must be strings, got {key!r}")
-            result[key] = json_value(item, what=f"{what}.{key}")
+            result[key] = _converted(item, f"{what}.{key}")
         return result
     if isinstance(value, list | tuple | set | frozenset):
-        return [json_value(item, what=f"{what}[{index}]") for index, item in enumerate(value)]
+        return [_converted(item, f"{what}[{index}]") for index, item in enumerate(value)]
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return json_value(dataclasses.asdict(value), what=what)
+        return _converted(dataclasses.asdict(value), what)
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, Enum):
-        return json_value(value.value, what=what)
+        return _converted(value.value, what)
     if isinstance(value, bytes):
         return {"base64": base64.b64encode(value).decode("ascii")}
     raise NotJsonSerialisable(f"{what}: {type(value).__name__} is not JSON-serialisable")
@@ -64,10 +97,12 @@ def json_copy(value: Any) -> Any:
     at every commit point. Strings, numbers, booleans and None are shared (they
     are immutable); anything else falls back to `copy.deepcopy`."""
     kind = type(value)
+    # Leaves are most of any value: shared in place, without a call each.
     if kind is dict:
-        return {key: json_copy(item) for key, item in value.items()}
+        return {key: item if type(item) in _IMMUTABLE else json_copy(item)
+                for key, item in value.items()}
     if kind is list:
-        return [json_copy(item) for item in value]
+        return [item if type(item) in _IMMUTABLE else json_copy(item) for item in value]
     if kind in _IMMUTABLE:
         return value
     return copy.deepcopy(value)

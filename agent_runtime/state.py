@@ -110,8 +110,9 @@ class RunState:
             "runtime_version": RUNTIME_VERSION, "cursor": cursor,
             "variables": dict(self.variables), "step_results": step_results,
             "transcript": transcript, "artifacts": artifacts,
-            "budget": CheckpointBudget(max_total_tokens=self.budget.max_total_tokens,
-                                       consumed_tokens=self.budget.consumed_tokens),
+            "budget": trusted_record(CheckpointBudget, {
+                "max_total_tokens": self.budget.max_total_tokens,
+                "consumed_tokens": self.budget.consumed_tokens}),
             "created_at": created_at,
         })
 

@@ -90,6 +90,9 @@ class StepContext:
     # Effects this execution reserved in a checkpoint (`checkpoint(reserving=)`)
     # and has not dispatched yet: their calls go out with no store write first.
     reserved: set[str]
+    # The models this execution resolved, by the identity of the step's model
+    # reference (kept, so the identity stays its own): a loop's prompt asks once.
+    resolved_models: dict[int, tuple[ModelRef | None, ResolvedModel]]
 
     @property
     def store(self) -> RunStore:
@@ -108,8 +111,17 @@ class StepContext:
     # -- models, tools, artifacts ----------------------------------------------
 
     def resolve_model(self, model: ModelRef | None) -> ResolvedModel:
-        """The step's model (else the manifest's), or the run's `--model` override."""
-        return self.runtime.resolve_model(model, self.manifest, self.run.options)
+        """The step's model (else the manifest's), or the run's `--model` override.
+
+        Resolved (and the host policy asked) once per execution for each model
+        reference of its manifest: the manifest, the run's options and the host
+        do not change within one, and a loop's prompt step asks at every iteration."""
+        found = self.resolved_models.get(id(model))
+        if found is not None and found[0] is model:
+            return found[1]
+        resolved = self.runtime.resolve_model(model, self.manifest, self.run.options)
+        self.resolved_models[id(model)] = (model, resolved)
+        return resolved
 
     async def prepare_tools(self, names: Iterable[str]) -> dict[str, StepTool]:
         """The named tools, ready to offer the model (MCP connections opened)."""

@@ -116,6 +116,11 @@ def register_step_model(kind: str, model: type[StepBase], *, replace: bool = Fal
     if declared != kind:
         raise StepKindError(f"step kind {kind!r}: {model.__name__}.type must be "
                             f"Literal[{kind!r}] = {kind!r}, got {declared!r}")
+    version = model.continuation_version
+    if type(version) is not int or version < 1:
+        # Checked once here, not in every frame the engine builds at a commit point.
+        raise StepKindError(f"step kind {kind!r}: {model.__name__}.continuation_version "
+                            f"must be an integer of at least 1, got {version!r}")
     if kind in _MODELS and not replace and _MODELS[kind] is not model:
         raise StepKindError(f"step kind {kind!r} is already registered "
                             f"({_MODELS[kind].__name__}); pass replace=True to replace it")

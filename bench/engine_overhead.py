@@ -19,7 +19,18 @@ iteration). Subjects:
 - `langgraph`: LangGraph's `SqliteSaver`, a graph whose node runs once per
   iteration (two nodes for `tool`) appending the same-sized transcript entry;
 - `dbos`: DBOS on SQLite, a workflow with one step per iteration (two for
-  `tool`). The two peers' loops are in bench/engine_peers.py.
+  `tool`). The two peers' loops are in bench/engine_peers.py;
+- `baseline` (with `--baseline REV`): the `engine` subject on the code of git
+  revision REV (exported to a temporary directory and imported from there),
+  so an earlier engine's figure and this tree's come from the same run, on
+  the same machine under the same load; `engine / baseline` is their ratio.
+
+Each run's clock starts after its process parsed one small manifest of the
+same step kinds: pydantic builds a step kind's validators the first time a
+process validates one, tens of milliseconds once in a process's life, which
+would otherwise count as tens of microseconds per iteration at N=1,000. The
+peers build their graph or launch before their clocks start too. The run
+still parses its own manifest on the clock.
 
 Each measurement runs in a fresh child process (so peak RSS is its own and
 no import or cache state leaks between subjects). Rounds are block-paired:
@@ -43,12 +54,14 @@ interpreter's work rather than another commit.
 
     python bench/engine_overhead.py [--sizes 100,1000,5000] [--rounds 3]
         [--variants plain,tool] [--subjects engine,sqlite,sqlite_normal,floor,...]
+        [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import resource
@@ -56,6 +69,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Sequence
@@ -65,6 +79,12 @@ from typing import Any, ClassVar, overload
 from engine_peers import ENTRY_TEXT, measure_dbos, measure_langgraph
 
 SUBJECTS = ("engine", "sqlite", "sqlite_normal", "floor", "busy_floor", "langgraph", "dbos")
+BASELINE = "baseline"  # the `engine` subject on another revision's code (--baseline)
+ROOT = Path(__file__).resolve().parent.parent
+# Where each subject's child imports the runtime from: this tree, unless told.
+_TREES: dict[str, Path] = {}
+# Per-iteration targets of the `engine` subject at N=1,000, in microseconds.
+ENGINE_TARGETS = {"plain": 150, "tool": 500}
 
 
 # -- our engine ----------------------------------------------------------------
@@ -150,8 +170,15 @@ class _Unlogged(list[Any]):
 
 
 def _run_engine(store: Any, size: int, variant: str) -> float:
+    from agent_runtime.manifest import parse_agent_manifest
+
     runtime = _runtime(store, size, variant)
     manifest = _manifest(size, variant)
+    # A process builds the validators of the manifest's step kinds the first time
+    # it parses one (pydantic builds them lazily): once in a process's life, tens
+    # of milliseconds, not per iteration. The peers build their graph or launch
+    # before their clocks start too. The run below still parses its own manifest.
+    parse_agent_manifest(_manifest(1, variant), source="manifest")
     started = time.perf_counter()
     result = asyncio.run(runtime.run(manifest=manifest))
     elapsed = time.perf_counter() - started
@@ -279,7 +306,7 @@ def measure_busy_floor(size: int, variant: str, directory: Path) -> dict[str, An
                            work_seconds=engine / max(1, written["commits"]))
 
 
-MEASURES = {"engine": measure_engine, "sqlite": measure_sqlite,
+MEASURES = {"engine": measure_engine, BASELINE: measure_engine, "sqlite": measure_sqlite,
             "sqlite_normal": measure_sqlite_normal, "floor": measure_floor,
             "busy_floor": measure_busy_floor, "langgraph": measure_langgraph,
             "dbos": measure_dbos}
@@ -299,7 +326,7 @@ def child(subject: str, size: int, variant: str, directory: str) -> None:
 def _measure(subject: str, size: int, variant: str, directory: Path) -> dict[str, Any] | None:
     command = [sys.executable, __file__, "--child", subject, str(size), variant, str(directory)]
     done = subprocess.run(command, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+                          env={**os.environ, "PYTHONPATH": str(_TREES.get(subject, ROOT))})
     if done.returncode != 0:
         raise SystemExit(f"{subject} N={size} {variant} failed:\n{done.stderr[-2000:]}")
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "null"
@@ -352,8 +379,8 @@ def _per_commit(rounds: list[dict[str, dict[str, Any]]], top: str, bottom: str
 
 
 def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
-           subjects: list[str], baseline: dict[str, float],
-           peaks: dict[str, dict[int, float]]) -> None:
+           subjects: list[str], smallest: dict[str, float],
+           peaks: dict[str, dict[int, float]], revision: str | None = None) -> None:
     steps = size * (2 if variant == "tool" else 1)
     print(f"\nN={size} iterations, variant={variant} ({steps} model requests), "
           f"median of {len(rounds)} block-paired rounds")
@@ -365,13 +392,19 @@ def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
         rss = _median(rounds, subject, "peak_rss_kib") or 0
         line = (f"  {subject:13s} {seconds / size * 1e6:10.1f} us/iteration"
                 f"  peak RSS {rss / 1024:7.1f} MiB")
+        if subject == "engine" and size == 1000 and variant in ENGINE_TARGETS:
+            line += f"  (target <= {ENGINE_TARGETS[variant]} us)"
+        elif subject == BASELINE and revision:
+            line += f"  (the engine at {revision})"
         written = _median(rounds, subject, "bytes")
         if written is not None:
             commits = _median(rounds, subject, "commits") or 0
             line += (f"  {written / size:8.0f} bytes/iteration"
                      f"  {commits / size:4.1f} commits/iteration")
         print(line)
-    for top, bottom, target in (("sqlite", "floor", "(target <= 2)"),
+    for top, bottom, target in (("engine", BASELINE, "(no target: this tree against the "
+                                                     "baseline revision)"),
+                                ("sqlite", "floor", "(target <= 2)"),
                                 ("sqlite", "busy_floor", "(no target: what the store adds)"),
                                 ("sqlite", "langgraph", "(target <= 0.25)"),
                                 ("sqlite", "dbos", "(target <= 0.25)")):
@@ -400,7 +433,7 @@ def report(size: int, variant: str, rounds: list[dict[str, dict[str, Any]]], *,
     engine = _median(rounds, "engine", "seconds")
     if engine is not None:
         per_iteration = engine / size
-        first = baseline.setdefault(variant, per_iteration)
+        first = smallest.setdefault(variant, per_iteration)
         print(f"  engine us/iteration vs the smallest N: {per_iteration / first:5.2f}x "
               "(target <= 1.25 at N=5,000)")
     peak = _median(rounds, "sqlite", "peak_rss_kib")
@@ -420,6 +453,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default="plain,tool")
     parser.add_argument("--subjects", default=",".join(SUBJECTS))
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also measure the engine on git revision REV's code (`baseline`)")
     args = parser.parse_args()
     subjects = [s for s in args.subjects.split(",") if s]
     unknown = sorted(set(subjects) - set(SUBJECTS))
@@ -430,14 +465,39 @@ def main() -> None:
         parser.error(f"--subjects: {', '.join(replaying)} replays sqlite's commits, "
                      "so it needs sqlite too")
     sizes = [int(size) for size in args.sizes.split(",")]
-    baseline: dict[str, float] = {}
+    smallest: dict[str, float] = {}
     peaks: dict[str, dict[int, float]] = {}
-    for variant in args.variants.split(","):
-        for size in sizes:
-            rounds = [one_round(size, variant, subjects, turn) for turn in range(args.rounds)]
-            report(size, variant, rounds, subjects=subjects, baseline=baseline,
-                   peaks=peaks)
+    with tempfile.TemporaryDirectory(prefix="agent-runtime-engine-baseline-") as exported:
+        revision = None
+        if args.baseline:
+            revision = export_revision(args.baseline, Path(exported))
+            _TREES[BASELINE] = Path(exported)
+            subjects.insert(subjects.index("engine") + 1 if "engine" in subjects else 0,
+                            BASELINE)
+        for variant in args.variants.split(","):
+            for size in sizes:
+                rounds = [one_round(size, variant, subjects, turn)
+                          for turn in range(args.rounds)]
+                report(size, variant, rounds, subjects=subjects, smallest=smallest,
+                       peaks=peaks, revision=revision)
 
+
+def export_revision(revision: str, directory: Path) -> str:
+    """Write the tree of git `revision` of this checkout into `directory`; its short
+    commit id. Exits naming the revision when git cannot give it."""
+    def git(*arguments: str) -> bytes:
+        done = subprocess.run(["git", "-C", str(ROOT), *arguments], capture_output=True,
+                              check=False)
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            raise SystemExit(f"--baseline {revision}: git {arguments[0]} failed: "
+                             f"{reason[-1] if reason else done.returncode}")
+        return done.stdout
+
+    commit = git("rev-parse", "--short", f"{revision}^{{commit}}").decode().strip()
+    with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", commit))) as archive:
+        archive.extractall(directory, filter="data")
+    return commit
 
 if __name__ == "__main__":
     main()

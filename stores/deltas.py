@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic_core
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from stores.records import APPEND_ONLY_FIELDS, ArtifactRef, Checkpoint, JsonObject
+from stores.records import APPEND_ONLY_FIELDS, ArtifactRef, Checkpoint, Frame, JsonObject
 
 BODY_FORMAT = "checkpoint-delta/1"
 # A body whose variables are a change to the previous body's: which variables
@@ -102,25 +102,28 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
     lists: dict[str, Any] = {}
     saved: dict[str, list[Any]] = {}
     counts: dict[str, int] = {}
+    fields = checkpoint.__dict__  # read directly: once per list and head field, every save
     for name in APPEND_ONLY_FIELDS:
-        items = _list_items(checkpoint, name)
+        items = _list_items(checkpoint, name) if name == "artifacts" else fields[name]
         saved[name] = items
-        counts[name] = len(items)
+        counts[name] = size = len(items)
         base = 0
         if previous is not None:
             before_count = previous.count(name)
             if _extends(items, previous.lists.get(name, []), before_count):
                 base = before_count
-                if base == len(items):
+                if base == size:
                     continue  # unchanged: nothing to store
         lists[name] = {"base": base, "items": items[base:]}
-    stable = {name: getattr(checkpoint, name) for name in _STABLE_FIELDS}
+    stable = {name: fields[name] for name in _STABLE_FIELDS}
     exclude = set(_LIST_FIELDS)
     variables_delta = None
     if previous is not None:
-        exclude.update(name for name, value in stable.items()
-                       if name in previous.stable and previous.stable[name] == value)
-        before = previous.stable.get("variables")
+        before_stable = previous.stable
+        for name, value in stable.items():
+            if name in before_stable and before_stable[name] == value:
+                exclude.add(name)
+        before = before_stable.get("variables")
         if "variables" not in exclude and isinstance(before, dict):
             # Most commit points change a variable or two (a step's output, a
             # loop's item) among many (a loop's whole source list): only those.
@@ -130,9 +133,7 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
                 variables_delta = None  # the variables themselves are shorter
             else:
                 exclude.add("variables")
-    # The head through pydantic's own encoder: the hot path of every save.
-    head = checkpoint.model_dump_json(exclude=_head_exclusions(checkpoint, exclude),
-                                      exclude_none=True)
+    head = _head_json(checkpoint, exclude)
     # pydantic's Rust encoder for the new entries too: the same JSON as the
     # json module, several times faster on the hot path.
     encoded_lists = pydantic_core.to_json(lists).decode()
@@ -146,16 +147,41 @@ def encode_body(checkpoint: Checkpoint, previous: SavedLists | None) -> tuple[st
     return body, SavedLists(seq=checkpoint.seq, lists=saved, stable=stable, counts=counts)
 
 
-def _head_exclusions(checkpoint: Checkpoint, fields: set[str]) -> dict[Any, Any]:
-    """`fields`, and the `continuation` of each cursor frame that has none (the
-    frame of a step not yet started, or past a sequence's end): a frame read back
-    without one gets an empty one, the field's default."""
-    exclude: dict[Any, Any] = dict.fromkeys(fields, True)
-    empty = {index: {"continuation"} for index, frame in enumerate(checkpoint.cursor)
-             if not frame.continuation}
-    if empty:
-        exclude["cursor"] = empty
-    return exclude
+# A head's fields, in the checkpoint's order; a frame's, a budget's.
+_HEAD_FIELDS = tuple(name for name in Checkpoint.model_fields if name not in _LIST_FIELDS)
+_FRAME_FIELDS = tuple(Frame.model_fields)
+
+
+def _head_json(checkpoint: Checkpoint, excluded: set[str]) -> str:
+    """The head: the checkpoint's fields but `excluded`, as pydantic writes the record
+    with `exclude_none`, and with no `continuation` in a cursor frame that has none
+    (the frame of a step not yet started, or past a sequence's end: read back
+    without one, it gets an empty one, the field's default).
+
+    Built as plain data and encoded by pydantic's Rust encoder in one call, to the
+    same text `model_dump_json(exclude=..., exclude_none=True)` writes (NaN as null,
+    as the records' config says): on every save, pydantic applying the exclusions
+    cost more than the encoding itself."""
+    fields = checkpoint.__dict__
+    head: dict[str, Any] = {}
+    for name in _HEAD_FIELDS:
+        if name in excluded:
+            continue
+        value = fields[name]
+        if name == "cursor":
+            value = [_frame_data(frame) for frame in value]
+        elif isinstance(value, BaseModel):  # the budget
+            value = {key: item for key, item in value.__dict__.items() if item is not None}
+        elif value is None:
+            continue
+        head[name] = value
+    return pydantic_core.to_json(head, inf_nan_mode="null").decode()
+
+
+def _frame_data(frame: Frame) -> dict[str, Any]:
+    fields = frame.__dict__
+    return {name: fields[name] for name in _FRAME_FIELDS
+            if fields[name] is not None and (fields[name] or name != "continuation")}
 
 
 def _replaces_all(delta: dict[str, Any], after: dict[str, Any]) -> bool:

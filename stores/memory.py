@@ -7,6 +7,13 @@ is created, apart from its state: it never changes, and the writes of a
 running run (checkpoints, leases, effects) then cost the same whatever the
 size of its manifest. The state changes are `stores.state_changes`'s, made
 under one lock.
+
+The lifecycle rules read a run's state at every write; they never change a
+record they read, only copy it. So the store keeps the record its state
+decodes to beside the text, and a checkpoint's save, which only copies it
+with numbers and UTC times, keeps its new record and encodes it when a reader
+first asks (the next save reads the record itself): every commit point's
+write, without a decode and an encode of the run each time.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -32,7 +39,7 @@ from stores.records import (
     decode_record,
     encode_record,
 )
-from stores.state_changes import StateChanges
+from stores.state_changes import StateChanges, apply_change, saving
 
 
 class _StoredCheckpoint:
@@ -52,9 +59,10 @@ _DEFINITION = frozenset({"manifest", "variables", "options"})
 class _MemoryWrite:
     """A run read under the store's lock for a state change (`state_changes.RunWrite`)."""
 
-    def __init__(self, store: MemoryRunStore, run_id: str) -> None:
+    def __init__(self, store: MemoryRunStore, run_id: str, *, defer: bool = False) -> None:
         self._store = store
         self._run_id = run_id
+        self._defer = defer  # the record committed is encoded when first read
         self.run = store._state(run_id)
         self.latest_seq = store._latest_seq(run_id)
 
@@ -70,8 +78,16 @@ class _MemoryWrite:
             self._store._append(checkpoint)
         if peer is not None:
             self._store._put_run(peer)
-        self._store._put_run(run)
+        if self._defer and peer is None:
+            self._store._defer_run(run)
+        else:
+            self._store._put_run(run)
         return True
+
+
+def _utc(moment: datetime) -> bool:
+    """Whether a time decodes as it is: aware, in UTC (`records.UtcDatetime`)."""
+    return moment.tzinfo is UTC
 
 
 class MemoryRunStore(StateChanges):
@@ -83,12 +99,21 @@ class MemoryRunStore(StateChanges):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        # run id -> (state JSON, definition JSON)
-        self._runs: dict[str, tuple[str, str]] = {}
+        # run id -> (state JSON, definition JSON). The state JSON is None while the
+        # state is a record a checkpoint's save decided, kept in `_decoded` and
+        # encoded when a reader first asks for it (`_defer_run`).
+        self._runs: dict[str, tuple[str | None, str]] = {}
         self._checkpoints: dict[str, list[_StoredCheckpoint]] = {}
         self._effects: dict[tuple[str, str], str] = {}
         self._approvals: dict[tuple[str, str], str] = {}
         self._saved = SavedListsCache()
+        # run id -> (state JSON, the record it decodes to): a run's state is read
+        # by every write (two for a checkpoint that settles effects), and the
+        # rules never change a record they read, only copy it.
+        self._decoded: dict[str, tuple[str | None, RunRecord]] = {}
+        # (run id, key) -> (effect JSON, record) of an effect reserved and not yet
+        # settled: its settlement reads it back (the record is the rules', made here).
+        self._reserved: dict[tuple[str, str], tuple[str, EffectRecord]] = {}
 
     # -- reads ---------------------------------------------------------------
 
@@ -98,12 +123,37 @@ class MemoryRunStore(StateChanges):
         if stored is None:
             return None
         state, definition = stored
+        if state is None:
+            state = self._encoded_state(run_id)
         return decode_record(RunRecord, f"{state[:-1]},{definition[1:]}")
 
     def _state(self, run_id: str) -> RunRecord | None:
         """The record without its definition: what the lifecycle rules read and write."""
         stored = self._runs.get(run_id)
-        return None if stored is None else decode_record(RunRecord, stored[0])
+        if stored is None:
+            return None
+        known = self._decoded.get(run_id)
+        if known is not None and known[0] is stored[0]:
+            return known[1]
+        state = stored[0] if stored[0] is not None else self._encoded_state(run_id)
+        record = decode_record(RunRecord, state)
+        self._decoded[run_id] = (state, record)
+        return record
+
+    def _defer_run(self, run: RunRecord) -> None:
+        """Write a run's state decided for a checkpoint's save, to be encoded when a
+        reader first asks for it: the next save reads the record itself. Only for a
+        record the rules copied from one this store decoded, with numbers and UTC
+        times: its text, whenever made, decodes to the record as it is."""
+        self._runs[run.run_id] = (None, self._runs[run.run_id][1])
+        self._decoded[run.run_id] = (None, run)
+
+    def _encoded_state(self, run_id: str) -> str:
+        record = self._decoded[run_id][1]
+        state = record.model_dump_json(exclude=set(_DEFINITION))
+        self._runs[run_id] = (state, self._runs[run_id][1])
+        self._decoded[run_id] = (state, record)
+        return state
 
     def _put_run(self, run: RunRecord) -> None:
         """Write a run's state; its definition is the one written at creation."""
@@ -242,8 +292,22 @@ class MemoryRunStore(StateChanges):
             text = self._effects.get((run_id, key))
             if text is not None:
                 return decode_record(EffectRecord, text)
-            self._effects[(run_id, key)] = encode_record(effect)
-            return decode_record(EffectRecord, self._effects[(run_id, key)])
+            self._effects[(run_id, key)] = text = encode_record(effect)
+            self._reserved[(run_id, key)] = (text, effect)
+            return decode_record(EffectRecord, text)  # the caller's own copy
+
+    def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
+                        lease_expires_at: datetime | None = None) -> None:
+        # `_change`, without a generator's context manager: every commit point's write.
+        # The rules copy the record they read (the store's own) with numbers and these
+        # times: in UTC, they decode as they are, so its encoding can wait.
+        defer = _utc(checkpoint.created_at) and (lease_expires_at is None
+                                                 or _utc(lease_expires_at))
+        with self._lock:
+            apply_change((_MemoryWrite(self, checkpoint.run_id, defer=defer),), checkpoint,
+                         saving(checkpoint, expected_attempt=expected_attempt,
+                                lease_expires_at=lease_expires_at),
+                         lease_expires_at=lease_expires_at)
 
     def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
                                  *, expected_attempt: int, at: datetime,
@@ -256,34 +320,45 @@ class MemoryRunStore(StateChanges):
         with self._lock:
             state = self._state(run_id)
             written: dict[tuple[str, str], str] = {}
+            reserved: dict[tuple[str, str], tuple[str, EffectRecord]] = {}
             for settlement in settlements:
-                text = self._effects.get((run_id, settlement.key))
                 updated = transitions.settle_effect(
                     state, run_id, settlement.key, expected_attempt=expected_attempt,
-                    result=settlement.result, at=at,
-                    existing=None if text is None else decode_record(EffectRecord, text))
+                    result=settlement.result, at=at, existing=self._effect(run_id, settlement.key))
                 if updated is not None:
                     written[(run_id, settlement.key)] = encode_record(updated)
             for key in reservations:
-                text = self._effects.get((run_id, key))
                 effect = transitions.reserve_new_effect(
                     state, run_id, key, expected_attempt=expected_attempt, at=at,
-                    existing=None if text is None else decode_record(EffectRecord, text))
-                written[(run_id, key)] = encode_record(effect)
+                    existing=self._effect(run_id, key))
+                written[(run_id, key)] = text = encode_record(effect)
+                reserved[(run_id, key)] = (text, effect)
             self.save_checkpoint(checkpoint, expected_attempt=expected_attempt,
                                  lease_expires_at=lease_expires_at)
             self._effects.update(written)
+            for written_key in written:
+                self._reserved.pop(written_key, None)
+            self._reserved.update(reserved)
+
+    def _effect(self, run_id: str, key: str) -> EffectRecord | None:
+        """An effect as stored, for the rules to read (never handed to a caller)."""
+        text = self._effects.get((run_id, key))
+        if text is None:
+            return None
+        known = self._reserved.get((run_id, key))
+        return known[1] if known is not None and known[0] is text \
+            else decode_record(EffectRecord, text)
 
     def complete_effect(self, key: str, *, run_id: str, expected_attempt: int, result: Any,
                         at: datetime) -> None:
         with self._lock:
-            text = self._effects.get((run_id, key))
-            existing = None if text is None else decode_record(EffectRecord, text)
             updated = transitions.settle_effect(self._state(run_id), run_id, key,
                                                 expected_attempt=expected_attempt,
-                                                result=result, at=at, existing=existing)
+                                                result=result, at=at,
+                                                existing=self._effect(run_id, key))
             if updated is not None:
                 self._effects[(run_id, key)] = encode_record(updated)
+                self._reserved.pop((run_id, key), None)
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._lock:
@@ -300,6 +375,9 @@ class MemoryRunStore(StateChanges):
                 return
             transitions.check_deletable(run)
             del self._runs[run_id]
+            self._decoded.pop(run_id, None)
+            for owned in [k for k in self._reserved if k[0] == run_id]:
+                del self._reserved[owned]
             self._checkpoints.pop(run_id, None)
             self._saved.forget(run_id)
             for table in (self._effects, self._approvals):

@@ -262,13 +262,19 @@ def decode_record(model: type[R], text: str | bytes) -> R:
         raise RecordDecodeError(f"not a valid {model.__name__}: {reason}") from error
 
 
+_FIELD_NAMES: dict[type[BaseModel], frozenset[str]] = {}
+
+
 def trusted_record(model: type[R], fields: dict[str, Any]) -> R:
     """A record of `fields` (every field of `model`, each already valid) with no
     validation and no copies: what pydantic's `model_construct` makes, without its
     per-field work, which costs more than a validation. For the engine's own
     checkpoints and frames at a commit point, never for outside input; `fields`
     becomes the record's own."""
-    if fields.keys() != model.model_fields.keys():
+    names = _FIELD_NAMES.get(model)
+    if names is None:  # `model_fields` costs a descriptor call: once per model
+        names = _FIELD_NAMES[model] = frozenset(model.model_fields)
+    if fields.keys() != names:
         raise ValueError(f"a trusted {model.__name__} needs every field, exactly")
     record = model.__new__(model)
     object.__setattr__(record, "__dict__", fields)

@@ -178,8 +178,9 @@ class LoopStepExecutor:
                     continue
                 variables.update(bindings)
                 state["entered"] = index
-                ctx.events.emit("loop.iteration.started", step_id=step.id,
-                                step_path=iteration_path, iteration=index)
+                if ctx.events.listening:
+                    ctx.events.emit("loop.iteration.started", step_id=step.id,
+                                    step_path=iteration_path, iteration=index)
             ctx.scopes.append({"loop": loop_scope})
             try:
                 # The iteration's own checkpoint below is the last step's.
@@ -200,8 +201,9 @@ class LoopStepExecutor:
                 state.update({"goalMet": True, "goalMetAtIteration": index + 1})
                 ctx.events.emit("loop.goal.met", step_id=step.id, step_path=frame.step_path,
                                 iteration=index)
-            ctx.events.emit("loop.iteration.completed", step_id=step.id,
-                            step_path=iteration_path, iteration=index)
+            if ctx.events.listening:
+                ctx.events.emit("loop.iteration.completed", step_id=step.id,
+                                step_path=iteration_path, iteration=index)
             self._advance(frame, state["count"] if goal_met else index + 1)
             # The checkpoint below holds the variables `previous` snapshots.
             state["olderSeq"], state["olderRun"] = (state.get("previousSeq"),

@@ -313,7 +313,7 @@ class PromptStepExecutor:
             index = await admit_model_request(ctx, frame, messages, step.max_output_tokens)
             timeout_ms = limits.provider_timeout_ms if limits else None
             request = ModelRequest(
-                provider=model.provider, model=model.model, options=model.options,
+                provider=model.provider, model=model.model, options=dict(model.options),
                 messages=messages, tools=[tool.spec for tool in tools.values()],
                 output_schema=step.output_schema, max_output_tokens=step.max_output_tokens,
                 timeout_seconds=None if timeout_ms is None else timeout_ms / 1000,
@@ -350,9 +350,11 @@ class PromptStepExecutor:
 
     async def _call_model(self, adapter: ModelAdapter, request: ModelRequest, frame: Frame,
                           ctx: Execution, *, reasoning: bool = True) -> ModelResponse:
-        ctx.events.emit("model.started", step_id=request.step_id, step_path=frame.step_path,
-                        provider=request.provider, model=request.model,
-                        request=request.request_index)
+        listening = ctx.events.listening  # events and their fields only when heard
+        if listening:
+            ctx.events.emit("model.started", step_id=request.step_id,
+                            step_path=frame.step_path, provider=request.provider,
+                            model=request.model, request=request.request_index)
         started = time.monotonic()
 
         text = _DeltaCounter(ctx, request, frame, "model.text.delta", ctx.text_sink)
@@ -396,26 +398,30 @@ class PromptStepExecutor:
                                        request=request.request_index,
                                        model=f"{request.provider}/{request.model}",
                                        usage=usage, finish_reason=response.finish_reason))
-        if usage:
+        if usage and listening:
             ctx.events.emit("model.usage", step_id=request.step_id, step_path=frame.step_path,
                             input_tokens=response.usage.input_tokens if response.usage else None,
                             output_tokens=response.usage.output_tokens if response.usage else None,
                             tokens=tokens)
-        ctx.events.emit("model.completed", step_id=request.step_id, step_path=frame.step_path,
-                        duration_ms=round((time.monotonic() - started) * 1000),
-                        tool_calls=len(response.tool_calls),
-                        finish_reason=_event_finish_reason(response.finish_reason))
+        if listening:
+            ctx.events.emit("model.completed", step_id=request.step_id,
+                            step_path=frame.step_path,
+                            duration_ms=round((time.monotonic() - started) * 1000),
+                            tool_calls=len(response.tool_calls),
+                            finish_reason=_event_finish_reason(response.finish_reason))
         if response.tool_calls:
-            offered = {spec.name for spec in request.tools}
             state = _continuation(frame)
             state["pending"] = [
                 PendingCall(call_id=call.call_id, name=call.name, arguments=call.arguments,
                             key=key) for call, key in zip(response.tool_calls, keys, strict=True)]
             state["next"] = 0
-            for index, call in enumerate(response.tool_calls):
-                ctx.events.emit("model.tool.requested", step_id=request.step_id,
-                                step_path=frame.step_path,
-                                **_tool_fields(index, call.name, offered=call.name in offered))
+            if listening:  # their fields cost a hash of each name
+                offered = {spec.name for spec in request.tools}
+                for index, call in enumerate(response.tool_calls):
+                    ctx.events.emit("model.tool.requested", step_id=request.step_id,
+                                    step_path=frame.step_path,
+                                    **_tool_fields(index, call.name,
+                                                   offered=call.name in offered))
         return response
 
     async def _run_tools(self, step: PromptStep, frame: Frame, ctx: Execution,
@@ -478,8 +484,10 @@ class PromptStepExecutor:
     async def _invoke(self, call: ToolCall, frame: Frame, ctx: Execution,
                       tool: StepTool) -> JsonObject:
         name, key = call["name"], call["key"]
-        ctx.events.emit("model.tool.started", step_id=frame.step_id, step_path=frame.step_path,
-                        **_tool_fields(call["index"], name, offered=True))
+        if ctx.events.listening:
+            ctx.events.emit("model.tool.started", step_id=frame.step_id,
+                            step_path=frame.step_path,
+                            **_tool_fields(call["index"], name, offered=True))
         started = time.monotonic()
         context = ToolContext(run_id=ctx.run_id, step_path=frame.step_path, idempotency_key=key,
                               attempt=ctx.attempt, tool_name=name,
@@ -508,9 +516,12 @@ class PromptStepExecutor:
             result = {"error": {"type": error_type,
                                 "message": f"{type(error).__name__}: {excerpt(str(error))}"}}
         await ctx.settle_effect(key, result)
-        ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
-                        duration_ms=round((time.monotonic() - started) * 1000),
-                        error_type=error_type, **_tool_fields(call["index"], name, offered=True))
+        if ctx.events.listening:
+            ctx.events.emit("model.tool.completed", step_id=frame.step_id,
+                            step_path=frame.step_path,
+                            duration_ms=round((time.monotonic() - started) * 1000),
+                            error_type=error_type,
+                            **_tool_fields(call["index"], name, offered=True))
         return result
 
     async def _settle(self, resolution: JsonObject, call: ToolCall, frame: Frame,

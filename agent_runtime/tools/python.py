@@ -9,7 +9,6 @@ and is left out of the schema.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 import types
@@ -22,6 +21,7 @@ from stores.records import ArtifactRef
 
 from agent_runtime.models.base import ToolSpec
 from agent_runtime.schema_refusals import SchemaRefused
+from agent_runtime.tools.threads import TOOL_THREADS
 
 if TYPE_CHECKING:
     from agent_runtime.schemas import CompiledSchema
@@ -169,6 +169,7 @@ class Tool:
         if required:
             self.parameters["required"] = required
         self._schema = compile_schema(self.parameters)
+        self._is_async = inspect.iscoroutinefunction(fn)
 
     @property
     def spec(self) -> ToolSpec:
@@ -184,9 +185,9 @@ class Tool:
         kwargs = dict(arguments)
         if self._context_param is not None:
             kwargs[self._context_param] = context
-        if inspect.iscoroutinefunction(self.fn):
+        if self._is_async:
             return await self.fn(**kwargs)
-        result = await asyncio.to_thread(self.fn, **kwargs)
+        result = await TOOL_THREADS.call(self.fn, **kwargs)
         if inspect.isawaitable(result):
             return await result
         return result

@@ -139,3 +139,18 @@ def test_a_kind_registered_for_one_runtime_is_parseable_and_another_model_refuse
             default_steps().register("echo", OtherEcho, EchoExecutor())
     finally:
         unregister_step_kind("echo")
+
+
+@pytest.mark.parametrize("version", [0, -1, True, "2"])
+def test_a_kind_whose_continuation_version_no_frame_could_hold_is_refused(
+        version: object) -> None:
+    """A frame's `continuation_version` is at least 1: a kind declaring another is
+    refused when it registers, not when its first frame is saved."""
+
+    class Versioned(StepBase):
+        type: Literal["versioned"] = "versioned"
+        continuation_version = version  # type: ignore[assignment]
+
+    with pytest.raises(StepKindError, match="continuation_version must be an integer"):
+        register_step_kind("versioned", Versioned, EchoExecutor())  # type: ignore[arg-type]
+    assert "versioned" not in step_kinds()

@@ -146,3 +146,36 @@ def test_a_frame_without_continuation_is_stored_without_one_and_read_back_empty(
     loaded = assemble([body])[0]
     assert loaded == checkpoint
     assert loaded.cursor[1].continuation == {}
+
+
+def _pydantic_head(checkpoint: Checkpoint, excluded: set[str]) -> str:
+    """The head as pydantic writes it: what `encode_body` must write, byte for byte."""
+    exclude: dict[Any, Any] = dict.fromkeys(excluded | {"step_results", "transcript",
+                                                        "artifacts"}, True)
+    empty = {index: {"continuation"} for index, frame in enumerate(checkpoint.cursor)
+             if not frame.continuation}
+    if empty:
+        exclude["cursor"] = empty
+    return checkpoint.model_dump_json(exclude=exclude, exclude_none=True)
+
+
+@pytest.mark.parametrize("budget", [{"max_total_tokens": None, "consumed_tokens": 0},
+                                    {"max_total_tokens": 500, "consumed_tokens": 40}])
+def test_a_head_is_the_text_pydantic_writes_for_the_record(budget: dict[str, Any]) -> None:
+    cursor = [Frame(step_path="", step_id="", step_index=0),
+              Frame(step_path="each", step_id="each", step_index=0, child_index=0,
+                    continuation={"count": 3, "next": 1, "previousIndex": None,
+                                  "lastOutput": "é\u2028 \"quoted\""}),
+              Frame(step_path="each/1/ask", step_id="ask", step_index=0, loop_iteration=1,
+                    continuation={"pending": [{"arguments": {"x": [1.5, None, True]}}]},
+                    continuation_version=2)]
+    one = Checkpoint(run_id="r", seq=1, attempt=2, manifest_hash="sha256:m", cursor=cursor,
+                     variables={"items": [1, 2], "ratio": float("nan"), "text": "ü"},
+                     budget=budget, created_at=NOW)
+    first, saved = encode_body(one, None)
+    assert _pydantic_head(one, set()) in first
+    # The next checkpoint leaves out every field that did not change.
+    two = one.model_copy(update={"seq": 2})
+    second, _ = encode_body(two, saved)
+    assert _pydantic_head(two, {"run_id", "attempt", "manifest_hash", "contract_version",
+                                "runtime_version", "variables"}) in second
