@@ -53,6 +53,7 @@ from agent_runtime import AgentRuntime, RunStatus, Tool, ToolContext
 from agent_runtime.events import CallbackEventSink, Event, JsonlEventSink, is_torn
 from agent_runtime.models.scripted import Script, ScriptedModel
 from agent_runtime.testing import FakeClock
+from agent_runtime.tools.threads import TOOL_THREADS
 from stores.base import RunStore
 from stores.records import Checkpoint, EffectRecord, EffectStatus, RunRecord
 from stores.sqlite import SqliteRunStore
@@ -391,6 +392,9 @@ class CrashHarness:
 
     def _fork(self, paths: ScenarioPaths, order: Order) -> tuple[bool, float]:
         """Run one child to its end: (whether it died of SIGKILL, seconds it ran the run)."""
+        # The tool pool's idle workers (kept for the next tool call) are the
+        # one kind of thread a test before this one may leave: end them.
+        TOOL_THREADS.shutdown()
         if threading.active_count() > 1:
             raise RuntimeError("refusing to fork while other threads run: the child could "
                                "inherit a lock one of them holds")
