@@ -1,10 +1,9 @@
-"""Run ids: generated ones sort by creation time; idempotent ones derive from a key.
+"""Run ids, which sort by creation time, and the run keys of idempotent requests.
 
-A generated id is `run_` + 32 hex digits laid out as a UUIDv7 (RFC 9562), so
+A run id is `run_` + 32 hex digits laid out as a UUIDv7 (RFC 9562), so
 ordering runs by id (`list_runs(newest_first=True)`) is ordering them by
-creation. An id derived from (tenant, `Idempotency-Key`) is a UUIDv8 of their
-hash: a repeated request finds the run its first one created, at the price of
-not sorting by time.
+creation, for runs created with an `Idempotency-Key` too: the key maps to
+the id in the store (a run's `run_key`), rather than the id deriving from it.
 """
 
 from __future__ import annotations
@@ -37,9 +36,7 @@ def generate_run_id() -> str:
     return f"run_{value:032x}"
 
 
-def idempotent_run_id(tenant: str, key: str) -> str:
-    """The run id of (tenant, key): sha256(tenant NUL key) as a UUIDv8."""
-    digest = bytearray(hashlib.sha256(f"{tenant}\0{key}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x80  # version 8: custom
-    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 9562 variant
-    return f"run_{digest.hex()}"
+def run_key(tenant: str, key: str) -> str:
+    """The run key of (tenant, `Idempotency-Key`): sha256(tenant NUL key), hex. The
+    store keeps it unique among runs (`RunStore.create_run`, `find_run_key`)."""
+    return hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()

@@ -95,6 +95,14 @@ class RunAlreadyExists(StoreError):
     pass
 
 
+class RunKeyTaken(RunAlreadyExists):
+    """Another stored run was created under the same `run_key`: `run_id` names it."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class StaleAttempt(StoreError):
     """The write carried an attempt that is no longer the run's current one."""
 
@@ -149,8 +157,15 @@ class RunStore(Protocol):
     def create_run(self, run: RunRecord) -> None:
         """Store a new run as given (normally status `created`, attempt 0).
 
-        Raises `RunAlreadyExists` when the id is taken.
+        Raises `RunAlreadyExists` when the id is taken. A run with a `run_key`
+        claims the key in the same atomic write: when another stored run holds
+        it, `RunKeyTaken` names that run and nothing is stored.
         """
+
+    def find_run_key(self, run_key: str) -> str | None:
+        """The id of the stored run created under `run_key`, or None. A key is
+        held from its run's creation until the run is deleted (by `delete_run`,
+        or retention), then free again."""
 
     def load_run(self, run_id: str) -> RunRecord | None:
         """The run's record, or None.
@@ -338,8 +353,8 @@ class RunStore(Protocol):
         ...
 
     def delete_run(self, run_id: str) -> None:
-        """Remove a terminal run and all it owns. A missing run is a no-op;
-        a non-terminal run raises `InvalidTransition`."""
+        """Remove a terminal run and all it owns, its `run_key` included. A missing
+        run is a no-op; a non-terminal run raises `InvalidTransition`."""
 
     def close(self) -> None:
         """Release connections and files."""

@@ -70,11 +70,12 @@ from stores.atomic_files import (
     seal,
     write_atomic,
 )
-from stores.base import CorruptRecord, RunAlreadyExists
+from stores.base import CorruptRecord, RunAlreadyExists, RunKeyTaken
 from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
 from stores.file_approvals import recorded_decision, restore_decision, write_decision
 from stores.file_effects import EffectLedger
 from stores.file_layout import SUBDIRS, RunFile, check_run_id, read_run_file
+from stores.file_run_keys import FileRunKeys
 from stores.records import (
     Checkpoint,
     CheckpointInfo,
@@ -158,6 +159,7 @@ class FileRunStore(StateChanges):
         self._locks = self.path / "locks"
         self._thread_lock = threading.RLock()
         self._saved = SavedListsCache()
+        self._keys = FileRunKeys(self.path, lambda run_id: _record(self._state(run_id)))
         with reachable(self.path):
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             make_dir(self._runs)
@@ -357,9 +359,16 @@ class FileRunStore(StateChanges):
 
     def create_run(self, run: RunRecord) -> None:
         run_dir = self._dir(run.run_id)
-        with self._locked(run.run_id, create=True) as state:
+        with (self._thread_lock, reachable(self.path), self._keys.locked(run.run_key),
+              self._locked(run.run_id, create=True) as state):
             if state is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
+            if run.run_key is not None:
+                holder = self._keys.holder(run.run_key)
+                if holder is not None:
+                    raise RunKeyTaken(f"run {holder!r} holds the run key of run "
+                                      f"{run.run_id!r}", run_id=holder)
+                self._keys.claim(run.run_key, run.run_id)
             # A directory without run.json is a create that crashed before its
             # commit; nothing in it was ever visible, so start over.
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -367,6 +376,10 @@ class FileRunStore(StateChanges):
             for sub in SUBDIRS:
                 make_dir(run_dir / sub)
             self._commit(RunFile(run, 0, uuid.uuid4().hex, 0), run)
+
+    def find_run_key(self, run_key: str) -> str | None:
+        with self._thread_lock, reachable(self.path):
+            return self._keys.holder(run_key)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False,
@@ -435,6 +448,16 @@ class FileRunStore(StateChanges):
     def delete_run(self, run_id: str) -> None:
         run_dir = self._dir(run_id)
         trash = self._runs / f"{_TRASH_PREFIX}{uuid.uuid4().hex}"
+        with self._thread_lock, reachable(self.path):
+            # The key's lock before the run's, as create_run takes them (a run's
+            # key never changes, so reading it unlocked is safe).
+            unlocked = self._state(run_id)
+            run_key = None if unlocked is None else unlocked.run.run_key
+            with self._keys.locked(run_key):
+                self._delete(run_id, run_dir, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _delete(self, run_id: str, run_dir: Path, trash: Path) -> None:
         with self._locked(run_id) as state:
             if state is None:
                 return
@@ -446,7 +469,8 @@ class FileRunStore(StateChanges):
             # Unlinked while held: waiters notice (see atomic_files.locked).
             os.unlink(self._locks / run_id)
             self._saved.forget(state.incarnation)
-        shutil.rmtree(trash, ignore_errors=True)
+            if state.run.run_key is not None:
+                self._keys.release(state.run.run_key, run_id)
 
     def close(self) -> None:
         """Nothing stays open between calls; drop the cache."""

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from stores import transitions
-from stores.base import RunAlreadyExists, Settlement
+from stores.base import RunAlreadyExists, RunKeyTaken, Settlement
 from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
 from stores.records import (
     ApprovalDecision,
@@ -114,6 +114,7 @@ class MemoryRunStore(StateChanges):
         # (run id, key) -> (effect JSON, record) of an effect reserved and not yet
         # settled: its settlement reads it back (the record is the rules', made here).
         self._reserved: dict[tuple[str, str], tuple[str, EffectRecord]] = {}
+        self._run_keys: dict[str, str] = {}  # run key -> the id of the run created under it
 
     # -- reads ---------------------------------------------------------------
 
@@ -230,7 +231,17 @@ class MemoryRunStore(StateChanges):
         with self._lock:
             if run.run_id in self._runs:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
+            if run.run_key is not None:
+                holder = self._run_keys.get(run.run_key)
+                if holder is not None:
+                    raise RunKeyTaken(f"run {holder!r} holds the run key of run "
+                                      f"{run.run_id!r}", run_id=holder)
+                self._run_keys[run.run_key] = run.run_id
             self._put_run(run)
+
+    def find_run_key(self, run_key: str) -> str | None:
+        with self._lock:
+            return self._run_keys.get(run_key)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False,
@@ -374,6 +385,8 @@ class MemoryRunStore(StateChanges):
             if run is None:
                 return
             transitions.check_deletable(run)
+            if run.run_key is not None:
+                self._run_keys.pop(run.run_key, None)
             del self._runs[run_id]
             self._decoded.pop(run_id, None)
             for owned in [k for k in self._reserved if k[0] == run_id]:

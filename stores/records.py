@@ -118,6 +118,10 @@ class RunRecord(_Record):
     budget: Budget = Field(default_factory=Budget)
     parent: ParentRef | None = None
     tenant: str | None = None
+    # A run created for an idempotent request: the digest of (tenant, key) it was
+    # created under. The store keeps keys unique among its runs, so a repeated
+    # request finds the run its first one created, whatever that run's id.
+    run_key: str | None = None
     lease_owner: str | None = None
     lease_expires_at: UtcDatetime | None = None
     suspension: Suspension | None = None

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists, Settlement
+from stores.base import CorruptRecord, RunAlreadyExists, RunKeyTaken, Settlement
 from stores.codecs import seal_text
 from stores.deltas import SavedLists, encode_body
 from stores.records import (
@@ -320,6 +320,10 @@ class SqliteRunStore(StateChanges):
         def create(conn: sqlite3.Connection) -> None:
             if self._incarnation(conn, run.run_id) is not None:
                 raise RunAlreadyExists(f"run {run.run_id!r} already exists")
+            holder = None if run.run_key is None else self._run_key_holder(conn, run.run_key)
+            if holder is not None:
+                raise RunKeyTaken(f"run {holder!r} holds the run key of run {run.run_id!r}",
+                                  run_id=holder)
             definition = seal_text(run.model_dump_json(include=DEFINITION))
             incarnation, values = uuid.uuid4().hex, run_values(run)
             seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
@@ -329,8 +333,25 @@ class SqliteRunStore(StateChanges):
                          (run.run_id, incarnation, definition, digest(definition), *values,
                           seal))
             count_runs(conn, self.path, +1)
+            if run.run_key is not None:
+                conn.execute("INSERT INTO run_keys (run_key, run_id) VALUES (?, ?)",
+                             (run.run_key, run.run_id))
 
         self._write(create)
+
+    def find_run_key(self, run_key: str) -> str | None:
+        with self._read() as conn:
+            return self._run_key_holder(conn, run_key)
+
+    def _run_key_holder(self, conn: sqlite3.Connection, run_key: str) -> str | None:
+        row = conn.execute("SELECT run_id FROM run_keys WHERE run_key = ?", (run_key,)).fetchone()
+        if row is None:
+            return None
+        holder = self._run(conn, row[0])
+        if holder is None or holder.run_key != run_key:
+            raise CorruptRecord(f"{self.path}: the run key of run {row[0]!r} does not match "
+                                f"the run's record")
+        return str(row[0])
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False,

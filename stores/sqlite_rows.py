@@ -119,7 +119,7 @@ def moment(value: int | None) -> datetime | None:
 # (Not the budget: a resume may replace its limit. Runs stored when it was part of
 # the definition still read it from there until their record is next written.)
 DEFINITION: set[str] = {"run_id", "manifest_hash", "manifest", "variables", "parent",
-                        "tenant", "options", "created_at"}
+                        "run_key", "tenant", "options", "created_at"}
 # The fields kept in columns rather than in the record's JSON.
 COLUMNS_ONLY = {"lease_expires_at", "checkpoint_seq", "consumed_tokens", "updated_at"}
 NOT_IN_RECORD = DEFINITION | COLUMNS_ONLY

@@ -173,6 +173,14 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO run_count (only, runs, checksum)
             SELECT 1, count(*), row_digest('runs', count(*)) FROM runs""",
     ),
+    (
+        # The run key of each run created for an idempotent request, unique
+        # among the file's runs; it goes with its run. The run's sealed
+        # definition holds the same key, so a row is checked against it on read.
+        """CREATE TABLE run_keys (run_key TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE)""",
+        "CREATE INDEX run_keys_by_run ON run_keys (run_id)",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

@@ -25,7 +25,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from pydantic import BaseModel
-from stores.base import RunAlreadyExists
+from stores.base import RunKeyTaken
 from stores.records import Budget, RunRecord, RunStatus
 
 from agent_runtime.api import guard
@@ -72,7 +72,7 @@ from agent_runtime.console import CONSOLE_HEADERS, console_page
 from agent_runtime.crash_loops import crash_looped_page
 from agent_runtime.effect_owners import effect_owners
 from agent_runtime.limits import use_limits
-from agent_runtime.run_ids import idempotent_run_id
+from agent_runtime.run_ids import run_key
 from agent_runtime.run_options import REQUEST_SHA256
 
 JSON = "application/json"
@@ -408,9 +408,10 @@ class RunRoutes:
     def create_run(self, body: CreateRunRequest, key: str | None) -> Response[str]:
         services, tenant = self.services, self.tenant()
         fingerprint = request_fingerprint(self.router.current_event.json_body)
-        run_id = None if key is None else idempotent_run_id(tenant, key)
-        if run_id is not None:
-            earlier = services.store.load_run(run_id)
+        keyed = None if key is None else run_key(tenant, key)
+        if keyed is not None:
+            earlier_id = services.store.find_run_key(keyed)
+            earlier = None if earlier_id is None else services.store.load_run(earlier_id)
             if earlier is not None:
                 return self._repeat(earlier, tenant, fingerprint)
         self.check_quota()
@@ -422,17 +423,16 @@ class RunRoutes:
         limit = None if body.budget is None else body.budget.max_total_tokens
         record, _ = services.runtime.new_run(
             manifest=agent, variables=body.variables,
-            budget=None if limit is None else Budget(max_total_tokens=limit), run_id=run_id,
+            budget=None if limit is None else Budget(max_total_tokens=limit),
             options=options, tenant=tenant, variables_source="request")
         record.options[REQUEST_SHA256] = fingerprint
+        record.run_key = keyed
         with self.place_for_a_run():
             try:
                 services.store.create_run(record)
-            except RunAlreadyExists:
-                if run_id is None:
-                    raise
+            except RunKeyTaken as taken:
                 # A concurrent repeat won the race: answer as a repeat.
-                return self._repeat(self.reload(run_id), tenant, fingerprint)
+                return self._repeat(self.reload(taken.run_id), tenant, fingerprint)
             services.launcher.start(record)
         return self.run_response(201, self.reload(record.run_id),
                                  headers={"Location": f"/runs/{record.run_id}"})

@@ -8,12 +8,12 @@ request options. Everything else, a scripted model's script path included,
 is checked by the engine against the host policy (`agent_runtime.policy`)
 for every manifest of the run tree, exactly as for the CLI.
 
-Idempotency: with an `Idempotency-Key` the run id is derived from
-(tenant, key) (`agent_runtime.run_ids.idempotent_run_id`), so a repeat finds
-the run its first request created. The
+Idempotency: a run created with an `Idempotency-Key` carries the run key of
+(tenant, key) (`agent_runtime.run_ids.run_key`), which the store keeps
+unique, so a repeat finds the run its first request created
+(`RunStore.find_run_key`); its id is time-ordered like any other. The
 request body's fingerprint (sha256 of its canonical JSON) is kept in the
 run's options (`request_sha256`): a repeat with another body is a conflict.
-Derived ids are not time-ordered: such runs list by id, not by creation.
 """
 
 from __future__ import annotations

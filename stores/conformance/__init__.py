@@ -27,7 +27,8 @@ The rules live in one mixin per concept: `lifecycle` (ids, leases, fencing,
 terminal states), `checkpoints` (sequence, round trips, storage), `listing`
 (`list_runs` order, filters, pages), `answers` (`resolve_approval` for
 approvals and unknown effects, the resume outbox of `request_resume`),
-`sub_runs` (a sub-run's end files a resume request on its parent), `queries`
+`sub_runs` (a sub-run's end files a resume request on its parent), `run_keys`
+(idempotent requests' keys, unique among runs), `queries`
 (effects, deletion, the store object); `builders` holds the clock,
 the record builders and the scenarios they share.
 """
@@ -65,6 +66,7 @@ from stores.conformance.checkpoints import CheckpointConformance
 from stores.conformance.lifecycle import LifecycleConformance
 from stores.conformance.listing import ListingConformance
 from stores.conformance.queries import QueryConformance
+from stores.conformance.run_keys import RunKeyConformance
 from stores.conformance.sub_runs import SubRunConformance
 
 __all__ = [
@@ -84,6 +86,7 @@ __all__ = [
     "LifecycleConformance",
     "ListingConformance",
     "QueryConformance",
+    "RunKeyConformance",
     "RunStoreConformance",
     "SubRunConformance",
     "Write",
@@ -106,6 +109,7 @@ __all__ = [
 # are listed last concept first: the suite then runs, and reports, lifecycle,
 # checkpoints, listing, answers, sub-runs, the rest, in the order the rules build on
 # each other.
-class RunStoreConformance(QueryConformance, SubRunConformance, AnswerConformance,
-                          ListingConformance, CheckpointConformance, LifecycleConformance):
+class RunStoreConformance(QueryConformance, RunKeyConformance, SubRunConformance,
+                          AnswerConformance, ListingConformance, CheckpointConformance,
+                          LifecycleConformance):
     """The RunStore contract. Subclass it and provide a `store` fixture (see the package)."""

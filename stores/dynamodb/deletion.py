@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 
 from stores import transitions
+from stores.dynamodb import run_keys
 from stores.dynamodb.items import (
     CHECKPOINT_PREFIX,
     DEFINITION_SK,
+    KEY_REF,
     META,
     Item,
     key,
@@ -51,9 +53,12 @@ def delete_run(reader: RunReader, run_id: str, *, blobs: S3BlobStore | None = No
     ours = Condition("#incarnation = :incarnation", names("incarnation"),
                      {":incarnation": s(stored.incarnation)})
     # Refused: deleted, or deleted and created again, meanwhile; ours is gone.
+    ops = [delete_op(table.name, key(run_id, META), ours),
+           delete_op(table.name, key(run_id, DEFINITION_SK))]
+    if stored.run.run_key is not None:  # the key goes with its run, in the same write
+        ops.append(run_keys.release_op(table.name, stored.run.run_key, run_id))
     with contextlib.suppress(Refused):
-        table.transact([delete_op(table.name, key(run_id, META), ours),
-                        delete_op(table.name, key(run_id, DEFINITION_SK))])
+        table.transact(ops)
     reader.forget(run_id)
     if blobs is not None:
         blobs.delete_run(run_id)
@@ -61,9 +66,12 @@ def delete_run(reader: RunReader, run_id: str, *, blobs: S3BlobStore | None = No
 
 def clear_leftovers(reader: RunReader, run_id: str) -> None:
     """Delete what remains of a run whose META is gone (a TTL removes only META)."""
-    leftovers = list(reader.table.query(partition(run_id), projection=("sk",)))
+    leftovers = list(reader.table.query(partition(run_id), projection=("sk", KEY_REF)))
     if leftovers and all(text_of(item, "sk") != META for item in leftovers):
         reader.table.batch_delete(_deletion_order(leftovers))
+        for item in leftovers:  # a keyed run's definition names its key: free it too
+            if KEY_REF in item:
+                run_keys.release_by_reference(reader.table, text_of(item, KEY_REF), run_id)
 
 
 def _deletion_order(items: list[Item]) -> list[Item]:

@@ -61,6 +61,8 @@ Item = dict[str, "AttributeValueTypeDef"]
 R = TypeVar("R", bound=BaseModel)
 
 META = "META"
+# The attribute of a keyed run's definition item naming its run key's item.
+KEY_REF = "run_key_pk"
 DEFINITION_SK = "META#DEF"
 CHECKPOINT_PREFIX = "CP#"
 EFFECT_PREFIX = "EFFECT#"
@@ -100,7 +102,7 @@ _ORDER_BYTES = 15
 # The fields of a run that never change after create_run: its definition.
 # (Not the budget: a resume may replace its limit. Runs stored when it was part of
 # the definition still read it from there until their record is next written.)
-DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "parent",
+DEFINITION_FIELDS = {"run_id", "manifest_hash", "manifest", "variables", "parent", "run_key",
                      "tenant", "options", "created_at"}
 # The fields kept as attributes of META rather than in its `state` JSON.
 ATTRIBUTE_FIELDS = {"status", "attempt", "lease_expires_at", "checkpoint_seq", "consumed_tokens",
@@ -305,6 +307,12 @@ def meta_item(run: RunRecord, *, incarnation: str, rev: str, texts: Texts,
     return item
 
 
+def key_partition(run_key: str) -> str:
+    """The partition of a run key's item (stores.dynamodb.run_keys): fixed length
+    whatever the key."""
+    return f"RUNKEY#{hashlib.sha256(run_key.encode()).hexdigest()}"
+
+
 def definition_item(run: RunRecord, *, incarnation: str, texts: Texts) -> Item:
     item: Item = {**key(run.run_id, DEFINITION_SK), "incarnation": s(incarnation),
                   "run_id": s(run.run_id),
@@ -312,6 +320,8 @@ def definition_item(run: RunRecord, *, incarnation: str, texts: Texts) -> Item:
                                                 run_id=run.run_id)}
     if run.parent is not None:
         item["parent_run_id"] = s(run.parent.run_id)
+    if run.run_key is not None:  # so a deletion finds the key to free with the run
+        item[KEY_REF] = s(key_partition(run.run_key))
     return item
 
 

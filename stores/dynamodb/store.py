@@ -61,8 +61,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from stores import transitions
-from stores.base import RunAlreadyExists, StoreError
+from stores.base import RunAlreadyExists, RunKeyTaken, StoreError
 from stores.deltas import SavedLists, encode_body
+from stores.dynamodb import run_keys
 from stores.dynamodb.deletion import clear_leftovers, delete_run
 from stores.dynamodb.effects import EffectLedger
 from stores.dynamodb.items import (
@@ -332,8 +333,12 @@ class DynamoDbRunStore(StateChanges):
                          texts=self._texts, retention=self.retention)
         definition = definition_item(run, incarnation=incarnation, texts=self._texts)
         ops = [put_op(self.table_name, meta, ABSENT), put_op(self.table_name, definition, ABSENT)]
+        stale: str | None = None  # the run a key item names that was found gone
         with self._lock(run.run_id):
             for _ in range(ROUNDS):
+                if run.run_key is not None:
+                    ops[2:] = [run_keys.claim_op(self.table_name, run.run_key, run.run_id,
+                                                 stale)]
                 try:
                     self._table.transact(ops)
                     return
@@ -346,7 +351,21 @@ class DynamoDbRunStore(StateChanges):
                         # A definition without its META: what a TTL left of a
                         # run with this id. Clear it, then create.
                         clear_leftovers(self._reader, run.run_id)
+                    if run.run_key is not None and refused.reasons[2].failed:
+                        stale = self._key_taken(run.run_key, run.run_id)
             raise StoreError(f"run {run.run_id!r} could not be created")
+
+    def _key_taken(self, run_key: str, run_id: str) -> str | None:
+        """Raise RunKeyTaken naming the run that holds the key; else return the run
+        the key's item names, found gone, for the next round to replace."""
+        holder = run_keys.holder(self._reader, run_key)
+        if holder is not None:
+            raise RunKeyTaken(f"run {holder!r} holds the run key of run {run_id!r}",
+                              run_id=holder)
+        return run_keys.stale_holder(self._table, run_key)
+
+    def find_run_key(self, run_key: str) -> str | None:
+        return run_keys.holder(self._reader, run_key)
 
     def resume_run(self, run_id: str, *, owner: str, now: datetime, lease_seconds: float,
                    allow_running_takeover: bool = False,

@@ -41,12 +41,17 @@ def test_the_key_belongs_to_the_tenant(api: Api) -> None:
     assert alice.run["runId"] != bob.run["runId"]
 
 
-def test_the_run_id_derives_from_tenant_and_key(api: Api) -> None:
-    from agent_runtime.run_ids import idempotent_run_id
-
-    reply = api.post("/runs", BODY, headers={"Idempotency-Key": "order-42"})
-    assert reply.run["runId"] == idempotent_run_id("alice", "order-42")
-    assert re.fullmatch(r"run_[0-9a-f]{12}8[0-9a-f]{3}[89ab][0-9a-f]{15}", reply.run["runId"])
+def test_keyed_runs_list_newest_first_among_the_others(api: Api) -> None:
+    created = []
+    for n in range(4):
+        headers = {"Idempotency-Key": f"order-{n}"} if n % 2 else {}
+        created.append(api.post("/runs", BODY, headers=headers).run["runId"])
+    for run_id in created:  # a generated, time-ordered id, keyed or not
+        assert re.fullmatch(r"run_[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}", run_id)
+    listed = [run["runId"] for run in api.get("/runs").body["runs"]]
+    assert listed == created[::-1]
+    repeat = api.post("/runs", BODY, headers={"Idempotency-Key": "order-1"})
+    assert (repeat.status, repeat.run["runId"]) == (200, created[1])
 
 
 def test_an_invalid_first_request_leaves_the_key_unused(api: Api) -> None:

@@ -14,7 +14,7 @@ from aws_stack import Deployment, FakeContext, sample_event
 
 from functions.retention import app as retention
 from stores.conformance import at, make_checkpoint, make_run
-from stores.dynamodb.items import META, key, partition
+from stores.dynamodb.items import META, key, key_partition, partition
 from stores.dynamodb.s3 import S3ArtifactStore
 from stores.dynamodb.store import DynamoDbRunStore
 from stores.records import ArtifactRef
@@ -155,3 +155,37 @@ def test_the_sample_event_is_a_ttl_removal_and_other_records_are_not() -> None:
     checkpoint["dynamodb"]["Keys"]["sk"]["S"] = "CP#0000000001"
     assert retention.expired_run(checkpoint) is None
     assert retention.expired_run(record | {"eventName": "MODIFY"}) is None
+
+
+def key_items(store: DynamoDbRunStore, run_key: str) -> list[dict[str, Any]]:
+    return store.client.query(
+        TableName=store.table_name, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": key_partition(run_key)}})["Items"]
+
+
+@pytest.mark.parametrize("taken_before_deletion", [False, True])
+def test_a_ttl_removal_frees_the_run_key_of_a_keyed_run(
+        deployment: Deployment, handler: Any, taken_before_deletion: bool) -> None:
+    store = deployment.services.store
+    run_key = "5e" * 32
+    store.create_run(make_run("run-keyed", run_key=run_key))
+    store.cancel_run("run-keyed", at=at(10))
+    assert store.find_run_key(run_key) == "run-keyed"
+
+    store.client.delete_item(TableName=store.table_name, Key=key("run-keyed", META))
+    # Between the TTL and its stream record the key already holds nothing, and
+    # a new run may take it (replacing the item in place).
+    assert store.find_run_key(run_key) is None
+    if taken_before_deletion:
+        store.create_run(make_run("run-again", run_key=run_key))
+    answer = handler({"Records": [removal_record(store, "run-keyed", by_ttl=True)]},
+                     FakeContext("RetentionFunction", 300_000))
+
+    assert answer == {"batchItemFailures": []}
+    assert items(store, "run-keyed") == []
+    if taken_before_deletion:  # the deletion spared the item the new run holds
+        assert [item["run_id"]["S"] for item in key_items(store, run_key)] == ["run-again"]
+    else:
+        assert key_items(store, run_key) == []
+        store.create_run(make_run("run-again", run_key=run_key))
+    assert store.find_run_key(run_key) == "run-again"

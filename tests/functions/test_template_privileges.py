@@ -37,8 +37,8 @@ GRANTED = {
     "RetentionFunction": LOGS | {
         "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
         "dynamodb:ListStreams", "dynamodb:GetItem", "dynamodb:Query",
-        "dynamodb:BatchWriteItem", "s3:ListBucket", "s3:GetObject", "s3:DeleteObject",
-        "kms:Decrypt", "sqs:SendMessage"},
+        "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "s3:ListBucket", "s3:GetObject",
+        "s3:DeleteObject", "kms:Decrypt", "sqs:SendMessage"},
 }
 # What removes run data: only the retention function may.
 DELETES = {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "s3:DeleteObject",
@@ -79,7 +79,8 @@ def test_only_the_retention_function_may_delete_run_data() -> None:
             found = actions(name, template) & DELETES
             if found:
                 deleters[name] = found
-    assert deleters == {"RetentionRole": {"dynamodb:BatchWriteItem", "s3:DeleteObject"}}
+    assert deleters == {"RetentionRole": {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem",
+                                          "s3:DeleteObject"}}
     # and it lists and deletes under the run prefixes only
     retention = grants("RetentionRole", template)
     (listing,) = [grant for grant in retention if "s3:ListBucket" in grant.actions]
