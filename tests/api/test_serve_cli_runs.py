@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_process import FIXTURES, REPO, running_serve, write_tokens_file
+from serve_process import ECHO, FIXTURES, REPO, running_serve, write_tokens_file
 
 pytestmark = pytest.mark.slow
 
@@ -52,3 +52,20 @@ def test_a_tenant_from_the_environment_and_a_bad_one_refused(tmp_path: Path) -> 
         capture_output=True, text=True, timeout=120, check=False,
         env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert refused.returncode == 2 and "is not a tenant name" in refused.stderr
+
+
+def test_keyed_runs_of_serve_list_newest_first_with_a_cli_run(tmp_path: Path) -> None:
+    first = cli_run(tmp_path)["run_id"]
+    manifest = (FIXTURES / "hello.agent.yaml").read_text()
+    with running_serve(tmp_path) as server, server.client() as http:
+        keyed = []
+        for key in ("order-1", "order-2"):
+            created = http.post("/runs", json={"manifest": manifest, "options": ECHO},
+                                headers={"Idempotency-Key": key})
+            assert created.status_code == 201, created.text
+            keyed.append(created.json()["run"]["runId"])
+        listed = [run["runId"] for run in http.get("/runs").json()["runs"]]
+        assert listed == [*keyed[::-1], first]
+        repeat = http.post("/runs", json={"manifest": manifest, "options": ECHO},
+                           headers={"Idempotency-Key": "order-1"})
+        assert (repeat.status_code, repeat.json()["run"]["runId"]) == (200, keyed[0])
