@@ -100,7 +100,7 @@ class Execution(StepContext):
 
     def __init__(self, runtime: RunHost, run: RunRecord, manifest: AgentManifest,
                  state: RunState, cursor: list[Frame], *,
-                 deadline: datetime | None = None) -> None:
+                 deadline: datetime | None = None, continues: bool = False) -> None:
         self.runtime = runtime
         self.run = run
         self.run_id = run.run_id
@@ -109,6 +109,7 @@ class Execution(StepContext):
         self.state = state
         self.resume_cursor = cursor
         self.deadline = deadline
+        self.continues = continues  # of an attempt an earlier execution began (a slice)
         self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
         self.scopes: list[JsonObject] = []
@@ -430,7 +431,10 @@ class Execution(StepContext):
         started = time.monotonic()
         first = self.attempt == 1 and self.state.seq == 0
         self.events.emit("run.started" if first else "run.resumed",
-                         from_seq=None if first else self.state.seq)
+                         from_seq=None if first else self.state.seq,
+                         continues=self.continues or None,
+                         parent_run_id=None if self.run.parent is None
+                         else self.run.parent.run_id)
         with self.runtime.store_thread.held():
             try:
                 return await self._attempt(started)
