@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from otlp_receiver import Receiver, otlp_receiver
 
 from agent_runtime.telemetry.trace_ids import trace_id_for
 from tests.api.serve_process import (
@@ -26,6 +25,7 @@ from tests.api.serve_process import (
     wait_for_status,
     wait_until,
 )
+from tests.otlp_receiver import Receiver, otlp_receiver
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def names_in_trace(receiver: Receiver, run_id: str, service: str) -> list[str]:
 
 
 def span_attributes(span: Any) -> dict[str, Any]:
-    from otlp_receiver import attributes
+    from tests.otlp_receiver import attributes
 
     return attributes(span.attributes)
 
