@@ -32,6 +32,8 @@ from agent_runtime.telemetry.trace_ids import next_ids
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "agent-runtime"
+# The GenAI conventions' opt-in to message content: not implemented (docs/telemetry.md).
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
 class ChosenIds(IdGenerator):
@@ -109,6 +111,9 @@ def meter_provider(resource_: Resource) -> MeterProvider:
 def sink_from_environment() -> TelemetrySink:
     """The process's sink over providers of its own (the global ones are left to the
     host): both shut down, exporting what they hold, when the process exits."""
+    if os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true":
+        logger.warning("%s=true: content capture is not supported; spans carry no "
+                       "prompt, output, variable or tool-argument text", CAPTURE_CONTENT)
     resource_ = resource()
     return TelemetrySink(tracer_provider(resource_), meter_provider(resource_),
                          chosen_ids=True)
