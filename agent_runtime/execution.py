@@ -432,7 +432,7 @@ class Execution(StepContext):
         first = self.attempt == 1 and self.state.seq == 0
         self.events.emit("run.started" if first else "run.resumed",
                          from_seq=None if first else self.state.seq,
-                         continues=self.continues or None,
+                         continues=self.continues or None, agent=self.manifest.id,
                          parent_run_id=None if self.run.parent is None
                          else self.run.parent.run_id)
         with self.runtime.store_thread.held():

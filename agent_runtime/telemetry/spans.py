@@ -5,14 +5,14 @@ a span says only what its events say, so the events' data policy (ids,
 timings, counts, error codes; never prompt, output, variable or tool-argument
 text) is the spans' too. The tree of one attempt:
 
-    invoke_agent (one per attempt; linked to the run's earlier attempts)
+    invoke_agent {agent} (one per attempt; linked to the run's earlier attempts)
       step {id}                      kind, path
         iteration {n}                a loop's iteration
           step {id} ...
         chat {model}                 gen_ai.* request/response/usage
         execute_tool {name}
         webhook {method}
-        invoke_agent (a sub-run's attempt, when it runs in this process)
+        invoke_agent {agent} (a sub-run's attempt, when it runs in this process)
 
 Spans are opened and closed as the events arrive (the engine emits them
 synchronously, so the sink's clock is the call's). An attempt killed mid-way
@@ -103,6 +103,8 @@ class TelemetrySink:
     def emit(self, event: Event) -> None:
         kind = event.type
         with self._lock:
+            if kind == "run.heartbeat":
+                return  # a lease renewal while a call is in flight: nothing to trace
             if kind in ("run.started", "run.resumed"):
                 self._start_attempt(event)
                 return
@@ -158,15 +160,21 @@ class TelemetrySink:
             context = trace.set_span_in_context(trace.NonRecordingSpan(SpanContext(
                 trace_id, run_span_id(run_id), is_remote=True,
                 trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+        # The manifest's id (`agent`) names the agent, as step ids name steps.
+        agent = event.data.get("agent")
         attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": run_id,
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": run_id,
             "agent_runtime.run.id": run_id, "agent_runtime.run.attempt": number,
             "agent_runtime.run.resumed": event.type == "run.resumed"}
+        if isinstance(agent, str):
+            attributes["gen_ai.agent.name"] = agent
         attributes.update(_attributes(event.data, prefix="agent_runtime.run."))
         token = next_ids.set((trace_id, None if continues
                               else attempt_span_id(run_id, number)))
         try:
-            span = self._tracer.start_span("invoke_agent", context=context,
+            span = self._tracer.start_span(
+                "invoke_agent" if not isinstance(agent, str) else f"invoke_agent {agent}",
+                context=context,
                                            kind=SpanKind.INTERNAL, attributes=attributes,
                                            links=links)
         finally:

@@ -53,7 +53,7 @@ def test_a_takeover_after_sigkill_joins_the_killed_attempts_trace(tmp_path: Path
     first = next(span for span in killed if span.name == "step first")
     # the killed attempt's own span never ended, but its id is known to its children
     assert int.from_bytes(first.parent_span_id) == attempt_span_id("killed", 1)
-    attempt = next(span for span in taken_over if span.name == "invoke_agent")
+    attempt = next(span for span in taken_over if span.name == "invoke_agent four-steps")
     assert int.from_bytes(attempt.span_id) == attempt_span_id("killed", 2)
     assert [int.from_bytes(link.span_id) for link in attempt.links] == [
         attempt_span_id("killed", 1)]

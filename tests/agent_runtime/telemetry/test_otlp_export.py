@@ -66,7 +66,7 @@ def test_agent_runtime_run_exports_spans_and_metrics(tmp_path: Path) -> None:
         # exported when the command exits: the providers flush at exit
         names = names_in_trace(receiver, result["run_id"], "otel-cli-test")
         metrics = receiver.metric_names()
-    assert names == sorted(["invoke_agent", "step draft", "step review", "step revise",
+    assert names == sorted(["invoke_agent prompt-chain", "step draft", "step review", "step revise",
                             "chat echo", "chat echo", "chat echo"])
     chats = [span for _, span in receiver.spans() if span.name == "chat echo"]
     for chat in chats:
@@ -102,5 +102,5 @@ def test_serve_exports_spans_and_metrics(tmp_path: Path,
             wait_until(lambda: "gen_ai.client.token.usage" in receiver.metric_names(),
                        what="token usage metrics at the receiver", timeout=WAIT)
         names = names_in_trace(receiver, run["runId"], "otel-serve-test")
-    assert names.count("chat echo") == 3 and "invoke_agent" in names
+    assert names.count("chat echo") == 3 and "invoke_agent prompt-chain" in names
     assert not receiver.refused

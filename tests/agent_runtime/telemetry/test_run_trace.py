@@ -107,7 +107,7 @@ class Traced:
 
     def attempt_of(self, span: ReadableSpan) -> ReadableSpan:
         current: ReadableSpan | None = span
-        while current is not None and current.name != "invoke_agent":
+        while current is not None and not current.name.startswith("invoke_agent"):
             current = self.parent_of(current)
         assert current is not None, f"{span.name} is under no attempt span"
         return current
@@ -158,6 +158,8 @@ def test_each_attempt_is_a_span_linked_to_the_earlier_ones(traced: Traced) -> No
     attempts = {(span.attributes["agent_runtime.run.id"],
                  span.attributes["agent_runtime.run.attempt"]): span
                 for span in traced.named("invoke_agent")}
+    assert {span.attributes["gen_ai.agent.name"] for span in attempts.values()} == {
+        "traced", "child"}
     assert set(attempts) == {(traced.run_id, 1), (traced.run_id, 2),
                              (traced.child_id, 1), (traced.child_id, 2)}
     first, second = attempts[(traced.run_id, 1)], attempts[(traced.run_id, 2)]
@@ -193,13 +195,13 @@ def test_steps_iterations_model_and_tool_calls_form_the_tree(traced: Traced) -> 
     paths = sorted(" > ".join(path_of(span)) for span in traced.spans
                    if span.name.startswith(("chat", "execute_tool")))
     assert paths == sorted([
-        "invoke_agent > step ask > chat test",
-        "invoke_agent > step ask > execute_tool lookup",
-        "invoke_agent > step ask > chat test",
-        "invoke_agent > step each > iteration 0 > step say > chat test",
-        "invoke_agent > step each > iteration 1 > step say > chat test",
-        "invoke_agent > step delegate > invoke_agent > step after > chat test",
-        "invoke_agent > step finish > chat test",
+        "invoke_agent traced > step ask > chat test",
+        "invoke_agent traced > step ask > execute_tool lookup",
+        "invoke_agent traced > step ask > chat test",
+        "invoke_agent traced > step each > iteration 0 > step say > chat test",
+        "invoke_agent traced > step each > iteration 1 > step say > chat test",
+        "invoke_agent traced > step delegate > invoke_agent child > step after > chat test",
+        "invoke_agent traced > step finish > chat test",
     ])
     says = traced.named("step say")
     assert sorted(span.attributes["agent_runtime.loop.iteration"] for span in says) == [0, 1]
