@@ -175,6 +175,8 @@ class Execution(StepContext):
             cursor=self.cursor(), created_at=now, copy_lists=self._appending_meanwhile())
         lease_expires_at = now + self._lease
         settlements, self.settlements = self.settlements, []
+        listening = self.events.listening
+        writing = time.monotonic() if listening else 0.0
         try:
             if settlements or reserving:
                 # `settle_effect` left them for this commit, or the step asked to
@@ -197,8 +199,9 @@ class Execution(StepContext):
             raise CheckpointUnavailable(self.run_id, error) from error
         self._last_renewal = time.monotonic()
         self.slice.progressed = True
-        if self.events.listening:
-            self.events.emit("checkpoint.saved", seq=seq)
+        if listening:  # how long the store took to commit (`commit` spans)
+            self.events.emit("checkpoint.saved", seq=seq, store=type(self.store).__name__,
+                             duration_ms=round((self._last_renewal - writing) * 1000, 3))
         if reserving:
             self.reserved.update(reserving)
             return

@@ -12,6 +12,7 @@ text) is the spans' too. The tree of one attempt:
         chat {model}                 gen_ai.* request/response/usage
         execute_tool {name}
         webhook {method}
+      commit                         a checkpoint write (store, seq)
         invoke_agent {agent} (a sub-run's attempt, when it runs in this process)
 
 Spans are opened and closed as the events arrive (the engine emits them
@@ -23,6 +24,7 @@ the process, and its takeover's spans join the same trace (trace_ids.py).
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -91,6 +93,9 @@ class TelemetrySink:
             self._duration = meter.create_histogram(
                 "gen_ai.client.operation.duration", unit="s",
                 description="Duration of a model call")
+            self._commits = meter.create_histogram(
+                "agent_runtime.commit.duration", unit="s",
+                description="Duration of a commit point's checkpoint write")
             self._runs_started = meter.create_counter(
                 "agent_runtime.runs.started", unit="{attempt}",
                 description="Attempts started (a first attempt, a resume or a takeover)")
@@ -121,6 +126,8 @@ class TelemetrySink:
                 self._webhook_event(event, attempt)
             elif kind.startswith("sub-run."):
                 self._sub_run_event(event, attempt)
+            elif kind == "checkpoint.saved" and "duration_ms" in event.data:
+                self._commit(event, attempt)
             else:  # checkpoint.saved, wave.*, loop.goal.met, budget.*: marks on a span
                 self._parent(attempt, event.step_path).add_event(
                     kind, _attributes(event.data))
@@ -366,6 +373,21 @@ class TelemetrySink:
             span.set_status(Status(StatusCode.ERROR, error_type))
         span.end()
         attempt.open.pop(key, None)
+
+    def _commit(self, event: Event, attempt: _Attempt) -> None:
+        """A commit point's checkpoint write, which the event reports once it is done."""
+        duration = event.data["duration_ms"]
+        seconds = duration / 1000 if isinstance(duration, int | float) else 0.0
+        end = time.time_ns()
+        store = str(event.data.get("store", ""))
+        span = self._tracer.start_span(
+            "commit", context=trace.set_span_in_context(attempt.span),
+            start_time=end - round(seconds * 1e9), attributes={
+                "agent_runtime.checkpoint.seq": _int(event.data.get("seq")),
+                "agent_runtime.store": store})
+        span.end(end_time=end)
+        if self._meter_provider is not None:
+            self._commits.record(seconds, {"agent_runtime.store": store})
 
     def _sub_run_event(self, event: Event, attempt: _Attempt) -> None:
         child = str(event.data.get("child_run_id", ""))

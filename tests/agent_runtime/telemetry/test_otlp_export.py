@@ -42,9 +42,15 @@ def otel_environment(receiver: Receiver, service: str) -> dict[str, str]:
 
 
 def names_in_trace(receiver: Receiver, run_id: str, service: str) -> list[str]:
-    return sorted(span.name for resource, span in receiver.spans()
-                  if resource.get("service.name") == service
-                  and int.from_bytes(span.trace_id) == trace_id_for(run_id))
+    """The names of the spans of `run_id`'s trace, but for its commits (counted apart)."""
+    return sorted(span.name for span in spans_in_trace(receiver, run_id, service)
+                  if span.name != "commit")
+
+
+def spans_in_trace(receiver: Receiver, run_id: str, service: str) -> list[Any]:
+    return [span for resource, span in receiver.spans()
+            if resource.get("service.name") == service
+            and int.from_bytes(span.trace_id) == trace_id_for(run_id)]
 
 
 def span_attributes(span: Any) -> dict[str, Any]:
@@ -65,7 +71,12 @@ def test_agent_runtime_run_exports_spans_and_metrics(tmp_path: Path) -> None:
         result = json.loads(done.stdout.strip().splitlines()[-1])
         # exported when the command exits: the providers flush at exit
         names = names_in_trace(receiver, result["run_id"], "otel-cli-test")
+        commits = [span for span in spans_in_trace(receiver, result["run_id"], "otel-cli-test")
+                   if span.name == "commit"]
         metrics = receiver.metric_names()
+    assert len(commits) == 2  # the first two steps'; the last one's is the run's completion
+    assert {span_attributes(span)["agent_runtime.store"] for span in commits} == {
+        "SqliteRunStore"}
     assert names == sorted(["invoke_agent prompt-chain", "step draft", "step review", "step revise",
                             "chat echo", "chat echo", "chat echo"])
     chats = [span for _, span in receiver.spans() if span.name == "chat echo"]
@@ -78,7 +89,8 @@ def test_agent_runtime_run_exports_spans_and_metrics(tmp_path: Path) -> None:
                  + span_attributes(chat)["gen_ai.usage.output_tokens"] for chat in chats)
     assert tokens == result["usage"]["input_tokens"] + result["usage"]["output_tokens"]
     assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration",
-            "agent_runtime.runs.started", "agent_runtime.runs.finished"} <= set(metrics)
+            "agent_runtime.runs.started", "agent_runtime.runs.finished",
+            "agent_runtime.commit.duration"} <= set(metrics)
     assert metrics["gen_ai.client.token.usage"]["service.name"] == "otel-cli-test"
     assert not receiver.refused
 

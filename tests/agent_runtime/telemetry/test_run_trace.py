@@ -169,7 +169,7 @@ def test_each_attempt_is_a_span_linked_to_the_earlier_ones(traced: Traced) -> No
     assert first.attributes["agent_runtime.run.status"] == "suspended"
     assert first.events[-1].name == "run.suspended"
     assert first.events[-1].attributes["agent_runtime.reason"] == "sub-run"
-    assert "checkpoint.saved" in [event.name for event in first.events]  # commits marked
+    assert "checkpoint.saved" not in [event.name for event in first.events]  # commit spans
     assert second.attributes["agent_runtime.run.status"] == "completed"
     assert second.attributes["agent_runtime.run.resumed"] is True
     # each child attempt hangs under the parent's sub-run step of the same attempt
@@ -238,6 +238,24 @@ def test_chat_spans_carry_the_gen_ai_attributes_and_the_runs_token_counts(
     tool_span = traced.named("execute_tool")[0]
     assert tool_span.attributes["gen_ai.tool.name"] == "lookup"
     assert tool_span.attributes["gen_ai.operation.name"] == "execute_tool"
+
+
+def test_each_commit_is_a_span_of_its_attempt(traced: Traced) -> None:
+    commits = traced.named("commit")
+    assert commits
+    for commit in commits:
+        assert commit.attributes["agent_runtime.store"] == "MemoryRunStore"
+        assert commit.attributes["agent_runtime.checkpoint.seq"] > 0
+        assert traced.parent_of(commit) is traced.attempt_of(commit)
+        assert commit.end_time >= commit.start_time
+    per_run: dict[str, list[int]] = {}
+    for commit in commits:
+        run = str(traced.attempt_of(commit).attributes["agent_runtime.run.id"])
+        per_run.setdefault(run, []).append(int(commit.attributes["agent_runtime.checkpoint.seq"]))
+    for seqs in per_run.values():  # every commit of a run once, none lost or doubled
+        assert sorted(seqs) == sorted(set(seqs))
+    assert traced.metrics["agent_runtime.commit.duration"].data.data_points[0].count == len(
+        commits)
 
 
 def test_metrics_count_tokens_model_time_and_attempts(traced: Traced) -> None:
