@@ -62,6 +62,7 @@ from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
 from agent_runtime.state_projection import projected, projected_run_output, projects
 from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext
 from agent_runtime.step_kinds import StepBase
+from agent_runtime.telemetry.trace_ids import TRACE_PARENT
 from agent_runtime.waves import wave_runner
 
 if TYPE_CHECKING:
@@ -86,6 +87,10 @@ def kept_output_bytes(step_results: Sequence[JsonObject]) -> int:
         containers.update("/".join(parts[:end]) for end in range(1, len(parts)))
     return sum(json_size(entry.get("output")) for entry in completed
                if entry.get("step_path") not in containers)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def join_path(prefix: str, *parts: object) -> str:
@@ -436,6 +441,7 @@ class Execution(StepContext):
         self.events.emit("run.started" if first else "run.resumed",
                          from_seq=None if first else self.state.seq,
                          continues=self.continues or None, agent=self.manifest.id,
+                         trace_parent=_text(self.run.options.get(TRACE_PARENT)),
                          parent_run_id=None if self.run.parent is None
                          else self.run.parent.run_id)
         with self.runtime.store_thread.held():

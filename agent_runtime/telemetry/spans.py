@@ -36,7 +36,9 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_runtime.events import Event
 from agent_runtime.telemetry.trace_ids import (
+    TRACE_PARENT,
     attempt_span_id,
+    caller_of,
     next_ids,
     run_span_id,
     trace_id_for,
@@ -144,7 +146,9 @@ class TelemetrySink:
 
     def _start_attempt(self, event: Event) -> None:
         run_id, number = event.run_id, event.attempt
-        trace_id = trace_id_for(run_id)
+        # A run created under a caller's traceparent continues the caller's trace.
+        caller = caller_of(event.data.get(TRACE_PARENT))
+        trace_id = trace_id_for(run_id) if caller is None else caller[0]
         links = [Link(SpanContext(trace_id, attempt_span_id(run_id, earlier), is_remote=True,
                                   trace_flags=TraceFlags(TraceFlags.SAMPLED)),
                       {"agent_runtime.run.attempt": earlier})
@@ -161,6 +165,10 @@ class TelemetrySink:
                 trace_flags=TraceFlags(TraceFlags.SAMPLED))))
         elif parent_span is not None:
             context = trace.set_span_in_context(parent_span)
+        elif caller is not None:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(SpanContext(
+                trace_id, caller[1], is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED))))
         elif self._chosen_ids:
             context = Context()  # a root: its trace id is chosen below
         else:

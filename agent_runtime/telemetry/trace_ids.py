@@ -17,14 +17,47 @@ later attempt can link to all earlier ones without having seen them.
 from __future__ import annotations
 
 import hashlib
+import re
 from contextvars import ContextVar
 
 SUB_RUN_MARK = ".sub-"
+
+# The run option holding the W3C `traceparent` a run was created under (`POST /runs`):
+# kept with the run, so its attempts, takeovers and sub-runs (which inherit their
+# parent's options) continue the caller's trace instead of one of their own.
+TRACE_PARENT = "trace_parent"
+# version 00: `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`; a later version
+# may append fields after these, which are not kept.
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 # The ids the next span should have, for `ChosenIds` (setup.py) to hand out:
 # set around the one `start_span` call that makes an attempt's span.
 next_ids: ContextVar[tuple[int | None, int | None]] = ContextVar(
     "agent_runtime_next_span_ids", default=(None, None))
+
+
+def parse_traceparent(header: str | None) -> str | None:
+    """The `00-...` traceparent of a header, or None when it is absent or invalid (the
+    W3C rule: an invalid one is ignored, not refused). Only these 55 characters are
+    ever kept, whatever else the header held."""
+    if header is None or len(header) < 55:
+        return None
+    match = _TRACEPARENT.match(header)
+    if match is None:
+        return None
+    version, trace_id, parent_id, flags = match.groups()
+    if version == "ff" or (version == "00" and len(header) != 55) \
+            or (version != "00" and len(header) > 55 and header[55] != "-") \
+            or trace_id == "0" * 32 or parent_id == "0" * 16:
+        return None
+    return f"00-{trace_id}-{parent_id}-{flags}"
+
+
+def caller_of(traceparent: object) -> tuple[int, int] | None:
+    """`(trace id, span id)` of a kept traceparent (`parse_traceparent`'s form)."""
+    if not isinstance(traceparent, str) or parse_traceparent(traceparent) != traceparent:
+        return None
+    return int(traceparent[3:35], 16), int(traceparent[36:52], 16)
 
 
 def trace_root(run_id: str) -> str:

@@ -18,6 +18,7 @@ import pytest
 
 from agent_runtime.telemetry.trace_ids import trace_id_for
 from tests.api.serve_process import (
+    ECHO,
     FIXTURES,
     REPO,
     running_serve,
@@ -30,6 +31,9 @@ from tests.otlp_receiver import Receiver, otlp_receiver
 pytestmark = pytest.mark.slow
 
 CHAIN = FIXTURES / "prompt-chain.agent.yaml"
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+CALLER = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 WAIT = 120.0  # a hang guard, not a speed limit
 
 
@@ -106,13 +110,28 @@ def test_serve_exports_spans_and_metrics(tmp_path: Path,
                 monkeypatch.setenv(name, value)
         with running_serve(tmp_path) as server, server.client() as http:
             run = start(http, CHAIN.read_text(encoding="utf-8"))
-            wait_for_status(http, run["runId"], "completed")
+            # a caller's trace context: this run's spans continue the caller's trace
+            response = http.post("/runs", json={
+                "manifest": CHAIN.read_text(encoding="utf-8"), "options": ECHO},
+                headers={"traceparent": CALLER})
+            assert response.status_code == 201, response.text
+            called = response.json()["run"]
+            for run_id in (run["runId"], called["runId"]):
+                wait_for_status(http, run_id, "completed")
             # exported while serve runs, a batch at a time
             wait_until(lambda: len(names_in_trace(receiver, run["runId"],
                                                   "otel-serve-test")) == 7,
                        what="the run's seven spans at the receiver", timeout=WAIT)
+            wait_until(lambda: len([span for _, span in receiver.spans()
+                                    if span.trace_id.hex() == CALLER_TRACE]) >= 7,
+                       what="the called run's spans at the receiver", timeout=WAIT)
             wait_until(lambda: "gen_ai.client.token.usage" in receiver.metric_names(),
                        what="token usage metrics at the receiver", timeout=WAIT)
         names = names_in_trace(receiver, run["runId"], "otel-serve-test")
     assert names.count("chat echo") == 3 and "invoke_agent prompt-chain" in names
+    in_callers_trace = [span for _, span in receiver.spans()
+                        if span.trace_id.hex() == CALLER_TRACE]
+    attempt = next(span for span in in_callers_trace if span.name.startswith("invoke_agent"))
+    assert attempt.parent_span_id.hex() == CALLER_SPAN
+    assert span_attributes(attempt)["agent_runtime.run.id"] == called["runId"]
     assert not receiver.refused

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -16,6 +17,7 @@ from agent_runtime.telemetry.setup import ChosenIds
 from agent_runtime.telemetry.spans import TelemetrySink
 from agent_runtime.telemetry.trace_ids import (
     attempt_span_id,
+    parse_traceparent,
     run_span_id,
     trace_id_for,
     trace_root,
@@ -91,3 +93,36 @@ def test_events_of_attempts_it_never_saw_begin_are_ignored() -> None:
     feed("step.started", step_path="s", kind="prompt")
     feed("reconcile.resumed", run_id="", attempt=0)
     assert feed.spans() == {}
+
+
+CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize(("header", "kept"), [
+    (CALLER, CALLER),
+    (CALLER.replace("-01", "-00"), CALLER.replace("-01", "-00")),
+    ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future", CALLER),
+    (CALLER + "-extra", None),                 # version 00 has exactly four fields
+    (CALLER.upper(), None),                    # lower-case hex only
+    ("ff" + CALLER[2:], None),                 # an invalid version
+    (f"00-{'0' * 32}-00f067aa0ba902b7-01", None),
+    (f"00-4bf92f3577b34da6a3ce929d0e0e4736-{'0' * 16}-01", None),
+    ("00-4bf92f35-00f067aa0ba902b7-01", None),
+    ("", None), (None, None), ("x" * 10_000, None),
+])
+def test_only_a_valid_traceparent_is_kept(header: str | None, kept: str | None) -> None:
+    assert parse_traceparent(header) == kept
+
+
+def test_a_run_created_under_a_traceparent_continues_the_callers_trace() -> None:
+    feed = Feed()
+    feed("run.started", trace_parent=CALLER)
+    feed("run.completed")
+    feed("run.resumed", attempt=2, trace_parent=CALLER)  # a takeover: the option is kept
+    feed("run.completed", attempt=2)
+    first, second = sorted((span for span in feed.exporter.get_finished_spans()),
+                           key=lambda span: span.attributes["agent_runtime.run.attempt"])
+    for attempt in (first, second):
+        assert f"{attempt.context.trace_id:032x}" == CALLER[3:35]
+        assert attempt.parent is not None and f"{attempt.parent.span_id:016x}" == CALLER[36:52]
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
