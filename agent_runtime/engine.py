@@ -398,7 +398,10 @@ class AgentRuntime(HostServices):
         if budget is not None:
             # A resume limit replaces the persisted one; omitting it keeps it.
             state.budget.max_total_tokens = budget.max_total_tokens
-        return Execution(self, record, agent, state, cursor, deadline=deadline)
+        # A later slice of an attempt (`advance`) starts from the attempt's own checkpoint.
+        continues = checkpoint is not None and checkpoint.attempt == record.attempt
+        return Execution(self, record, agent, state, cursor, deadline=deadline,
+                         continues=continues)
 
     @holding_store_thread
     async def advance(self, run_id: str, *, deadline: datetime | None = None,

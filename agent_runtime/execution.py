@@ -62,6 +62,7 @@ from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
 from agent_runtime.state_projection import projected, projected_run_output, projects
 from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext
 from agent_runtime.step_kinds import StepBase
+from agent_runtime.telemetry.trace_ids import TRACE_PARENT
 from agent_runtime.waves import wave_runner
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ def kept_output_bytes(step_results: Sequence[JsonObject]) -> int:
                if entry.get("step_path") not in containers)
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def join_path(prefix: str, *parts: object) -> str:
     tail = "/".join(map(str, parts))
     return f"{prefix}/{tail}" if prefix else tail
@@ -100,7 +105,7 @@ class Execution(StepContext):
 
     def __init__(self, runtime: RunHost, run: RunRecord, manifest: AgentManifest,
                  state: RunState, cursor: list[Frame], *,
-                 deadline: datetime | None = None) -> None:
+                 deadline: datetime | None = None, continues: bool = False) -> None:
         self.runtime = runtime
         self.run = run
         self.run_id = run.run_id
@@ -109,6 +114,7 @@ class Execution(StepContext):
         self.state = state
         self.resume_cursor = cursor
         self.deadline = deadline
+        self.continues = continues  # of an attempt an earlier execution began (a slice)
         self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
         self.scopes: list[JsonObject] = []
@@ -174,6 +180,8 @@ class Execution(StepContext):
             cursor=self.cursor(), created_at=now, copy_lists=self._appending_meanwhile())
         lease_expires_at = now + self._lease
         settlements, self.settlements = self.settlements, []
+        listening = self.events.listening
+        writing = time.monotonic() if listening else 0.0
         try:
             if settlements or reserving:
                 # `settle_effect` left them for this commit, or the step asked to
@@ -196,8 +204,9 @@ class Execution(StepContext):
             raise CheckpointUnavailable(self.run_id, error) from error
         self._last_renewal = time.monotonic()
         self.slice.progressed = True
-        if self.events.listening:
-            self.events.emit("checkpoint.saved", seq=seq)
+        if listening:  # how long the store took to commit (`commit` spans)
+            self.events.emit("checkpoint.saved", seq=seq, store=type(self.store).__name__,
+                             duration_ms=round((self._last_renewal - writing) * 1000, 3))
         if reserving:
             self.reserved.update(reserving)
             return
@@ -430,7 +439,11 @@ class Execution(StepContext):
         started = time.monotonic()
         first = self.attempt == 1 and self.state.seq == 0
         self.events.emit("run.started" if first else "run.resumed",
-                         from_seq=None if first else self.state.seq)
+                         from_seq=None if first else self.state.seq,
+                         continues=self.continues or None, agent=self.manifest.id,
+                         trace_parent=_text(self.run.options.get(TRACE_PARENT)),
+                         parent_run_id=None if self.run.parent is None
+                         else self.run.parent.run_id)
         with self.runtime.store_thread.held():
             try:
                 return await self._attempt(started)

@@ -74,6 +74,7 @@ from agent_runtime.effect_owners import effect_owners
 from agent_runtime.limits import use_limits
 from agent_runtime.run_ids import run_key
 from agent_runtime.run_options import REQUEST_SHA256
+from agent_runtime.telemetry.trace_ids import TRACE_PARENT, parse_traceparent
 
 JSON = "application/json"
 # `limit` may ask for up to this many rows; `ApiLimits.max_page_size` caps what a page holds.
@@ -427,6 +428,13 @@ class RunRoutes:
             options=options, tenant=tenant, variables_source="request")
         record.options[REQUEST_SHA256] = fingerprint
         record.run_key = keyed
+        # The caller's trace, continued by the run's spans (docs/telemetry.md); an
+        # invalid header is ignored, as W3C Trace Context says.
+        headers = self.router.current_event.headers or {}
+        caller = parse_traceparent(next((value for name, value in headers.items()
+                                         if name.lower() == "traceparent"), None))
+        if caller is not None:
+            record.options[TRACE_PARENT] = caller
         with self.place_for_a_run():
             try:
                 services.store.create_run(record)

@@ -26,6 +26,7 @@ from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
 from agent_runtime.policy import HostPolicy
 from agent_runtime.store_thread import StorePool
 from agent_runtime.stream import StreamView
+from agent_runtime.telemetry import event_sinks as telemetry_sinks
 from agent_runtime.tools import Tool, configured_tools, load_tool_file
 
 
@@ -58,6 +59,8 @@ def build_runtime(
     config, tools = prepared
     check_sinks(args)
     sinks: list[EventSink] = list(extra_sinks)
+    # OpenTelemetry, when the OTEL_* environment asks for it (docs/telemetry.md).
+    sinks.extend(telemetry_sinks())
     files: list[JsonlEventSink] = []
     events = getattr(args, "events", DEFAULT_EVENTS)
     if events and events != "none":

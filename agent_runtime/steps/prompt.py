@@ -20,6 +20,7 @@ one after it), so a tool call costs no commit of its own.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import TYPE_CHECKING, TypedDict, cast
 
@@ -164,6 +165,17 @@ _FINISH_REASONS = frozenset({"stop", "length", "tool-calls", "content-filter"})
 
 def _event_finish_reason(reason: str) -> str:
     return reason if reason in _FINISH_REASONS else "other"
+
+
+def _event_model(model: str | None) -> str | None:
+    """The model a provider says answered (`gen_ai.response.model`): a model name, or
+    nothing when the provider's answer does not look like one."""
+    if model is None or len(model) > 128 or not _MODEL_NAME.fullmatch(model):
+        return None
+    return model
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 
 
 def _parse_output(step: PromptStep, response: ModelResponse, step_path: str) -> JsonValue:
@@ -408,7 +420,8 @@ class PromptStepExecutor:
                             step_path=frame.step_path,
                             duration_ms=round((time.monotonic() - started) * 1000),
                             tool_calls=len(response.tool_calls),
-                            finish_reason=_event_finish_reason(response.finish_reason))
+                            finish_reason=_event_finish_reason(response.finish_reason),
+                            response_model=_event_model(response.model))
         if response.tool_calls:
             state = _continuation(frame)
             state["pending"] = [

@@ -92,9 +92,17 @@ def advance(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count(_ADVANCE_METRICS[refused])
         logger.info("advance ended", extra={"status": refused})
         return _result(work.run_id, work.attempt, refused)
-    runtime = services.runtime([LogEventSink()], owner=request.execution_arn,
+    from agent_runtime import telemetry  # noqa: PLC0415 - with the engine, as below
+
+    # OpenTelemetry when the function's OTEL_* environment asks for it (docs/telemetry.md).
+    runtime = services.runtime([LogEventSink(), *telemetry.event_sinks()],
+                               owner=request.execution_arn,
                                store=services.store.owned_by(work.run_id, owner))
-    result = _run_slice(_advance(runtime, work, deadline))
+    try:
+        result = _run_slice(_advance(runtime, work, deadline))
+    finally:
+        # The container may freeze once this returns: export the slice's spans now.
+        telemetry.flush(end_open=True)
     status = _step_status(result, work.attempt)
     if status == CONTINUE:
         status = hand_over(services, request, owner)
