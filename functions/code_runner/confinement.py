@@ -221,8 +221,9 @@ def run_confined(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, limi
             process.wait()
             if sweep_descendants:
                 sweep(before)
+            drained_by = time.monotonic() + DRAIN_SECONDS
             for reader in readers:
-                reader.join(timeout=DRAIN_SECONDS)
+                reader.join(timeout=max(0.0, drained_by - time.monotonic()))
         code = process.returncode
         limit = ended_by[0] if ended_by else None
         if limit is None and code == -signal.SIGXCPU:
