@@ -9,7 +9,8 @@ isolation does not give, the runner adds:
 * nothing outlives the invocation: on Lambda the handler's process is made a
   child subreaper (`PR_SET_CHILD_SUBREAPER`), so a process the code detached
   (a double fork, `setsid`) is still its descendant, and every descendant
-  started during the run is killed and reaped before the answer goes back.
+  is killed and reaped before the answer goes back (and before the next run
+  starts, should a sweep not have finished).
   An execution environment is reused by later invocations (other runs'
   code); a process left behind could read their requests.
 * the handler's own memory and environment are not readable by the code,
@@ -17,8 +18,8 @@ isolation does not give, the runner adds:
   root's.
 
 Runs are serialised per process (Lambda sends one invocation at a time to
-an environment anyway): the descendants "started during the run" are then
-the code's alone.
+an environment anyway), and on Lambda the handler starts no process of its
+own: every descendant is code's.
 """
 
 from __future__ import annotations
@@ -134,12 +135,12 @@ def _reap() -> None:
             return
 
 
-def sweep(before: set[int]) -> None:
-    """Kill every descendant of this process that was not there before the run, until
-    none is left (or SWEEP_SECONDS have passed), and reap them."""
+def sweep() -> None:
+    """Kill every descendant of this process until none is left (or SWEEP_SECONDS
+    have passed), and reap them."""
     deadline = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
-        started = descendants(os.getpid()) - before
+        started = descendants(os.getpid())
         if not started:
             break
         for pid in started:
@@ -184,7 +185,10 @@ def run_confined(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, limi
     """Run `argv` to its end or a limit's. `sweep_descendants`: kill everything it
     started, detached or not, before returning (with `guard_this_process`)."""
     with _ONE_RUN_AT_A_TIME:
-        before = descendants(os.getpid()) if sweep_descendants else set()
+        if sweep_descendants:
+            # On Lambda the handler has no children of its own: anything there is
+            # code's, left by an earlier run the last sweep could not finish.
+            sweep()
         # RLIMIT_NPROC counts every process of the user: the code's allowance comes on top.
         processes = limits.processes + _processes_of(os.getuid())
         process = subprocess.Popen(
@@ -220,7 +224,7 @@ def run_confined(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, limi
             _kill_group(process)
             process.wait()
             if sweep_descendants:
-                sweep(before)
+                sweep()
             drained_by = time.monotonic() + DRAIN_SECONDS
             for reader in readers:
                 reader.join(timeout=max(0.0, drained_by - time.monotonic()))
