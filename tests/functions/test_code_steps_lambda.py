@@ -12,15 +12,18 @@ that Advance's invocation is one its role is granted (the runner's alias).
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aws_stack import Deployment, http_event
+from advance_slices import advance_event, slice_arn
+from aws_stack import Deployment, FakeContext, http_event
 
 from agent_runtime import RunStatus
 from functions.executions import execution_name
+from functions.step import app as step_app
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_EXAMPLE = REPO / "tests/reference/corpus/docs/manifests.md-block-12.agent.yaml"
@@ -129,3 +132,59 @@ def test_the_api_refuses_a_code_step_the_code_runners_cannot_run(
     assert 400 <= answer.status < 500, answer.body
     assert field in json.dumps(answer.body)
     assert deployment.lambdas.calls(RUNNER) == []
+
+
+# -- a slice's end while the runner runs (docs/sandbox.md, "After a crash") ------------
+
+
+def _advance(deployment: Deployment, run_id: str, slice_number: int,
+             slice_seconds: float) -> str:
+    stack = deployment.stack
+    first = execution_name(run_id, 1)
+    event = (advance_event(run_id=run_id, execution_arn=stack.execution_arn(first))
+             if slice_number == 1 else
+             advance_event("advance-next-slice.json", run_id=run_id, slice=slice_number,
+                           execution_arn=slice_arn(stack, run_id, 1, slice_number)))
+    margin = deployment.services.settings.advance_margin_seconds
+    answer = step_app.advance(event, FakeContext("AdvanceFunction",
+                                                 round((margin + slice_seconds) * 1000)))
+    status: str = answer["status"]
+    return status
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_slice_that_ends_while_the_runner_runs_settles_the_step_as_an_effect(
+        idle_deployment: Deployment, tmp_path: Path, idempotent: bool) -> None:
+    deployment = idle_deployment
+    config = tmp_path / "agent-runtime.yaml"
+    config.write_text(yaml.safe_dump({"version": "1.0", "sandbox": {
+        "adapter": "lambda", "idempotent": idempotent}}))
+    deployment.configure(config)
+    # A prompt first: the slice has saved a checkpoint when the code step is cut, so
+    # the cut hands over instead of failing the step as one no slice could fit.
+    manifest = yaml.safe_load(_code_manifest("print(6 * 7)"))
+    manifest["steps"].insert(0, {"id": "greet", "type": "prompt", "prompt": "Hello."})
+    run_id = deployment.services.runtime().create_run(
+        manifest=manifest, options={"model": "scripted/echo"}).run_id
+    # The runner's invocation waits (at Lambda's door) past the slice's end.
+    gate = threading.Event()
+    deployment.lambdas.gates[RUNNER] = gate
+
+    status = _advance(deployment, run_id, 1, 3.0)
+    gate.set()
+    (effect,) = deployment.services.store.list_effects(run_id)
+    assert effect.key == f"{run_id}:calc" and effect.status.value == "reserved"
+    cut = deployment.services.store.load_run(run_id)
+    assert cut is not None
+    if not idempotent:
+        # Whether the code ran is unknown: the run waits for an operator.
+        assert status == "suspended"
+        assert cut.status is RunStatus.SUSPENDED
+        assert cut.suspension is not None and cut.suspension.reason == "effect-unknown"
+        return
+    # Safe to run again: the next slice does, and the run completes.
+    assert status == "continue" and cut.status is RunStatus.RUNNING
+    deployment.lambdas.gates.pop(RUNNER)
+    assert _advance(deployment, run_id, 2, 60.0) == "completed"
+    done = deployment.services.store.load_run(run_id)
+    assert done is not None and done.output == "42\n"
