@@ -118,7 +118,17 @@ class SandboxSettings(_Strict):
 
     @model_validator(mode="after")
     def _fits_the_adapter(self) -> SandboxSettings:
-        if self.adapter == "lambda" and self.max_output_bytes > LAMBDA_MAX_OUTPUT_BYTES:
+        if self.adapter != "lambda":
+            return self
+        if self.max_output_bytes > LAMBDA_MAX_OUTPUT_BYTES:
             raise ValueError(f"maxOutputBytes: at most {LAMBDA_MAX_OUTPUT_BYTES} with the lambda "
                              "adapter (a code runner's answer must fit Lambda's 6 MB response)")
+        # The stack decides these for its code runners: given here, they would do nothing.
+        local_only = {"bwrap": "bwrap", "run_as": "runAs", "workspace_bytes": "workspaceBytes",
+                      "languages": "languages"}
+        ignored = sorted(alias for name, alias in local_only.items()
+                         if name in self.model_fields_set)
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)}: bubblewrap settings; with the lambda adapter "
+                             "the stack's code runners decide them (docs/sandbox.md)")
         return self

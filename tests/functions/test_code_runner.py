@@ -206,3 +206,7 @@ def test_a_step_s_timeout_is_capped_below_the_runner_s_and_a_local_choice_stays(
     assert capped.allowed_environment == ["REGION"]
     with pytest.raises(ValueError, match="maxOutputBytes"):
         SandboxSettings.model_validate({"adapter": "lambda", "maxOutputBytes": 4 * 1024 * 1024})
+    # What only bubblewrap reads would do nothing: refused by name.
+    with pytest.raises(ValueError, match="runAs, workspaceBytes"):
+        SandboxSettings.model_validate({"adapter": "lambda", "runAs": 1000,
+                                        "workspaceBytes": 1024})
