@@ -21,6 +21,12 @@ Settings come from environment variables, which template.yaml sets:
     AGENT_RUNTIME_CONFIG_PARAMETER        an SSM parameter holding the runtime config (YAML
                                           or JSON; a SecureString is decrypted), or
     AGENT_RUNTIME_CONFIG                  a path to a runtime config file (e.g. in a layer)
+    AGENT_RUNTIME_CODE_RUNNER_PYTHON      the code-runner function (its alias) code steps in
+                                          python run in (functions/lambda_sandbox.py); with
+                                          one, a config without `sandbox:` gets
+                                          `adapter: lambda` with the defaults
+    AGENT_RUNTIME_CODE_RUNNER_TIMEOUT_SECONDS  the code runners' timeout: a step's is capped
+                                          below it (300)
 
 The runtime config is the CLI's `--config` (providers, model profiles, MCP
 connections, Python tools as `module:function`), read once per container.
@@ -35,8 +41,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
     from agent_runtime.config import RuntimeConfig
     from agent_runtime.engine import AgentRuntime
     from agent_runtime.events import EventSink
+    from agent_runtime.sandbox.contract import SandboxAdapter
 
 # The engine, its config (and the YAML parser) and its tools load when a path
 # first builds a runtime (Advance, the API, the reconciler's resumes): the start
@@ -68,6 +75,10 @@ RESUME_GRACE_SECONDS = "AGENT_RUNTIME_RESUME_GRACE_SECONDS"
 MAX_CONCURRENT_RUNS = "AGENT_RUNTIME_MAX_CONCURRENT_RUNS"
 CONFIG_PARAMETER = "AGENT_RUNTIME_CONFIG_PARAMETER"
 CONFIG_FILE = "AGENT_RUNTIME_CONFIG"
+# Languages and the variables that name their code runners (functions/lambda_sandbox.py).
+CODE_RUNNERS = {"python": "AGENT_RUNTIME_CODE_RUNNER_PYTHON",
+                "javascript": "AGENT_RUNTIME_CODE_RUNNER_JAVASCRIPT"}
+CODE_RUNNER_TIMEOUT_SECONDS = "AGENT_RUNTIME_CODE_RUNNER_TIMEOUT_SECONDS"
 
 
 def _number(name: str, default: float) -> float:
@@ -91,6 +102,9 @@ class Settings:
     config_file: str
     resume_grace_seconds: float = 30.0
     max_concurrent_runs: int = 0
+    # language -> code-runner function (functions/lambda_sandbox.py); none: no Lambda sandbox.
+    code_runners: Mapping[str, str] = field(default_factory=dict)
+    code_runner_timeout_seconds: float = 300.0
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -107,7 +121,11 @@ class Settings:
                    config_parameter=os.environ.get(CONFIG_PARAMETER, ""),
                    config_file=os.environ.get(CONFIG_FILE, ""),
                    resume_grace_seconds=_number(RESUME_GRACE_SECONDS, 30.0),
-                   max_concurrent_runs=int(_number(MAX_CONCURRENT_RUNS, 0)))
+                   max_concurrent_runs=int(_number(MAX_CONCURRENT_RUNS, 0)),
+                   code_runners={language: os.environ[name]
+                                 for language, name in CODE_RUNNERS.items()
+                                 if os.environ.get(name)},
+                   code_runner_timeout_seconds=_number(CODE_RUNNER_TIMEOUT_SECONDS, 300.0))
 
     def require_state_machine(self) -> str:
         if not self.state_machine_arn:
@@ -136,8 +154,20 @@ class Services:
     @property
     def config(self) -> RuntimeConfig:
         if self._config is None:
-            self._config = load_runtime_config(self.settings)
+            self._config = with_code_runners(load_runtime_config(self.settings), self.settings)
         return self._config
+
+    def sandbox(self, config: RuntimeConfig) -> SandboxAdapter | None:
+        """The stack's code runners when the config's sandbox is theirs (`adapter:
+        lambda`, or none given); else the config's own choice (None: the runtime's)."""
+        if not self.settings.code_runners or config.sandbox is None \
+                or config.sandbox.adapter != "lambda":
+            return None
+        from functions.lambda_sandbox import LambdaSandbox, lambda_client  # noqa: PLC0415
+
+        timeout = self.settings.code_runner_timeout_seconds
+        return LambdaSandbox(config.sandbox, self.settings.code_runners,
+                             client=lambda: lambda_client(timeout))
 
     def runtime(self, sinks: Iterable[EventSink] = (), *, owner: str | None = None,
                 store: DynamoDbRunStore | None = None,
@@ -161,7 +191,7 @@ class Services:
         # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
         return build(store=store or self.store, config=config, tools=tools,
                      policy=config.policy or HostPolicy(), artifacts=artifacts,
-                     event_sinks=sinks, clock=self.clock,
+                     event_sinks=sinks, clock=self.clock, sandbox=self.sandbox(config),
                      owner=owner, lease_seconds=self.settings.lease_seconds)
 
 
@@ -183,6 +213,21 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
         with open(settings.config_file, encoding="utf-8") as source:
             return _parse_config_text(source.read(), source=config_source(settings))
     return empty_config()
+
+
+def with_code_runners(config: RuntimeConfig, settings: Settings) -> RuntimeConfig:
+    """`config`, its code steps sent to the stack's code runners when it names any
+    and the config chose none (a config's `adapter: bubblewrap` stays: it cannot
+    run in Lambda, and says so)."""
+    if not settings.code_runners:
+        return config
+    from functions.lambda_sandbox import with_code_runners as runner_settings  # noqa: PLC0415
+
+    if config.sandbox is not None and config.sandbox.adapter != "lambda":
+        return config
+    sandbox = runner_settings(config.sandbox,
+                              runner_timeout_seconds=settings.code_runner_timeout_seconds)
+    return config.model_copy(update={"sandbox": sandbox})
 
 
 def config_source(settings: Settings) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent_runtime.sandbox.contract import SandboxResult, SandboxUnavailable
 from agent_runtime.sandbox.settings import RESERVED_ENVIRONMENT, SandboxSettings
 
 if TYPE_CHECKING:
     from agent_runtime.manifest import AgentManifest, CodeStep
-    from agent_runtime.sandbox.contract import SandboxAdapter
+    from agent_runtime.sandbox.contract import SandboxAdapter, SandboxRequest
 
 
 def manifest_code_problems(manifest: AgentManifest,
@@ -34,12 +35,35 @@ def manifest_code_problems(manifest: AgentManifest,
 
 def build_sandbox(settings: SandboxSettings | None) -> SandboxAdapter | None:
     """The adapter `settings` selects, or None without a `sandbox:` section. Building
-    it runs nothing: bubblewrap is probed when first asked."""
+    it runs nothing: bubblewrap is probed when first asked. `adapter: lambda` is
+    built by the deployed stack's functions, which know their code runners
+    (functions/lambda_sandbox.py); anywhere else it is `ElsewhereOnly`."""
     if settings is None:
         return None
+    if settings.adapter == "lambda":
+        return ElsewhereOnly(settings)
     from agent_runtime.sandbox.bubblewrap import BubblewrapSandbox  # noqa: PLC0415
 
     return BubblewrapSandbox(settings)
+
+
+class ElsewhereOnly:
+    """`adapter: lambda` outside the deployed stack: the languages it names are known
+    (so `validate` checks the rest of a step), but nothing runs here."""
+
+    def __init__(self, settings: SandboxSettings) -> None:
+        self.idempotent = settings.idempotent
+        self._languages = frozenset(settings.languages)
+
+    def languages(self) -> frozenset[str]:
+        return self._languages
+
+    def availability(self) -> str | None:
+        return ("sandbox.adapter lambda runs code steps only in the deployed stack's "
+                "functions, through its code-runner Lambdas (docs/sandbox.md); not on this host")
+
+    async def execute(self, request: SandboxRequest) -> SandboxResult:
+        raise SandboxUnavailable(self.availability() or "")
 
 
 def code_step_problem(step: CodeStep, sandbox: SandboxAdapter | None,

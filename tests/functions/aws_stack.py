@@ -464,9 +464,10 @@ def deploy(session: boto3.session.Session, lambdas: Lambdas, *,
     lambda_client = session.client("lambda", region_name=REGION)
     functions = _functions(template)
     for name, props in functions.items():
+        timeout = int(names.resolve(props["Timeout"], template))  # a number or a parameter
         created = lambda_client.create_function(
             FunctionName=name, Runtime=props["Runtime"], Handler=props["Handler"], Role=role,
-            Code={"ZipFile": _zip()}, Timeout=props["Timeout"], MemorySize=props["MemorySize"],
+            Code={"ZipFile": _zip()}, Timeout=timeout, MemorySize=props["MemorySize"],
             Architectures=props["Architectures"])
         names.refs[name] = name
         names.attributes[(name, "Arn")] = created["FunctionArn"]
@@ -476,7 +477,7 @@ def deploy(session: boto3.session.Session, lambdas: Lambdas, *,
         alias = lambda_client.create_alias(FunctionName=name, Name=props["AutoPublishAlias"],
                                            FunctionVersion=version)
         names.refs[f"{name}.Alias"] = alias["AliasArn"]
-        lambdas.register(name, props["Handler"], props["Timeout"])
+        lambdas.register(name, props["Handler"], timeout)
 
     machine = template["Resources"]["RunStateMachine"]["Properties"]
     definition = DEFINITION.read_text()

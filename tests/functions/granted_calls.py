@@ -29,7 +29,8 @@ SERVICE_PREFIX = {"stepfunctions": "states", "bedrock-runtime": "bedrock"}
 TRANSACT_ITEM_ACTION = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
                         "ConditionCheck": "ConditionCheckItem"}
 OPERATION_ACTION = {"ListObjectsV2": "ListBucket", "DeleteObjects": "DeleteObject",
-                    "Converse": "InvokeModel", "ConverseStream": "InvokeModelWithResponseStream"}
+                    "Converse": "InvokeModel", "ConverseStream": "InvokeModelWithResponseStream",
+                    "Invoke": "InvokeFunction"}
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ def _target(call: Call) -> Any:
 
 def _covers(grant: Grant, call: Call) -> bool:
     params = call.params
+    if call.service == "lambda" and call.operation == "Invoke":
+        # Granted on a function's alias (`!Ref Function.Alias`): invoked by the alias's ARN.
+        return any(isinstance(resource, dict) and str(params["FunctionName"]).endswith(
+                   ":function:" + str(resource.get("Ref", "")).replace(".Alias", ":live"))
+                   for resource in grant.resources)
     if call.service == "dynamodb" and call.operation == "Query":
         index = params.get("IndexName")
         wanted = ({"Fn::GetAtt": ["RunsTable", "Arn"]} if index is None

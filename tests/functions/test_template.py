@@ -30,7 +30,7 @@ def test_functions_run_python_3_13_on_arm64_built_without_docker() -> None:
     assert defaults["Layers"] == [{"Ref": "RuntimeLayer"}]
     functions = resources(FUNCTION)
     assert set(functions) == {"AdvanceFunction", "StartFunction", "ReconcilerFunction",
-                              "ApiFunction", "RetentionFunction"}
+                              "ApiFunction", "RetentionFunction", "CodeRunnerPythonFunction"}
     for name, function in functions.items():
         props = function["Properties"]
         assert function["Metadata"]["BuildMethod"] == "makefile", name
@@ -43,9 +43,17 @@ def test_functions_run_python_3_13_on_arm64_built_without_docker() -> None:
     assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
 
 
+# Their role grants the code nothing, logs included: they write none
+# (tests/functions/test_code_runner_template.py).
+CODE_RUNNERS = {"CodeRunnerPythonFunction"}
+
+
 def test_every_function_logs_to_its_own_group_with_a_retention() -> None:
     template = load_template()
     for name, function in resources(FUNCTION).items():
+        if name in CODE_RUNNERS:
+            assert "LoggingConfig" not in function["Properties"], name
+            continue
         group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
         assert template["Resources"][group]["Properties"]["RetentionInDays"] == {
             "Ref": "LogRetentionDays"}, name
@@ -71,7 +79,8 @@ def _statements(template: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_iam_names_its_resources() -> None:
-    """No '*' resource, except the log-delivery actions, which accept nothing else."""
+    """No '*' resource, except the log-delivery actions and EC2's describe actions for
+    Lambda's own network interfaces, which accept nothing else."""
     log_delivery = {"logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
                     "logs:DeleteLogDelivery", "logs:ListLogDeliveries",
                     "logs:PutResourcePolicy", "logs:DescribeResourcePolicies",
@@ -81,7 +90,12 @@ def test_iam_names_its_resources() -> None:
     for name, statement in statements:
         resource = statement["Resource"]
         listed = resource if isinstance(resource, list) else [resource]
-        if "*" in listed:
+        if "*" in listed and name == "CodeRunnerRole":
+            # Lambda's, never the code's (lambda:SourceFunctionArn is absent).
+            assert set(statement["Action"]) == {"ec2:DescribeNetworkInterfaces",
+                                                "ec2:DescribeSubnets"}, name
+            assert statement["Condition"] == {"Null": {"lambda:SourceFunctionArn": "true"}}
+        elif "*" in listed:
             assert set(statement["Action"]) == log_delivery, name
         actions = statement["Action"] if isinstance(statement["Action"], list) \
             else [statement["Action"]]

@@ -22,6 +22,7 @@ from tests.stores.aws.aws_template import TEMPLATE, load_template
 
 FUNCTIONS = ("AdvanceFunction", "StartFunction", "ReconcilerFunction", "ApiFunction",
              "RetentionFunction")
+CODE_RUNNERS = ("CodeRunnerPythonFunction",)
 ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
                             {"Ref": "AWS::NoValue"}]}
 QUEUE_DEPTH = ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
@@ -79,7 +80,9 @@ def test_each_alarm_watches_its_metric_and_notifies_the_topic(name: str) -> None
 
 def test_the_alarms_are_these_and_the_topic_is_optional() -> None:
     assert set(resources("AWS::CloudWatch::Alarm")) == {*ALARMS, *_rollback_alarms()}
-    assert len(_rollback_alarms()) == len(FUNCTIONS)
+    # One per function: the code runners' too (their errors and throttles are
+    # Advance's to see: a code step that failed or was refused).
+    assert len(_rollback_alarms()) == len(FUNCTIONS) + len(CODE_RUNNERS)
     template = load_template()
     assert template["Parameters"]["AlarmTopicArn"]["Default"] == ""
     assert template["Conditions"]["HasAlarmTopic"] == {

@@ -103,14 +103,18 @@ def test_the_state_machine_invokes_the_functions_aliases_and_may_invoke_nothing_
         invoked.append(reference)
     assert invoked == ["AdvanceFunction.Alias"]
 
-    # Its role may invoke that alias (not $LATEST, not a version), and no
-    # other role in the stack may invoke a function.
-    invokers = [(name, statement) for name, statement in _statements(load_template())
-                if "lambda:InvokeFunction" in as_list(statement["Action"])]
-    assert [name for name, _ in invokers] == ["RunStateMachineRole"]
-    ((_, statement),) = invokers
-    assert as_list(statement["Action"]) == ["lambda:InvokeFunction"]
-    assert sorted(resource["Ref"] for resource in statement["Resource"]) == sorted(invoked)
+    # Its role may invoke that alias (not $LATEST, not a version), Advance's
+    # the code runners' aliases (code steps), and no other role in the stack
+    # may invoke a function.
+    invokers = {name: statement for name, statement in _statements(load_template())
+                if "lambda:InvokeFunction" in as_list(statement["Action"])}
+    assert sorted(invokers) == ["AdvanceRole", "RunStateMachineRole"]
+    expected = {"RunStateMachineRole": sorted(invoked),
+                "AdvanceRole": ["CodeRunnerPythonFunction.Alias"]}
+    for name, statement in invokers.items():
+        assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], name
+        assert sorted(resource["Ref"] for resource in as_list(statement["Resource"])) == \
+            expected[name], name
 
 
 def test_outputs_name_the_aliases_not_latest() -> None:

@@ -97,8 +97,13 @@ def test_tracing_is_a_parameter_of_the_functions_and_the_state_machine() -> None
     xray = {"Fn::If": ["TracingOn", {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/"
                                                  "AWSXRayDaemonWriteAccess"},
                        {"Ref": "AWS::NoValue"}]}
+    # A code runner is never traced (its role grants nothing, X-Ray included).
     roles = {function["Properties"]["Role"]["Fn::GetAtt"][0]
-             for function in resources(FUNCTION).values()} | {"RunStateMachineRole"}
+             for function in resources(FUNCTION).values()
+             if function["Properties"].get("Tracing") != "Disabled"} | {"RunStateMachineRole"}
+    assert {name for name, function in resources(FUNCTION).items()
+            if function["Properties"].get("Tracing") == "Disabled"} == {
+        "CodeRunnerPythonFunction"}
     for role in roles:
         assert xray in properties(role)["ManagedPolicyArns"], role
 

@@ -23,11 +23,17 @@ SECRETS = {"secretsmanager:GetSecretValue"}  # provider keys (UsesProviderSecret
 EXECUTIONS = {"states:StartExecution", "states:DescribeExecution"}
 SLOTS = {"dynamodb:UpdateItem"}  # capacity slots only (functions/capacity.py)
 
+# Lambda's own, to attach a code runner to its subnets; never usable by the code
+# (tests/functions/test_code_runner_template.py).
+NETWORK_INTERFACES = {"ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
+                      "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
+                      "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"}
+
 GRANTED = {
     "AdvanceFunction": LOGS | WRITE_RUNS | CONFIG | SECRETS | {
         "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "events:PutEvents",
         "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream",
-        "states:StartExecution"},
+        "states:StartExecution", "lambda:InvokeFunction"},
     "StartFunction": LOGS | READ_RUNS | EXECUTIONS | SLOTS | {"sqs:SendMessage"},
     "ReconcilerFunction": LOGS | WRITE_RUNS | EXECUTIONS | SLOTS | {
         "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "events:PutEvents"},
@@ -39,6 +45,7 @@ GRANTED = {
         "dynamodb:ListStreams", "dynamodb:GetItem", "dynamodb:Query",
         "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "s3:ListBucket", "s3:GetObject",
         "s3:DeleteObject", "kms:Decrypt", "sqs:SendMessage"},
+    "CodeRunnerPythonFunction": NETWORK_INTERFACES,
 }
 # What removes run data: only the retention function may.
 DELETES = {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "s3:DeleteObject",
@@ -68,6 +75,9 @@ def test_a_function_is_granted_exactly_the_actions_its_code_uses(function: str) 
 def test_no_grant_is_a_wildcard(function: str) -> None:
     for grant in grants(role_of(function)):
         assert not [action for action in grant.actions if "*" in action], grant
+        if set(grant.actions) <= NETWORK_INTERFACES and grant.condition == {
+                "Null": {"lambda:SourceFunctionArn": "true"}}:
+            continue  # EC2's describe actions take no resource but '*'; Lambda's alone
         assert "*" not in grant.resources, grant
 
 
