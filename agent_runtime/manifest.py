@@ -32,12 +32,12 @@ from pydantic import (
 )
 
 from agent_runtime.manifest_duplicates import duplicate_names
+from agent_runtime.manifest_errors import manifest_error_from_validation
 from agent_runtime.manifest_input import (
     JsonObject,
     NonEmptyStr,
     SchemaModel,
     check_structure,
-    manifest_error_from_validation,
     rule_error,
 )
 from agent_runtime.messages import PromptMessage, history_problem

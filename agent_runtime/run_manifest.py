@@ -16,10 +16,10 @@ from pydantic import Field, ValidationError, model_validator
 
 from agent_runtime.errors import ManifestError
 from agent_runtime.manifest import AgentManifest, TrimmedStr, parse_agent_manifest
+from agent_runtime.manifest_errors import manifest_error_from_validation
 from agent_runtime.manifest_input import (
     SchemaModel,
     check_structure,
-    manifest_error_from_validation,
     read_document,
     rule_error,
 )
