@@ -368,6 +368,9 @@ class AgentRuntime(HostServices):
         except (ForkSourceMissing, CorruptRecord) as cannot:
             return await self._fail_unstarted(reserved, *unstartable(cannot))
         execution.resolutions = dict(effect_resolutions or {})
+        # Its owner's lease was taken: the run was running, or the store counted one.
+        execution.takeover = (record.status is RunStatus.RUNNING
+                              or reserved.takeovers > record.takeovers)
         return await self._execute(execution)
 
     async def _execute(self, execution: Execution) -> RunResult:

@@ -115,6 +115,7 @@ class Execution(StepContext):
         self.resume_cursor = cursor
         self.deadline = deadline
         self.continues = continues  # of an attempt an earlier execution began (a slice)
+        self.takeover = False  # the attempt was taken over from an owner found gone
         self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
         self.stack: list[Frame] = []
         self.scopes: list[JsonObject] = []
@@ -440,7 +441,8 @@ class Execution(StepContext):
         first = self.attempt == 1 and self.state.seq == 0
         self.events.emit("run.started" if first else "run.resumed",
                          from_seq=None if first else self.state.seq,
-                         continues=self.continues or None, agent=self.manifest.id,
+                         continues=self.continues or None, takeover=self.takeover or None,
+                         agent=self.manifest.id,
                          trace_parent=_text(self.run.options.get(TRACE_PARENT)),
                          parent_run_id=None if self.run.parent is None
                          else self.run.parent.run_id)

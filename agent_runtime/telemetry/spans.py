@@ -101,6 +101,9 @@ class TelemetrySink:
             self._runs_started = meter.create_counter(
                 "agent_runtime.runs.started", unit="{attempt}",
                 description="Attempts started (a first attempt, a resume or a takeover)")
+            self._takeovers = meter.create_counter(
+                "agent_runtime.lease.takeovers", unit="{attempt}",
+                description="Attempts taken over from an owner found gone")
             self._runs_finished = meter.create_counter(
                 "agent_runtime.runs.finished", unit="{attempt}",
                 description="Attempts ended, by how (completed, failed, suspended, ...)")
@@ -200,6 +203,8 @@ class TelemetrySink:
         if self._meter_provider is not None:
             self._runs_started.add(1, {"agent_runtime.run.start": event.type.removeprefix(
                 "run.")})
+            if event.data.get("takeover"):
+                self._takeovers.add(1)
 
     def end_open_attempts(self) -> None:
         """End every attempt still open as `running`: a Lambda invocation's slice that

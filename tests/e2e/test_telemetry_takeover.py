@@ -58,6 +58,7 @@ def test_a_takeover_after_sigkill_joins_the_killed_attempts_trace(tmp_path: Path
     assert [int.from_bytes(link.span_id) for link in attempt.links] == [
         attempt_span_id("killed", 1)]
     assert attributes(attempt.attributes)["agent_runtime.run.attempt"] == 2
+    assert attributes(attempt.attributes)["agent_runtime.run.takeover"] is True
     assert sorted(span.name for span in taken_over if span.name.startswith("step")) == [
         "step fourth", "step second", "step third"]
     assert os.environ.get("OTEL_SERVICE_NAME") != "otel-takeover-test"  # the test's own env

@@ -126,3 +126,32 @@ def test_a_run_created_under_a_traceparent_continues_the_callers_trace() -> None
         assert f"{attempt.context.trace_id:032x}" == CALLER[3:35]
         assert attempt.parent is not None and f"{attempt.parent.span_id:016x}" == CALLER[36:52]
     assert [link.context.span_id for link in second.links] == [first.context.span_id]
+
+
+def test_a_takeover_is_counted_and_marked_on_its_attempt() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(id_generator=ChosenIds())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = TelemetrySink(provider, MeterProvider(metric_readers=[reader]), chosen_ids=True)
+    for attempt, data in ((1, {}), (2, {"takeover": True}), (3, {})):
+        sink.emit(Event(id=str(attempt), run_id="r1", attempt=attempt, sequence=1,
+                        timestamp=datetime.now(UTC),
+                        type="run.started" if attempt == 1 else "run.resumed", data=data))
+        sink.emit(Event(id=f"{attempt}-end", run_id="r1", attempt=attempt, sequence=2,
+                        timestamp=datetime.now(UTC), type="run.suspended",
+                        data={"reason": "approval"}))
+    metrics = reader.get_metrics_data()
+    assert metrics is not None
+    counted = {metric.name: sum(point.value for point in metric.data.data_points)
+               for resource in metrics.resource_metrics for scope in resource.scope_metrics
+               for metric in scope.metrics}
+    assert counted["agent_runtime.lease.takeovers"] == 1
+    assert counted["agent_runtime.runs.started"] == 3
+    marked = sorted((span.attributes["agent_runtime.run.attempt"],
+                     span.attributes.get("agent_runtime.run.takeover"))
+                    for span in exporter.get_finished_spans() if span.name == "invoke_agent")
+    assert marked == [(1, None), (2, True), (3, None)]
