@@ -36,6 +36,7 @@ from stores.records import (
 
 from agent_runtime.effect_owners import EffectOwner, owner_of
 from agent_runtime.run_options import FORKED_FROM
+from agent_runtime.telemetry.trace_ids import TRACE_PARENT, run_trace_id
 
 # A run id in a URL: what the runtime generates (`run_<hex>`, a sub-run's
 # `<parent>.sub-<hex>`) and what a user may choose, minus anything that could
@@ -174,6 +175,11 @@ class RunView(WireModel):
     created_at: datetime
     updated_at: datetime
     forked_from: ForkedFrom | None = None
+    # Optional on the wire so a client reads servers that predate it.
+    trace_id: str | None = Field(default=None, description=(
+        "The OpenTelemetry trace id (32 hex digits) of the run's spans, whether or not "
+        "this host exports them: the caller's when the run was created under a "
+        "`traceparent`, else computed from the run's id (docs/telemetry.md)"))
 
 
 class RunEnvelope(WireModel):
@@ -336,7 +342,8 @@ def run_view(record: RunRecord, *, max_output_bytes: int) -> RunView:
         checkpoint_seq=record.checkpoint_seq, created_at=record.created_at,
         updated_at=record.updated_at,
         forked_from=ForkedFrom(run_id=str(origin["run_id"]), seq=int(origin["seq"]))
-        if isinstance(origin, dict) and "run_id" in origin and "seq" in origin else None)
+        if isinstance(origin, dict) and "run_id" in origin and "seq" in origin else None,
+        trace_id=run_trace_id(record.run_id, record.options.get(TRACE_PARENT)))
 
 
 def run_envelope(record: RunRecord, *, max_output_bytes: int) -> RunEnvelope:

@@ -38,6 +38,8 @@ function summary(run) {
     facts.push(["Forked from", [runLink(run.forkedFrom.runId), ` at checkpoint ${run.forkedFrom.seq}`]]);
   }
   if (run.parent) facts.push(["Parent", [runLink(run.parent.runId), ` (${run.parent.stepPath})`]]);
+  // The OpenTelemetry trace of the run's spans: what to search for in a trace viewer.
+  if (run.traceId) facts.push(["Trace", h("code", { title: "OpenTelemetry trace id" }, run.traceId)]);
   return h("dl", { class: "facts" }, facts.map(([name, value]) => h("div", {},
     h("dt", {}, name), h("dd", { "data-fact": name.toLowerCase() }, value))));
 }

@@ -76,6 +76,13 @@ def trace_id_for(run_id: str) -> int:
     return _hashed(f"agent-runtime trace\0{trace_root(run_id)}", 128)
 
 
+def run_trace_id(run_id: str, trace_parent: object = None) -> str:
+    """The trace id of a run's spans, as 32 hex digits: its caller's when it was
+    created under a traceparent (its `trace_parent` option), else its root's."""
+    caller = caller_of(trace_parent)
+    return f"{trace_id_for(run_id) if caller is None else caller[0]:032x}"
+
+
 def attempt_span_id(run_id: str, attempt: int) -> int:
     """The 64-bit span id of `run_id`'s attempt `attempt`."""
     return _hashed(f"agent-runtime attempt\0{run_id}\0{attempt}", 64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -50,7 +51,9 @@ def test_the_run_shows_what_a_client_needs(api: Api) -> None:
     run = reply.run
     assert set(run) == {"runId", "status", "attempt", "tenant", "manifestHash", "agent", "parent",
                         "suspension", "lastSuspension", "output", "outputRef", "outputBytes",
-                        "error", "usage", "checkpointSeq", "createdAt", "updatedAt", "forkedFrom"}
+                        "error", "usage", "checkpointSeq", "createdAt", "updatedAt", "forkedFrom",
+                        "traceId"}
+    assert re.fullmatch(r"[0-9a-f]{32}", run["traceId"])
     assert run["status"] == "completed" and run["manifestHash"].startswith("sha256:")
     assert run["usage"]["maxTotalTokens"] == 100_000 and run["usage"]["consumedTokens"] > 0
     assert "leases" in json.dumps(run["output"])

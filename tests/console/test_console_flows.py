@@ -13,6 +13,7 @@ import pytest
 from browser import open_console, screenshot, wait_in_page
 from playwright.sync_api import expect
 
+from agent_runtime.telemetry.trace_ids import trace_id_for
 from tests.api.serve_process import (
     FIXTURES,
     Serve,
@@ -123,6 +124,9 @@ def test_fork_a_finished_run_from_a_middle_checkpoint(
         f"{source} at checkpoint {middle}")
     fork = run_of(client, fork_id)
     assert fork["forkedFrom"] == {"runId": source, "seq": middle}
+    # The run's trace id, as its spans carry it (docs/telemetry.md).
+    expect(page.locator("[data-fact=trace]")).to_have_text(fork["traceId"])
+    assert fork["traceId"] == f"{trace_id_for(fork_id):032x}"
 
 
 def test_cancel_a_running_run(page: Any, server: Serve, client: httpx.Client,

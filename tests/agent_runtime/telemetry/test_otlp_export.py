@@ -116,6 +116,9 @@ def test_serve_exports_spans_and_metrics(tmp_path: Path,
                 headers={"traceparent": CALLER})
             assert response.status_code == 201, response.text
             called = response.json()["run"]
+            # the run view names the trace its spans go to, the caller's here
+            assert called["traceId"] == CALLER_TRACE
+            assert run["traceId"] == f"{trace_id_for(run['runId']):032x}"
             for run_id in (run["runId"], called["runId"]):
                 wait_for_status(http, run_id, "completed")
             # exported while serve runs, a batch at a time
