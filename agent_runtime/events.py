@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from stores.records import JsonValue
+from stores.records import JsonObject, JsonValue
 
 from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import escape_json_text
@@ -250,8 +250,12 @@ class EventEmitter:
     def __init__(self, sinks: Iterable[EventSink], *, run_id: str, attempt: int,
                  now: Callable[[], datetime], first_sequence: int = 1,
                  common: Mapping[str, JsonValue] | None = None,
-                 failure: SinkFailurePolicy | None = None) -> None:
+                 failure: SinkFailurePolicy | None = None,
+                 log: list[JsonObject] | None = None) -> None:
         self._sinks = list(sinks)
+        # The run's durable event log (`RunState.events`): every event of this run is
+        # appended, as JSON, to be committed with the next checkpoint.
+        self._log = log
         self._failure = failure or SinkFailurePolicy()
         self._run_id = run_id
         self._attempt = attempt
@@ -262,15 +266,30 @@ class EventEmitter:
 
     @property
     def listening(self) -> bool:
-        """Whether any sink receives events: when none does, none is built."""
-        return bool(self._sinks)
+        """Whether any sink or the run's log receives events: when none does, none is built."""
+        return bool(self._sinks) or self._log is not None
 
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
              **data: JsonValue) -> Event | None:
-        if not self._sinks:  # as emit_for, without passing the data on to be dropped
+        if not self._sinks and self._log is None:  # as emit_for, without passing data on
             return None
         return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
                              step_path=step_path, **data)
+
+    def record(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
+               **data: JsonValue) -> Event | None:
+        """An event of this run numbered and appended to its log, not yet delivered:
+        for the run's end or suspension, whose event must ride in the write that
+        ends it, while the sinks hear it only once that write committed (`deliver`)."""
+        if not self._sinks and self._log is None:
+            return None
+        return self._numbered(self._run_id, self._attempt, type_,
+                              (step_id, step_path, data))
+
+    def deliver(self, event: Event | None) -> None:
+        """Hand a `record`ed event to the sinks."""
+        if event is not None:
+            self._fan_out(event)
 
     def emit_for(self, run_id: str, attempt: int, type_: str, /, *,
                  step_id: str | None = None, step_path: str | None = None,
@@ -281,8 +300,15 @@ class EventEmitter:
         would otherwise cost a run that nobody watches a large share of its time).
         Nor numbered: the sinks are fixed when the emitter is made, so no one ever
         sees a number this emitter gives."""
-        if not self._sinks:
+        if not self._sinks and self._log is None:
             return None
+        event = self._numbered(run_id, attempt, type_, (step_id, step_path, data))
+        self._fan_out(event)
+        return event
+
+    def _numbered(self, run_id: str, attempt: int, type_: str,
+                  about: tuple[str | None, str | None, Mapping[str, JsonValue]]) -> Event:
+        step_id, step_path, data = about  # the step's id and path, the event's data
         with self._lock:
             self._sequence += 1
             event = Event(id=random_id(), run_id=run_id, attempt=attempt,
@@ -290,6 +316,13 @@ class EventEmitter:
                           step_id=step_id, step_path=step_path,
                           data={**self._common,
                                 **{k: v for k, v in data.items() if v is not None}})
+            if self._log is not None and run_id == self._run_id:
+                # Built once here; serialised once, with the checkpoint that commits it.
+                self._log.append(event.to_json())
+        return event
+
+    def _fan_out(self, event: Event) -> None:
+        type_ = event.type
         for sink in self._sinks:
             try:
                 sink.emit(event)
@@ -299,4 +332,3 @@ class EventEmitter:
                 logger.warning("event sink %s failed on %s of run %s", type(sink).__name__,
                                type_, self._run_id, exc_info=True)
                 self._failure.failed(error, event)
-        return event
