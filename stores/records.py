@@ -28,7 +28,7 @@ from pydantic import (
 # The checkpoint body's format ("major.minor"), written into every checkpoint and
 # read on resume (agent_runtime/continuations.py): a newer one is refused, an
 # older one migrated. RUNTIME_VERSION names the release that wrote it.
-CONTRACT_VERSION = "1.0"
+CONTRACT_VERSION = "1.1"  # 1.1: the event log (`Checkpoint.events`)
 RUNTIME_VERSION = "0.1.0"
 
 JsonObject = dict[str, Any]

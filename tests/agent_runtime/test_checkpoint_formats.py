@@ -225,6 +225,16 @@ def test_after_a_version_bump_the_previous_releases_runs_are_migrated_and_resume
         case["checkpoints"][-1]["cursor"][0]["continuation"]["next"]]
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_runs_left_in_format_1_0_resume_with_an_event_log_from_their_resume(name: str) -> None:
+    case = fixture("1.0")["cases"][name]
+    store, run_id = seeded(case)
+    ended = carry_on(store, run_id)
+    assert (ended.status.value, ended.output) == (case["ends"]["status"], case["ends"]["output"])
+    logged = store.list_events(run_id, limit=1000)
+    assert logged and logged[0].type == "run.resumed" and logged[0].cursor == 1
+
+
 def test_a_checkpoint_of_a_newer_format_is_refused_by_name_and_the_run_left_as_it_was() -> None:
     case = fixture(CHECKPOINT_FORMAT)["cases"]["goal-loop-died-between-iterations"]
     case["checkpoints"][-1]["contract_version"] = "9.0"
@@ -233,7 +243,8 @@ def test_a_checkpoint_of_a_newer_format_is_refused_by_name_and_the_run_left_as_i
     before = store.load_run(run_id)
     with pytest.raises(CheckpointVersionRefused,
                        match=r"checkpoint \d+ is in checkpoint format 9\.0, written by "
-                             r"agent-runtime 9\.1\.0; this release reads format 1\.0"):
+                             r"agent-runtime 9\.1\.0; this release reads format "
+                             + re.escape(CHECKPOINT_FORMAT)):
         carry_on(store, run_id)
     assert store.load_run(run_id) == before
 
