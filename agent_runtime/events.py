@@ -318,7 +318,10 @@ class EventEmitter:
                                 **{k: v for k, v in data.items() if v is not None}})
             if self._log is not None and run_id == self._run_id:
                 # Built once here; serialised once, with the checkpoint that commits it.
-                self._log.append(event.to_json())
+                # Without the run id: the log is the run's own (`stores.event_log`).
+                entry = event.to_json()
+                del entry["run_id"]
+                self._log.append(entry)
         return event
 
     def _fan_out(self, event: Event) -> None:

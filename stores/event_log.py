@@ -8,7 +8,9 @@ same transaction, or not at all. An event's cursor is its position in that
 list, from 1: gapless and monotonic across attempts, because an attempt
 resumes from the last committed checkpoint and appends after its events.
 
-A store reads the log by folding only the events of its checkpoint bodies
+An entry is the engine's event as JSON without its `run_id` (every entry is
+the run's own, so it is added on reading: ~45 bytes an event not stored). A
+store reads the log by folding only the events of its checkpoint bodies
 (`deltas.folded_events`); this module pages what the fold returns.
 """
 
@@ -38,7 +40,7 @@ def page_of(entries: list[Any], *, run_id: str, after: int, limit: int) -> list[
     for cursor, entry in enumerate(entries[after:after + limit], start=after + 1):
         if not isinstance(entry, dict):
             raise DeltaFormatError(f"event {cursor} of run {run_id!r} is not an object")
-        event = RunEvent.model_validate({**entry, "cursor": cursor})
+        event = RunEvent.model_validate({"run_id": run_id, **entry, "cursor": cursor})
         if event.run_id != run_id:
             raise DeltaFormatError(f"event {cursor} of run {run_id!r} names run "
                                    f"{event.run_id!r}")

@@ -24,9 +24,10 @@ from stores.event_log import MAX_EVENTS_PAGE
 from stores.records import Checkpoint, JsonObject
 
 
-def log_entry(number: int, attempt: int = 1, run_id: str = RUN) -> JsonObject:
-    """The `number`-th entry of a run's log, as the engine appends it (no content)."""
-    entry: JsonObject = {"id": f"event-{attempt}-{number}", "run_id": run_id,
+def log_entry(number: int, attempt: int = 1) -> JsonObject:
+    """The `number`-th entry of a run's log, as the engine appends it (no content; the
+    run id is the log's own, added on reading)."""
+    entry: JsonObject = {"id": f"event-{attempt}-{number}",
                          "attempt": attempt, "sequence": number,
                          "timestamp": at(number).isoformat(), "type": "step.completed",
                          "step_id": f"step-{number}", "step_path": f"step-{number}",

@@ -117,8 +117,9 @@ def this_release() -> JsonObject:
 
 
 def _numbered_ids(body: Any, seen: dict[str, str] | None = None) -> Any:
-    """`body` with each random id (a transcript item's) replaced by its number in
-    order of appearance, so two writes of one run compare equal."""
+    """`body` with each random id (a transcript item's, an event's) replaced by its
+    number in order of appearance, and each duration an event measured on the wall
+    clock as 0, so two writes of one run compare equal."""
     seen = {} if seen is None else seen
     if isinstance(body, list):
         return [_numbered_ids(item, seen) for item in body]
@@ -128,6 +129,8 @@ def _numbered_ids(body: Any, seen: dict[str, str] | None = None) -> Any:
     for key, value in body.items():
         if key == "id" and isinstance(value, str) and RANDOM_ID.fullmatch(value):
             numbered[key] = seen.setdefault(value, f"id-{len(seen) + 1}")
+        elif key == "duration_ms" and isinstance(value, int):
+            numbered[key] = 0
         else:
             numbered[key] = _numbered_ids(value, seen)
     return numbered
