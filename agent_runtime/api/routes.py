@@ -29,6 +29,7 @@ from stores.base import RunAlreadyExists
 from stores.records import Budget, RunRecord, RunStatus
 
 from agent_runtime.api import guard
+from agent_runtime.api.event_wire import EventPage
 from agent_runtime.api.output_parts import output_answer
 from agent_runtime.api.problems import (
     ApiProblem,
@@ -36,7 +37,7 @@ from agent_runtime.api.problems import (
     problem_schema_responses,
     register_problem_handlers,
 )
-from agent_runtime.api.run_events import EventPage, wait_for_events
+from agent_runtime.api.run_events import wait_for_events
 from agent_runtime.api.services import ApiServices, AtCapacity
 from agent_runtime.api.submission import (
     agent_from_request,

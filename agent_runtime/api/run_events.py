@@ -16,48 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
 
-from pydantic import Field
 from stores.base import RunStore
-from stores.records import RunEvent, RunRecord, RunStatus
+from stores.records import RunRecord
 
+from agent_runtime.api.event_wire import EventPage, event_view
 from agent_runtime.api.problems import ApiProblem
-from agent_runtime.api.wire import WireModel, camel_keys
-
-
-class EventView(WireModel):
-    """One event of a run's log (camelCase; `data` holds ids, timings, counts, codes)."""
-
-    cursor: int = Field(description="The event's place in the run's log, from 1: ask for "
-                                    "`after` it to continue")
-    id: str
-    run_id: str
-    attempt: int
-    sequence: int = Field(description="The event's number within its attempt")
-    timestamp: datetime
-    type: str = Field(description="run.*, step.*, model.*, approval.*, checkpoint.saved, ...")
-    step_id: str | None = None
-    step_path: str | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
-
-
-class EventPage(WireModel):
-    """A page of a run's event log."""
-
-    events: list[EventView]
-    cursor: int = Field(description="The last event's cursor (the `after` asked, when the "
-                                    "page is empty): the next page's `after`")
-    status: RunStatus = Field(description="The run's status when the page was read: once it "
-                                          "is terminal and a page is empty, the log is whole")
-
-
-def event_view(event: RunEvent) -> EventView:
-    return EventView(cursor=event.cursor, id=event.id, run_id=event.run_id,
-                     attempt=event.attempt, sequence=event.sequence, timestamp=event.timestamp,
-                     type=event.type, step_id=event.step_id, step_path=event.step_path,
-                     data=camel_keys(event.data))
 
 
 def event_page(store: RunStore, record: RunRecord, *, after: int, limit: int) -> EventPage:

@@ -4,6 +4,9 @@ resumed from `Last-Event-ID`, and long-polls, each checked against the stored lo
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -11,8 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_process import Serve, running_serve, start, wait_for_status
+from serve_process import REPO, TEST_TOKEN, Serve, running_serve, start, wait_for_status
 
+from agent_runtime.client import AgentRuntimeClient
 from stores.records import RunEvent
 from stores.sqlite import SqliteRunStore
 
@@ -138,3 +142,27 @@ def test_a_stream_is_answered_as_the_route_answers_a_refused_request(server: Ser
         response = stranger.get(f"/runs/{run_id}/events",
                                 headers={"Accept": "text/event-stream"})
     assert response.status_code == 401  # a token serve does not know names no tenant
+
+
+@pytest.mark.slow
+def test_the_client_and_the_cli_follow_a_run_to_its_end(server: Serve) -> None:
+
+
+
+    with AgentRuntimeClient(server.base_url, token=TEST_TOKEN) as client:
+        run = client.create_run(many_steps(5), model="scripted/echo")
+        followed = list(client.events(run.run_id, follow=True, wait=5))
+        assert followed[-1].type == "run.completed"
+        stored = stored_log(server, run.run_id)
+        assert [event.id for event in followed] == [event.id for event in stored]
+        assert [event.cursor for event in client.events(run.run_id, after=3)] == list(
+            range(4, len(stored) + 1))
+    printed = subprocess.run(
+        [sys.executable, "-m", "agent_runtime.cli", "events", run.run_id, "--url",
+         server.base_url, "--follow", "--format", "ndjson"],
+        env=dict(os.environ, PYTHONPATH=str(REPO), AGENT_RUNTIME_TOKEN=TEST_TOKEN),
+        capture_output=True, text=True, timeout=HANG, check=False, cwd=server.workdir)
+    assert printed.returncode == 0, printed.stderr
+    lines = [json.loads(line) for line in printed.stdout.splitlines()]
+    assert [line["id"] for line in lines] == [event.id for event in stored]
+    assert lines[-1]["type"] == "run.completed" and lines[-1]["run_id"] == run.run_id

@@ -5,6 +5,7 @@ until the next event commits, and keeps tenants apart."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,21 +56,27 @@ def test_pages_by_cursor_and_a_long_poll_that_answers_with_the_next_commit(
     middle = events(deployment, run_id, after=2, limit=3)
     assert [event["cursor"] for event in middle.body["events"]] == [3, 4, 5]
 
-    # Nothing after the last cursor yet: the request waits until the approved run's
-    # next attempt commits its first events.
-    polled: list[HttpAnswer] = []
-    poll = threading.Thread(target=lambda: polled.append(
-        events(deployment, run_id, after=first.body["cursor"], wait=20)))
-    poll.start()
+    # The approval is recorded (the run stays suspended until its next attempt runs);
+    # nothing is after the last cursor yet. While the request waits, the next attempt
+    # runs (the start and Advance functions: the API function serves one request at a
+    # time, as a Lambda container does) and commits its first events.
     approval_id = store.load_run(run_id).suspension.details["approval_id"]  # type: ignore[union-attr]
     answered = stack.call_api(http_event("api-approve.json", runId=run_id,
                                          approvalId=approval_id, body={"approved": True}))
     assert answered.status == 200, answered.body
-    stack.deliver_resume_requests()
-    assert stack.wait_for(execution_name(run_id, 2))["status"] == "SUCCEEDED"
-    poll.join(timeout=HANG)
-    assert not poll.is_alive()
-    (answer,) = polled
+    resumed: list[str] = []
+
+    def next_attempt() -> None:
+        # Most likely after the request began waiting (what it answers holds either way).
+        time.sleep(1.0)
+        stack.deliver_resume_requests()
+        resumed.append(stack.wait_for(execution_name(run_id, 2))["status"])
+
+    attempt = threading.Thread(target=next_attempt)
+    attempt.start()
+    answer = events(deployment, run_id, after=first.body["cursor"], wait=20)
+    attempt.join(timeout=HANG)
+    assert not attempt.is_alive() and resumed == ["SUCCEEDED"]
     assert answer.status == 200, answer.body
     assert answer.body["events"], answer.body  # woken by the commit, not the wait's end
     assert answer.body["events"][0]["cursor"] == first.body["cursor"] + 1
