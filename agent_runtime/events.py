@@ -273,14 +273,17 @@ class EventEmitter:
              **data: JsonValue) -> Event | None:
         if not self._sinks and self._log is None:  # as emit_for, without passing data on
             return None
-        return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
-                             step_path=step_path, **data)
+        event = self._numbered(self._run_id, self._attempt, type_, (step_id, step_path, data))
+        if event is not None:
+            self._fan_out(event)
+        return event
 
     def record(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
                **data: JsonValue) -> Event | None:
         """An event of this run numbered and appended to its log, not yet delivered:
         for the run's end or suspension, whose event must ride in the write that
-        ends it, while the sinks hear it only once that write committed (`deliver`)."""
+        ends it, while the sinks hear it only once that write committed (`deliver`).
+        None when no sink listens (the log has it)."""
         if not self._sinks and self._log is None:
             return None
         return self._numbered(self._run_id, self._attempt, type_,
@@ -296,33 +299,50 @@ class EventEmitter:
                  **data: JsonValue) -> Event | None:
         """An event about `run_id`'s `attempt`; data that is None is left out (positional
         parameters, so data may have an `attempt` of its own, as a webhook's retry does).
-        None when no sink listens: nothing is built (a commit point's several events
-        would otherwise cost a run that nobody watches a large share of its time).
-        Nor numbered: the sinks are fixed when the emitter is made, so no one ever
-        sees a number this emitter gives."""
+        None when no sink listens: no event is built (a commit point's several events
+        would otherwise cost a run that nobody watches a large share of its time), only
+        the run's log entry when it keeps one. Nor numbered when nothing hears it: the
+        sinks and the log are fixed when the emitter is made, so no one ever sees a
+        number this emitter gives."""
         if not self._sinks and self._log is None:
             return None
         event = self._numbered(run_id, attempt, type_, (step_id, step_path, data))
-        self._fan_out(event)
+        if event is not None:
+            self._fan_out(event)
         return event
 
     def _numbered(self, run_id: str, attempt: int, type_: str,
-                  about: tuple[str | None, str | None, Mapping[str, JsonValue]]) -> Event:
+                  about: tuple[str | None, str | None, Mapping[str, JsonValue]],
+                  ) -> Event | None:
+        """The event, numbered and logged; None when only the log hears it (then only
+        its entry is built: every commit point emits several, on the engine's hot path)."""
         step_id, step_path, data = about  # the step's id and path, the event's data
-        with self._lock:
+        kept: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
+        if self._common:
+            kept = {**self._common, **kept}
+        event_id, timestamp = random_id(), self._now()
+        log = self._log if run_id == self._run_id else None
+        with self._lock:  # numbered and logged in one order
             self._sequence += 1
-            event = Event(id=random_id(), run_id=run_id, attempt=attempt,
-                          sequence=self._sequence, timestamp=self._now(), type=type_,
-                          step_id=step_id, step_path=step_path,
-                          data={**self._common,
-                                **{k: v for k, v in data.items() if v is not None}})
-            if self._log is not None and run_id == self._run_id:
-                # Built once here; serialised once, with the checkpoint that commits it.
-                # Without the run id: the log is the run's own (`stores.event_log`).
-                entry = event.to_json()
-                del entry["run_id"]
-                self._log.append(entry)
-        return event
+            sequence = self._sequence
+            if log is not None:
+                # Built once here, serialised once with the checkpoint that commits it;
+                # without the run id: the log is the run's own (`stores.event_log`).
+                entry: dict[str, Any] = {"id": event_id, "attempt": attempt,
+                                         "sequence": sequence,
+                                         "timestamp": timestamp.isoformat(), "type": type_}
+                if step_id is not None:
+                    entry["step_id"] = step_id
+                if step_path is not None:
+                    entry["step_path"] = step_path
+                if kept:
+                    entry["data"] = kept
+                log.append(entry)
+        if log is not None and not self._sinks:
+            return None
+        return Event(id=event_id, run_id=run_id, attempt=attempt, sequence=sequence,
+                     timestamp=timestamp, type=type_, step_id=step_id, step_path=step_path,
+                     data=kept)
 
     def _fan_out(self, event: Event) -> None:
         type_ = event.type
