@@ -9,6 +9,11 @@ clients that follow runs never starve the requests that start them. Tenancy,
 validation and errors are the route's own: the first answer that is not a
 page is the answer.
 
+Reading a page folds the run's checkpoint bodies; between pages the follower
+only watches the run itself (`GET /runs/{runId}`: its checkpoint seq and
+status, one record read) and asks for the next page once they moved, since
+events commit only with checkpoints.
+
 A stream is Server-Sent Events: each event of the run's log as `id: <cursor>`,
 `event: <type>` and `data: <the event's JSON>`; a client that reconnects
 sends `Last-Event-ID` and continues after it. A comment is sent every
@@ -41,8 +46,10 @@ _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 # A `Last-Event-ID` or `after` this server would take: a cursor, as the route bounds it.
 _CURSOR = re.compile(r"\d{1,16}")
 
-# Asks the route for one page (a request slot held only meanwhile).
+# Asks the routes for one answer (a request slot held only meanwhile).
 Ask = Callable[[Scope], Awaitable[Answer]]
+# What moves when events commit: the run's checkpoint seq and status (None: unknown).
+Mark = tuple[Any, Any] | None
 
 
 def _query(scope: Scope) -> dict[str, str]:
@@ -97,42 +104,78 @@ class EventFollower:
         """A waiting request's answer: a long-poll's page, or a stream to send."""
         if EVENT_STREAM not in (_header(scope, b"accept") or ""):
             return await self.long_poll(scope, ask)
-        first, after = await self.first_answer(scope, ask)
+        first, after, mark = await self.first_answer(scope, ask)
         if _page(first) is None:  # refused (404, 422, ...): answered as the route did
             return first
-        return EventStreamAnswer(self, scope, ask, first, after=after, receive=receive)
+        return EventStreamAnswer(self, scope, ask, first, after=after, mark=mark,
+                                 receive=receive)
+
+    async def mark(self, scope: Scope, ask: Ask) -> Mark:
+        """The run's checkpoint seq and status, as `GET /runs/{runId}` answers the caller
+        (None when it does not: the next page will say why)."""
+        path = scope.get("path", "").removesuffix("/events")
+        answer = await ask({**scope, "path": path, "raw_path": path.encode("utf-8"),
+                            "query_string": b""})
+        if answer.status != 200:
+            return None
+        try:
+            run = json.loads(answer.body)["run"]
+            return run.get("checkpointSeq"), run.get("status")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    async def moved(self, scope: Scope, ask: Ask, mark: Mark, *, until: float,
+                    gone: asyncio.Event | None = None) -> tuple[bool, Mark]:
+        """Watch the run every poll until its mark moves (True, the new mark), or `until`
+        (monotonic) passes or the client is `gone` (False)."""
+        while (left := until - self.clock()) > 0:
+            pause = min(self.limits.events_poll_seconds, left)
+            if gone is None:
+                await asyncio.sleep(pause)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(gone.wait(), pause)
+                if gone.is_set():
+                    return False, mark
+            current = await self.mark(scope, ask)
+            if current is None or current != mark:
+                return True, current
+        return False, mark
 
     async def long_poll(self, scope: Scope, ask: Ask) -> Answer:
         """The first page with events, or the run's end, or the empty page at the wait's end."""
         wait = min(int(_query(scope)["wait"]), self.limits.max_events_wait_seconds)
         deadline = self.clock() + wait
         once = _asking(scope, wait="0")
+        mark = await self.mark(scope, ask)  # before the page: no commit goes unseen
         while True:
             answer = await ask(once)
             page = _page(answer)
             if page is None or page["events"] or page.get("status") in _TERMINAL:
                 return answer
-            left = deadline - self.clock()
-            if left <= 0:
+            changed, mark = await self.moved(scope, ask, mark, until=deadline)
+            if not changed:
                 return answer
-            await asyncio.sleep(min(self.limits.events_poll_seconds, left))
 
-    async def first_answer(self, scope: Scope, ask: Ask) -> tuple[Answer, int]:
-        """The stream's first page (or the problem that answers it) and its cursor."""
+    async def first_answer(self, scope: Scope, ask: Ask) -> tuple[Answer, int, Mark]:
+        """The stream's first page (or the problem that answers it), its cursor and the
+        run's mark taken before it."""
         resumed = _header(scope, b"last-event-id")
         after = _query(scope).get("after", "0")
         if resumed is not None and _CURSOR.fullmatch(resumed.strip()):
             after = resumed.strip()
+        mark = await self.mark(scope, ask)
         answer = await ask(_asking(scope, wait="0", after=after))
-        return answer, int(after) if _CURSOR.fullmatch(after) else 0
+        return answer, int(after) if _CURSOR.fullmatch(after) else 0, mark
 
 
 class EventStreamAnswer:
     """A stream of a run's events, sent after the request slot is free (`Answer.send`)."""
 
     def __init__(self, follower: EventFollower, scope: Scope, ask: Ask, first: Answer, *,
-                 after: int, receive: Receive) -> None:
+                 after: int, mark: Mark, receive: Receive) -> None:
         self._follower = follower
+        self._mark = mark
         self._scope = scope
         self._ask = ask
         self._first = first
@@ -155,8 +198,8 @@ class EventStreamAnswer:
                 await watcher
 
     async def _events(self, send: Send, gone: asyncio.Event, *, ends: float) -> None:
-        limits, clock = self._follower.limits, self._follower.clock
-        answer, after = self._first, self._after
+        follower, clock = self._follower, self._follower.clock
+        answer, after, mark = self._first, self._after, self._mark
         quiet_since = clock()
         await _chunk(send, "retry: 1000\n\n")
         while not gone.is_set():
@@ -174,12 +217,19 @@ class EventStreamAnswer:
                 return
             if clock() >= ends:
                 return
-            if not page["events"]:
-                if clock() - quiet_since >= limits.event_stream_keepalive_seconds:
+            if page["events"]:
+                mark = await follower.mark(self._scope, self._ask)
+            else:
+                while not gone.is_set():  # until the run moves: a keep-alive now and then
+                    keepalive = quiet_since + follower.limits.event_stream_keepalive_seconds
+                    changed, mark = await follower.moved(self._scope, self._ask, mark,
+                                                         until=min(keepalive, ends), gone=gone)
+                    if changed:
+                        break
+                    if gone.is_set() or clock() >= ends:
+                        return
                     await _chunk(send, ": keep-alive\n\n")
                     quiet_since = clock()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(gone.wait(), limits.events_poll_seconds)
                 if gone.is_set():
                     return
             answer = await self._ask(_asking(self._scope, wait="0", after=str(after)))
