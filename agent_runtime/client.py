@@ -12,7 +12,10 @@ Answers are the API's own wire models (`agent_runtime.api.wire`: `RunView`,
 problem+json) raises `ApiError` with its status, `detail` and `field`; a 429
 or 503 carries `retry_after`, the seconds the server asked the client to wait.
 Nothing is retried behind the caller's back: a `POST /runs` repeated after a
-lost answer is safe only with an `idempotency_key`.
+lost answer is safe only with an `idempotency_key`. The one exception is
+`events(follow=True)`, which only reads: it long-polls the run's event log and,
+when a request fails on the way (a dropped connection, 429, 502-504), asks
+again from the last cursor it yielded, so no event is lost or repeated.
 
 Credentials: `token` (a `serve` bearer token), or `auth`, any `httpx.Auth`;
 `SigV4Auth` signs requests for an API Gateway stage with IAM authorisation,
@@ -33,6 +36,7 @@ import httpx
 from pydantic import BaseModel
 from stores.records import RunStatus
 
+from agent_runtime.api.event_wire import EventPage, EventView
 from agent_runtime.api.wire import (
     KEY_PATTERN,
     Caller,
@@ -54,6 +58,9 @@ _SEGMENT = re.compile(KEY_PATTERN.strip("^$"))
 
 # A run in one of these is still under way: `wait` keeps polling.
 UNDER_WAY = frozenset({RunStatus.CREATED, RunStatus.RUNNING})
+# Answers after which `events(follow=True)` asks again: the server is busy or a
+# gateway lost the request, not the request wrong.
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class ApiError(Exception):
@@ -221,6 +228,43 @@ class AgentRuntimeClient:
         return self._call("GET", f"/runs/{_segment(run_id)}/checkpoints/{int(seq)}",
                           CheckpointEnvelope).checkpoint
 
+    def events(self, run_id: str, *, after: int = 0, follow: bool = False, wait: int = 20,
+               page_size: int = 100, pause: float = 1.0) -> Iterator[EventView]:
+        """The run's events after cursor `after`, oldest first, each once.
+
+        Without `follow`, what the log holds now. With it, also what the run commits
+        later: each request long-polls up to `wait` seconds, the next one continues
+        from the last cursor yielded, until the run has ended and its log was read
+        whole. A request that fails on the way (the connection, or 429, 502-504) is
+        asked again after `pause` seconds (or the server's Retry-After)."""
+        path = f"/runs/{_segment(run_id)}/events"
+        while True:
+            params = {"after": after, "limit": page_size, "wait": wait if follow else 0}
+            try:
+                page = self._call("GET", path, EventPage, params=params,
+                                  timeout=self._waiting(wait if follow else 0))
+            except httpx.TransportError:
+                if not follow:
+                    raise
+                self._sleep(pause)
+                continue
+            except ApiError as error:
+                if not follow or error.status not in RETRIED_STATUSES:
+                    raise
+                self._sleep(error.retry_after or pause)
+                continue
+            yield from page.events
+            after = page.cursor
+            if not page.events and (not follow or page.status.terminal):
+                return
+
+    def _waiting(self, wait: float) -> httpx.Timeout:
+        """The client's timeouts, its read timeout lengthened by a long-poll's wait."""
+        read = self._http.timeout.read
+        return httpx.Timeout(self._http.timeout.connect, read=None if read is None
+                             else read + wait, write=self._http.timeout.write,
+                             pool=self._http.timeout.pool)
+
     def effects(self, run_id: str) -> list[EffectView]:
         return self._call("GET", f"/runs/{_segment(run_id)}/effects", EffectList).effects
 
@@ -271,14 +315,15 @@ class AgentRuntimeClient:
 
     def _call(self, method: str, path: str, model: type[M], *,
               json_body: Any = None, params: Mapping[str, Any] | None = None,
-              headers: Mapping[str, str] | None = None) -> M:
+              headers: Mapping[str, str] | None = None,
+              timeout: httpx.Timeout | None = None) -> M:
         content = None if json_body is None else json.dumps(
             json_body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         sent = dict(headers or {})
         if content is not None:
             sent["Content-Type"] = "application/json"
         answer = self._http.request(method, path, content=content, params=params,
-                                    headers=sent)
+                                    headers=sent, timeout=timeout or self._http.timeout)
         if answer.status_code >= 400:
             raise _error(answer)
         return model.model_validate_json(answer.content)

@@ -11,8 +11,9 @@ Two versions are written with every checkpoint and read back here:
   continuation (`StepBase.continuation_version`). A newer one is refused the
   same way; an older one goes through the kind's `migrate_continuation`.
 
-Format 1.0 is the first, so no body migration exists yet; a release that
-changes the body's shape bumps `CONTRACT_VERSION` and adds its step here, and
+Format 1.1 added the run's event log (`Checkpoint.events`); a 1.0 checkpoint
+has none, and its run's log starts with the attempt that resumes it. A release
+that changes the body's shape bumps `CONTRACT_VERSION` and adds its step here, and
 `tests/agent_runtime/test_checkpoint_formats.py` resumes the checkpoints the
 previous release wrote (`tests/fixtures/checkpoints/`).
 """
@@ -31,7 +32,10 @@ CHECKPOINT_FORMAT = CONTRACT_VERSION
 
 CheckpointMigration = Callable[[Checkpoint], Checkpoint]
 # From a format to the next one and how: {"1.0": ("1.1", bring_1_0_to_1_1)}.
-CHECKPOINT_MIGRATIONS: dict[str, tuple[str, CheckpointMigration]] = {}
+CHECKPOINT_MIGRATIONS: dict[str, tuple[str, CheckpointMigration]] = {
+    # 1.0 had no event log: read without one, it is an empty one.
+    "1.0": ("1.1", lambda checkpoint: checkpoint),
+}
 
 
 class CheckpointVersionRefused(Conflict):

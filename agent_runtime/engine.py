@@ -488,7 +488,8 @@ class AgentRuntime(HostServices):
                                     f"{source_id}, which no longer exists (deleted?)")
         now = self.clock.now()
         start = source.model_copy(deep=True, update={
-            "run_id": record.run_id, "seq": 1, "attempt": record.attempt, "created_at": now})
+            "run_id": record.run_id, "seq": 1, "attempt": record.attempt, "created_at": now,
+            "events": []})  # the source's log is the source's: this run's starts empty
         start.budget.max_total_tokens = record.budget.max_total_tokens
         self.store.save_checkpoint(start, expected_attempt=record.attempt,
                                    lease_expires_at=now + timedelta(seconds=self.lease_seconds))

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from stores.records import JsonValue
+from stores.records import JsonObject, JsonValue
 
 from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import escape_json_text
@@ -250,8 +250,12 @@ class EventEmitter:
     def __init__(self, sinks: Iterable[EventSink], *, run_id: str, attempt: int,
                  now: Callable[[], datetime], first_sequence: int = 1,
                  common: Mapping[str, JsonValue] | None = None,
-                 failure: SinkFailurePolicy | None = None) -> None:
+                 failure: SinkFailurePolicy | None = None,
+                 log: list[JsonObject] | None = None) -> None:
         self._sinks = list(sinks)
+        # The run's durable event log (`RunState.events`): every event of this run is
+        # appended, as JSON, to be committed with the next checkpoint.
+        self._log = log
         self._failure = failure or SinkFailurePolicy()
         self._run_id = run_id
         self._attempt = attempt
@@ -262,34 +266,86 @@ class EventEmitter:
 
     @property
     def listening(self) -> bool:
-        """Whether any sink receives events: when none does, none is built."""
-        return bool(self._sinks)
+        """Whether any sink or the run's log receives events: when none does, none is built."""
+        return bool(self._sinks) or self._log is not None
 
     def emit(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
              **data: JsonValue) -> Event | None:
-        if not self._sinks:  # as emit_for, without passing the data on to be dropped
+        if not self._sinks and self._log is None:  # as emit_for, without passing data on
             return None
-        return self.emit_for(self._run_id, self._attempt, type_, step_id=step_id,
-                             step_path=step_path, **data)
+        event = self._numbered(self._run_id, self._attempt, type_, (step_id, step_path, data))
+        if event is not None:
+            self._fan_out(event)
+        return event
+
+    def record(self, type_: str, *, step_id: str | None = None, step_path: str | None = None,
+               **data: JsonValue) -> Event | None:
+        """An event of this run numbered and appended to its log, not yet delivered:
+        for the run's end or suspension, whose event must ride in the write that
+        ends it, while the sinks hear it only once that write committed (`deliver`).
+        None when no sink listens (the log has it)."""
+        if not self._sinks and self._log is None:
+            return None
+        return self._numbered(self._run_id, self._attempt, type_,
+                              (step_id, step_path, data))
+
+    def deliver(self, event: Event | None) -> None:
+        """Hand a `record`ed event to the sinks."""
+        if event is not None:
+            self._fan_out(event)
 
     def emit_for(self, run_id: str, attempt: int, type_: str, /, *,
                  step_id: str | None = None, step_path: str | None = None,
                  **data: JsonValue) -> Event | None:
         """An event about `run_id`'s `attempt`; data that is None is left out (positional
         parameters, so data may have an `attempt` of its own, as a webhook's retry does).
-        None when no sink listens: nothing is built (a commit point's several events
-        would otherwise cost a run that nobody watches a large share of its time).
-        Nor numbered: the sinks are fixed when the emitter is made, so no one ever
-        sees a number this emitter gives."""
-        if not self._sinks:
+        None when no sink listens: no event is built (a commit point's several events
+        would otherwise cost a run that nobody watches a large share of its time), only
+        the run's log entry when it keeps one. Nor numbered when nothing hears it: the
+        sinks and the log are fixed when the emitter is made, so no one ever sees a
+        number this emitter gives."""
+        if not self._sinks and self._log is None:
             return None
-        with self._lock:
+        event = self._numbered(run_id, attempt, type_, (step_id, step_path, data))
+        if event is not None:
+            self._fan_out(event)
+        return event
+
+    def _numbered(self, run_id: str, attempt: int, type_: str,
+                  about: tuple[str | None, str | None, Mapping[str, JsonValue]],
+                  ) -> Event | None:
+        """The event, numbered and logged; None when only the log hears it (then only
+        its entry is built: every commit point emits several, on the engine's hot path)."""
+        step_id, step_path, data = about  # the step's id and path, the event's data
+        kept: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
+        if self._common:
+            kept = {**self._common, **kept}
+        event_id, timestamp = random_id(), self._now()
+        log = self._log if run_id == self._run_id else None
+        with self._lock:  # numbered and logged in one order
             self._sequence += 1
-            event = Event(id=random_id(), run_id=run_id, attempt=attempt,
-                          sequence=self._sequence, timestamp=self._now(), type=type_,
-                          step_id=step_id, step_path=step_path,
-                          data={**self._common,
-                                **{k: v for k, v in data.items() if v is not None}})
+            sequence = self._sequence
+            if log is not None:
+                # Built once here, serialised once with the checkpoint that commits it;
+                # without the run id: the log is the run's own (`stores.event_log`).
+                entry: dict[str, Any] = {"id": event_id, "attempt": attempt,
+                                         "sequence": sequence,
+                                         "timestamp": timestamp.isoformat(), "type": type_}
+                if step_id is not None:
+                    entry["step_id"] = step_id
+                if step_path is not None:
+                    entry["step_path"] = step_path
+                if kept:
+                    entry["data"] = kept
+                log.append(entry)
+        if log is not None and not self._sinks:
+            return None
+        return Event(id=event_id, run_id=run_id, attempt=attempt, sequence=sequence,
+                     timestamp=timestamp, type=type_, step_id=step_id, step_path=step_path,
+                     data=kept)
+
+    def _fan_out(self, event: Event) -> None:
+        type_ = event.type
         for sink in self._sinks:
             try:
                 sink.emit(event)
@@ -299,4 +355,3 @@ class EventEmitter:
                 logger.warning("event sink %s failed on %s of run %s", type(sink).__name__,
                                type_, self._run_id, exc_info=True)
                 self._failure.failed(error, event)
-        return event

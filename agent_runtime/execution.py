@@ -126,7 +126,7 @@ class Execution(StepContext):
         self.events = EventEmitter(runtime.event_sinks, run_id=run.run_id, attempt=run.attempt,
                                    now=runtime.clock.now,
                                    first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1,
-                                   failure=runtime.sink_failure)
+                                   failure=runtime.sink_failure, log=state.events)
         self._last_renewal = time.monotonic()
         self._lost: StoreError | None = None
         # The lease heartbeat while model and tool calls are in flight (`guarded`).
@@ -468,13 +468,16 @@ class Execution(StepContext):
             if self.settlements:
                 await self.checkpoint()  # effect results ride in a checkpoint, not a completion
         except SuspendRun as signal:
+            # The run's last events ride in the write that suspends or ends it; the
+            # sinks hear them once it committed.
+            suspended = self.events.record("run.suspended", reason=signal.reason,
+                                           approval_id=signal.details.get("approval_id"),
+                                           child_run_id=signal.details.get("child_run_id"))
             await self._store_write(self.store.suspend_run, self.run_id,
                                     expected_attempt=self.attempt, reason=signal.reason,
                                     details=signal.details, at=self.now(),
                                     checkpoint=self._final_checkpoint())
-            self.events.emit("run.suspended", reason=signal.reason,
-                             approval_id=signal.details.get("approval_id"),
-                             child_run_id=signal.details.get("child_run_id"))
+            self.events.deliver(suspended)
             return self.result(RunStatus.SUSPENDED, suspension={"reason": signal.reason,
                                                                 "details": signal.details})
         except EndRun as signal:
@@ -493,33 +496,38 @@ class Execution(StepContext):
                                              message=f"{type(error).__name__}: {error}"))
         self.stack = [self._frame_at(steps, len(steps), "", None)]
         output = self.final_output()
+        completed = self.events.record(
+            "run.completed", duration_ms=round((time.monotonic() - started) * 1000),
+            tokens=self.state.budget.consumed_tokens)
         await self._store_write(self.store.complete_run, self.run_id,
                                 expected_attempt=self.attempt, output=output, at=self.now(),
                                 checkpoint=self._final_checkpoint())
-        self.events.emit("run.completed",
-                         duration_ms=round((time.monotonic() - started) * 1000),
-                         tokens=self.state.budget.consumed_tokens)
+        self.events.deliver(completed)
         return self.result(RunStatus.COMPLETED, output=output)
 
     async def _fail(self, error: RunError) -> RunResult:
+        failed = self.events.record("run.failed", error_type=error.type)
         await self._store_write(self.store.fail_run, self.run_id, expected_attempt=self.attempt,
                                 error=error, at=self.now(), checkpoint=self._final_checkpoint())
-        self.events.emit("run.failed", error_type=error.type)
+        self.events.deliver(failed)
         return self.result(RunStatus.FAILED, error=error)
 
     async def _end_early(self, signal: EndRun) -> RunResult:
         output = self.final_output()
         if signal.action == "complete":
+            completed = self.events.record("run.completed", reason=signal.reason)
             await self._store_write(self.store.complete_run, self.run_id,
                                     expected_attempt=self.attempt, output=output, at=self.now(),
                                     checkpoint=self._final_checkpoint())
-            self.events.emit("run.completed", reason=signal.reason)
+            self.events.deliver(completed)
             return self.result(RunStatus.COMPLETED, output=output)
+        # A cancel carries no checkpoint: its event rides in the one saved before it.
+        cancelled = self.events.record("run.cancelled", reason=signal.reason)
         await self._store_write(self.store.save_checkpoint, self._final_checkpoint(),
                                 expected_attempt=self.attempt)
         await self._store_write(self.store.cancel_run, self.run_id, at=self.now(),
                                 expected_attempt=self.attempt)
-        self.events.emit("run.cancelled", reason=signal.reason)
+        self.events.deliver(cancelled)
         return self.result(RunStatus.CANCELLED)
 
     async def _store_write(self, write: Callable[P, None], *args: P.args,

@@ -52,6 +52,9 @@ class RunState:
     step_results: list[JsonObject] = field(default_factory=list)
     transcript: list[JsonObject] = field(default_factory=list)
     artifacts: list[ArtifactRef] = field(default_factory=list)
+    # The run's event log (`Checkpoint.events`): what the emitter appended since the
+    # last commit rides in the next checkpoint.
+    events: list[JsonObject] = field(default_factory=list)
     seq: int = 0
     results: dict[tuple[str, str], JsonObject] = field(default_factory=dict)
     model_requests: int = 0
@@ -68,6 +71,7 @@ class RunState:
             budget=TokenBudget(checkpoint.budget.max_total_tokens,
                                checkpoint.budget.consumed_tokens),
             artifacts=list(checkpoint.artifacts),
+            events=list(checkpoint.events),
             seq=checkpoint.seq,
         )
         for entry in checkpoint.step_results:
@@ -100,10 +104,11 @@ class RunState:
         # them during that write (a wave's members): shallow copies, since
         # entries are never changed in place. Variables are replaced in place,
         # so they are copied (a dict of a few keys).
-        step_results, transcript, artifacts = self.step_results, self.transcript, self.artifacts
+        step_results, transcript, artifacts, events = (self.step_results, self.transcript,
+                                                       self.artifacts, self.events)
         if copy_lists:
-            step_results, transcript, artifacts = (list(step_results), list(transcript),
-                                                   list(artifacts))
+            step_results, transcript, artifacts, events = (
+                list(step_results), list(transcript), list(artifacts), list(events))
         return trusted_record(Checkpoint, {
             "run_id": run_id, "seq": self.seq, "attempt": attempt,
             "manifest_hash": manifest_hash, "contract_version": CONTRACT_VERSION,
@@ -113,7 +118,7 @@ class RunState:
             "budget": trusted_record(CheckpointBudget, {
                 "max_total_tokens": self.budget.max_total_tokens,
                 "consumed_tokens": self.budget.consumed_tokens}),
-            "created_at": created_at,
+            "created_at": created_at, "events": events,
         })
 
     def usage(self) -> dict[str, int]:

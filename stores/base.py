@@ -31,6 +31,10 @@ Rules every store keeps:
   returns (a copy per commit point would cost more with every entry): a store
   reads them during the call, and what it keeps of them past it keeps their
   length at the call (`deltas.SavedLists` does).
+* The event log is the checkpoints' `events` list (append-only, as the
+  transcript): `list_events` pages it by cursor, the entry's position from 1.
+  It commits with the checkpoint that carries it, so it costs no write of its
+  own, and a checkpoint's identity ignores it (a retry's re-save is identical).
 * Reads never return silently wrong data. A record is checked against its
   checksum, its identity (the run, seq or key it is stored under) and the
   store's bookkeeping: checkpoints are exactly seqs 1..`checkpoint_seq`, and a
@@ -74,6 +78,7 @@ from stores.records import (
     CheckpointInfo,
     EffectRecord,
     RunError,
+    RunEvent,
     RunPage,
     RunRecord,
     RunStatus,
@@ -350,6 +355,20 @@ class RunStore(Protocol):
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         """The run's effects, oldest first. Raises `RunNotFound`; `CorruptRecord` when a
         record names another run or key, or (where the store counts them) one is missing."""
+        ...
+
+    def list_events(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
+        """The run's durable event log after cursor `after`: at most `limit` events, by
+        cursor (`after + 1`, `after + 2`, ...; an empty list when none is committed yet).
+
+        The log holds the `events` of the run's checkpoints: an event commits with
+        the checkpoint (or the suspension or end carrying one) that follows it, in
+        the same write, never in a write of its own; cursors number it from 1
+        without gaps across attempts (`stores.event_log`). It goes with the run
+        (`delete_run`). Raises `RunNotFound`, `ValueError` for a negative `after`
+        or a `limit` outside 1..`event_log.MAX_EVENTS_PAGE`, and `CorruptRecord`
+        as the checkpoint reads do.
+        """
         ...
 
     def delete_run(self, run_id: str) -> None:

@@ -1,7 +1,7 @@
 """Checkpoints stored as deltas, so storage grows with the work, not its square.
 
 The engine only appends to a checkpoint's append-only lists
-(`records.APPEND_ONLY_FIELDS`: step results, transcript, artifacts). A stored
+(`records.APPEND_ONLY_FIELDS`: step results, transcript, artifacts, events). A stored
 checkpoint body therefore keeps, for each list, how many entries it keeps from
 the previous checkpoint (`base`) plus only the new entries (a list that did
 not change is left out). A checkpoint whose lists do not extend the previous
@@ -319,6 +319,32 @@ def _folded(bodies: Iterable[str | bytes]) -> Iterator[tuple[dict[str, Any], dic
         yield head, lists
 
 
+def folded_events(bodies: Iterable[str | bytes]) -> list[Any]:
+    """The event log after the last of `bodies` (every body of a run from seq 1, in seq
+    order), without assembling the checkpoints: the events list alone, folded as
+    `_folded` folds every list."""
+    events: list[Any] = []
+    for body in bodies:
+        try:
+            decoded = json.loads(body)
+        except ValueError as error:
+            raise DeltaFormatError(f"checkpoint body is not JSON: {error}") from error
+        if not isinstance(decoded, dict) or decoded.get("format") not in _FORMATS \
+                or not isinstance(decoded.get("lists"), dict):
+            raise DeltaFormatError("checkpoint body has an unknown format")
+        part = decoded["lists"].get("events")
+        if part is None:
+            continue
+        base = part.get("base") if isinstance(part, dict) else None
+        items = part.get("items") if isinstance(part, dict) else None
+        if not isinstance(base, int) or isinstance(base, bool) or not 0 <= base <= len(events) \
+                or not isinstance(items, list):
+            raise DeltaFormatError("checkpoint body has a malformed events delta")
+        del events[base:]
+        events.extend(items)
+    return events
+
+
 def _checkpoint(head: dict[str, Any], lists: dict[str, list[Any]]) -> Checkpoint:
     try:
         # Validation copies the lists, so the fold may go on changing its own.
@@ -368,7 +394,7 @@ def assemble_each(bodies: Iterable[str | bytes], *, first: int) -> Iterator[Chec
 # Each append-only list's type, as the checkpoint declares it.
 _ENTRIES: dict[str, TypeAdapter[Any]] = {
     "step_results": TypeAdapter(list[JsonObject]), "transcript": TypeAdapter(list[JsonObject]),
-    "artifacts": TypeAdapter(list[ArtifactRef])}
+    "artifacts": TypeAdapter(list[ArtifactRef]), "events": TypeAdapter(list[JsonObject])}
 
 
 def _validated_entries(name: str, entries: list[Any], head: dict[str, Any]) -> list[Any]:

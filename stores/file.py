@@ -72,6 +72,7 @@ from stores.atomic_files import (
 )
 from stores.base import CorruptRecord, RunAlreadyExists, RunKeyTaken
 from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
+from stores.event_log import check_page, events_fold
 from stores.file_approvals import recorded_decision, restore_decision, write_decision
 from stores.file_effects import EffectLedger
 from stores.file_layout import SUBDIRS, RunFile, check_run_id, read_run_file
@@ -80,6 +81,7 @@ from stores.records import (
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
+    RunEvent,
     RunPage,
     RunRecord,
     RunStatus,
@@ -295,6 +297,14 @@ class FileRunStore(StateChanges):
                 return []
             return self._assembled(
                 run_id, last, lambda bodies: list(assemble_each(bodies, first=first_seq)))
+
+    def list_events(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
+        check_page(after, limit)
+        with self._locked(run_id, shared=True) as found:
+            state = _existing(found, run_id)
+            if not state.latest_seq:
+                return []
+            return self._assembled(run_id, state.latest_seq, events_fold(run_id, after, limit))
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._locked(run_id, shared=True) as found:

@@ -28,11 +28,13 @@ from typing import Any
 from stores import transitions
 from stores.base import RunAlreadyExists, RunKeyTaken, Settlement
 from stores.deltas import SavedLists, SavedListsCache, assemble, assemble_each, encode_body
+from stores.event_log import check_page, events_fold
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
+    RunEvent,
     RunPage,
     RunRecord,
     RunStatus,
@@ -378,6 +380,13 @@ class MemoryRunStore(StateChanges):
                 (decode_record(EffectRecord, text)
                  for (owner, _), text in self._effects.items() if owner == run_id),
                 key=lambda effect: (effect.created_at, effect.key))
+
+    def list_events(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
+        check_page(after, limit)
+        with self._lock:
+            transitions.require_run(self._state(run_id), run_id)
+            bodies = [row.body for row in self._checkpoints.get(run_id, [])]
+        return events_fold(run_id, after, limit)(bodies)
 
     def delete_run(self, run_id: str) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from pydantic import (
 # The checkpoint body's format ("major.minor"), written into every checkpoint and
 # read on resume (agent_runtime/continuations.py): a newer one is refused, an
 # older one migrated. RUNTIME_VERSION names the release that wrote it.
-CONTRACT_VERSION = "1.0"
+CONTRACT_VERSION = "1.1"  # 1.1: the event log (`Checkpoint.events`)
 RUNTIME_VERSION = "0.1.0"
 
 JsonObject = dict[str, Any]
@@ -194,14 +194,41 @@ class Checkpoint(_Record):
     artifacts: list[ArtifactRef] = Field(default_factory=list)
     budget: CheckpointBudget = Field(default_factory=CheckpointBudget)
     created_at: UtcDatetime = Field(default_factory=utc_now)
+    # The run's event log up to this checkpoint (`RunEvent` without its cursor, which
+    # is the entry's position from 1): the lifecycle events emitted since the last
+    # commit ride in the next one, appended like the transcript, so the log costs no
+    # write of its own. Observations, not state: identity ignores them.
+    events: list[JsonObject] = Field(default_factory=list)
 
     def same_content(self, other: Checkpoint) -> bool:
-        """Identity of checkpoints ignores `created_at`."""
-        return self.model_dump(exclude={"created_at"}) == other.model_dump(exclude={"created_at"})
+        """Identity of checkpoints ignores `created_at` and the event log: a retried
+        execution that reaches the same state with events of its own is a re-save."""
+        ignored = {"created_at", "events"}
+        return self.model_dump(exclude=ignored) == other.model_dump(exclude=ignored)
 
 
 # The lists the engine only ever appends to. Stores keep them as deltas.
-APPEND_ONLY_FIELDS: tuple[str, ...] = ("step_results", "transcript", "artifacts")
+APPEND_ONLY_FIELDS: tuple[str, ...] = ("step_results", "transcript", "artifacts", "events")
+
+
+class RunEvent(_Record):
+    """One entry of a run's durable event log (`RunStore.load_events`).
+
+    `cursor` numbers the run's log from 1, without gaps, across attempts; the
+    rest is the engine's event (agent_runtime/events.py): ids, timings, counts
+    and codes, never prompt text, model output, variable values or tool
+    arguments."""
+
+    cursor: int
+    id: str
+    run_id: str
+    attempt: int
+    sequence: int
+    timestamp: UtcDatetime
+    type: str
+    step_id: str | None = None
+    step_path: str | None = None
+    data: JsonObject = Field(default_factory=dict)
 
 
 class CheckpointInfo(_Record):

@@ -46,11 +46,13 @@ from stores import transitions
 from stores.base import CorruptRecord, RunAlreadyExists, RunKeyTaken, Settlement
 from stores.codecs import seal_text
 from stores.deltas import SavedLists, encode_body
+from stores.event_log import check_page
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
+    RunEvent,
     RunPage,
     RunRecord,
     RunStatus,
@@ -77,6 +79,7 @@ from stores.sqlite_rows import (
     assemble_rows_each,
     checkpoint_row,
     digest,
+    events_of_rows,
     moment,
     run_seal,
     run_values,
@@ -285,6 +288,16 @@ class SqliteRunStore(StateChanges):
                 return []
             rows = self._checkpoint_rows(conn, run_id, latest, last, bodies=True)
             return assemble_rows_each(self.path, run_id, rows, first_seq)
+
+    def list_events(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
+        check_page(after, limit)
+        with self._read() as conn:
+            run, _, latest = self._row(conn, run_id)
+            transitions.require_run(run, run_id)
+            if not latest:
+                return []
+            rows = self._checkpoint_rows(conn, run_id, latest, None, bodies=True)
+        return events_of_rows(self.path, run_id, rows, after=after, limit=limit)
 
     def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._read() as conn:

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 from stores.base import CorruptRecord
 from stores.codecs import open_text, seal_text
 from stores.deltas import SavedLists, assemble, assemble_each
-from stores.records import Checkpoint, RunRecord
+from stores.event_log import events_fold
+from stores.records import Checkpoint, RunEvent, RunRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _T = TypeVar("_T")
@@ -269,6 +270,13 @@ def assemble_rows_each(path: Path, run_id: str, rows: Sequence[Sequence[Any]],
     for checkpoint, row in zip(checkpoints, rows[len(rows) - len(checkpoints):], strict=True):
         _check_identity(path, run_id, checkpoint, row[1])
     return checkpoints
+
+
+def events_of_rows(path: Path, run_id: str, rows: Sequence[Sequence[Any]], *, after: int,
+                   limit: int) -> list[RunEvent]:
+    """The page of the run's event log after `after` in the bodies of `rows` (every
+    checkpoint of the run, as for `assemble_rows`)."""
+    return _decoded(path, run_id, rows, events_fold(run_id, after, limit))
 
 
 def _decoded(path: Path, run_id: str, rows: Sequence[Sequence[Any]],

@@ -29,6 +29,7 @@ from stores.base import RunKeyTaken
 from stores.records import Budget, RunRecord, RunStatus
 
 from agent_runtime.api import guard
+from agent_runtime.api.event_wire import EventPage
 from agent_runtime.api.output_parts import output_answer
 from agent_runtime.api.problems import (
     ApiProblem,
@@ -36,6 +37,7 @@ from agent_runtime.api.problems import (
     problem_schema_responses,
     register_problem_handlers,
 )
+from agent_runtime.api.run_events import wait_for_events
 from agent_runtime.api.services import ApiServices, AtCapacity
 from agent_runtime.api.submission import (
     agent_from_request,
@@ -79,6 +81,8 @@ from agent_runtime.telemetry.trace_ids import TRACE_PARENT, parse_traceparent
 JSON = "application/json"
 # `limit` may ask for up to this many rows; `ApiLimits.max_page_size` caps what a page holds.
 MAX_LIMIT = 1000
+# `wait` may ask for up to this many seconds; `ApiLimits.max_events_wait_seconds` caps it.
+MAX_WAIT = 60
 # Past any output a policy allows (`maxRunOutputBytes` is at most 2**31).
 MAX_OUTPUT_OFFSET = 2**31
 
@@ -288,6 +292,34 @@ class RunRoutes:
                 raise ApiProblem(404, f"run {record.run_id} has no checkpoint {seq}",
                                  field="seq")
             return json_response(200, checkpoint_state(checkpoint))
+
+        @self._route("GET", "/runs/<runId>/events", operation_id="listEvents",
+                     summary="A run's lifecycle events after a cursor, long-polled",
+                     responses=_responses(200, EventPage, "A page of the run's event log"),
+                     description="The run's durable event log (steps, model and tool calls, "
+                                 "approvals, checkpoints, the run's end; ids, timings and "
+                                 "counts, never prompts, outputs, variables or tool "
+                                 "arguments), oldest first, after the cursor `after`. With "
+                                 "`wait`, an empty page waits up to that many seconds (the "
+                                 "host caps it, 20 by default) for the next event. Follow a "
+                                 "run by asking again with the page's `cursor`, until its "
+                                 "`status` is terminal and a page is empty. `serve` also "
+                                 "answers `Accept: text/event-stream` (Server-Sent Events, "
+                                 "`id` the cursor, resumed from `Last-Event-ID`).")
+        def list_events(runId: RunId,
+                        after: Annotated[int, Query(ge=0, le=MAX_TOKENS, description=(
+                            "The cursor of the last event seen (0: from the start)"))] = 0,
+                        limit: Limit = 100,
+                        wait: Annotated[int, Query(ge=0, le=MAX_WAIT, description=(
+                            "Seconds to wait for an event when there is none yet"))] = 0,
+                        ) -> Response[str]:
+            record = self.visible_run(runId)
+            limits = self.services.limits
+            return json_response(200, wait_for_events(
+                self.services.store, record, after=after,
+                limit=min(limit, limits.max_page_size),
+                wait=min(wait, limits.max_events_wait_seconds),
+                poll=limits.events_poll_seconds))
 
         @self._route("GET", "/runs/<runId>/effects", operation_id="listEffects",
                      summary="A run's tool-call effects",

@@ -19,7 +19,9 @@ The routes are a Powertools `HttpResolverLocal` (an ASGI app) with
   compute an answer (`answers`), and sends it after the slot is free;
 * answers the public routes (`/openapi.json`, the console's files) from
   answers computed at start (`public_pages`), outside the slots;
-* times the body out (408) after `ConnectionLimits.body_timeout`.
+* times the body out (408) after `ConnectionLimits.body_timeout`;
+* answers the events route's waiting requests (long-polls, event streams) on
+  the event loop, holding a slot only for each page's read (`event_stream`).
 
 Every error it writes is `application/problem+json` (RFC 9457). Below it, each
 connection is a `GuardedConnection` (`connections`): a cap on open
@@ -65,6 +67,7 @@ from agent_runtime.api.answers import (
     problem_answer,
 )
 from agent_runtime.api.connections import ConnectionLimits, connection_of, guarded_protocol
+from agent_runtime.api.event_stream import EventFollower, EventStreamAnswer
 from agent_runtime.api.local_auth import HostCheck
 from agent_runtime.api.local_launcher import LocalLauncher
 from agent_runtime.api.local_reconcile import ReconcileLoop
@@ -100,8 +103,10 @@ class ApiGuard:
 
     def __init__(self, app: AsgiApp, *, max_body_bytes: int, hosts: HostCheck,
                  body_timeout: float = ConnectionLimits.body_timeout,
-                 public: Mapping[str, Answer] | None = None) -> None:
+                 public: Mapping[str, Answer] | None = None,
+                 events: EventFollower | None = None) -> None:
         self.app = app
+        self.events = events
         self.max_body_bytes = max_body_bytes
         self.hosts = hosts
         self.body_timeout = body_timeout
@@ -133,7 +138,7 @@ class ApiGuard:
             if connection is not None:
                 connection.request_ended()
 
-    async def _answer(self, scope: Scope, receive: Receive) -> Answer | None:
+    async def _answer(self, scope: Scope, receive: Receive) -> Answer | EventStreamAnswer | None:
         refusal = self._refusal(scope)
         if refusal is not None:
             return problem_answer(*refusal)
@@ -156,6 +161,8 @@ class ApiGuard:
             body.decode("utf-8")
         except UnicodeDecodeError:
             return problem_answer(400, "the request body is not UTF-8 text")
+        if self.events is not None and self.events.follows(scope):
+            return await self.events.answer(scope, receive, self._ask)
         async with self._request_slots():
             try:
                 answer = await compute_answer(self.app, scope, body, receive)
@@ -167,6 +174,21 @@ class ApiGuard:
             return problem_answer(500, "the server failed to answer this request; the "
                                        "error is in its log")
         return answer
+
+    async def _ask(self, scope: Scope) -> Answer:
+        """The routes' answer to a bodiless request, in a request slot (`event_stream`)."""
+        async def no_more() -> dict[str, Any]:
+            return {"type": "http.disconnect"}
+
+        async with self._request_slots():
+            try:
+                answer = await compute_answer(self.app, scope, b"", no_more)
+            except Exception:
+                logger.exception("%s %s: unhandled error", scope.get("method"),
+                                 scope.get("path"))
+                answer = None
+        return answer or problem_answer(500, "the server failed to answer this request; "
+                                             "the error is in its log")
 
     def _refusal(self, scope: Scope) -> tuple[int, str] | None:
         headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
@@ -221,7 +243,8 @@ def build_app(services: ApiServices, hosts: HostCheck,
     build_api(resolver, services)
     public = capture_public_answers(resolver, public_paths())
     return ApiGuard(resolver, max_body_bytes=services.limits.max_body_bytes, hosts=hosts,
-                    body_timeout=(limits or ConnectionLimits()).body_timeout, public=public)
+                    body_timeout=(limits or ConnectionLimits()).body_timeout, public=public,
+                    events=EventFollower(services.limits))
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

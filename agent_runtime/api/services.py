@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 # An output answer's floor: a part's envelope (~1 KiB) and room for data.
 MIN_OUTPUT_ANSWER_BYTES = 4 * 1024
+# API Gateway ends a request its integration has not answered in 29 s: a long-poll
+# must answer before, with room for the Lambda's own work.
+MAX_EVENTS_WAIT_SECONDS = 25.0
 
 
 class Unauthenticated(Exception):
@@ -112,8 +115,26 @@ class ApiLimits:
     # answered in parts, each within it (agent_runtime/api/output_parts.py). Below
     # Lambda's 6 MB response limit with room for headers.
     max_output_answer_bytes: int = 4 * 1024 * 1024
+    # `GET /runs/{runId}/events?wait=` waits at most this long for an event (capped
+    # below API Gateway's integration timeout), looking every `events_poll_seconds`.
+    max_events_wait_seconds: float = 20.0
+    events_poll_seconds: float = 0.5
+    # `serve`'s event streams (text/event-stream): each ends after this long (the
+    # client reconnects with Last-Event-ID), with a comment every keep-alive.
+    max_event_stream_seconds: float = 300.0
+    event_stream_keepalive_seconds: float = 15.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.max_events_wait_seconds <= MAX_EVENTS_WAIT_SECONDS:
+            raise ValueError(f"ApiLimits.max_events_wait_seconds must be 0..."
+                             f"{MAX_EVENTS_WAIT_SECONDS:g} (API Gateway ends a request at "
+                             f"29 s), not {self.max_events_wait_seconds}")
+        if not 0 < self.events_poll_seconds <= 10:
+            raise ValueError(f"ApiLimits.events_poll_seconds must be in (0, 10], not "
+                             f"{self.events_poll_seconds}")
+        if self.max_event_stream_seconds <= 0 or self.event_stream_keepalive_seconds <= 0:
+            raise ValueError("ApiLimits.max_event_stream_seconds and "
+                             "event_stream_keepalive_seconds must be positive")
         if self.max_output_answer_bytes < MIN_OUTPUT_ANSWER_BYTES:
             raise ValueError(f"ApiLimits.max_output_answer_bytes must be at least "
                              f"{MIN_OUTPUT_ANSWER_BYTES} bytes, not "

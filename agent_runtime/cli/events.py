@@ -94,7 +94,15 @@ def _matches(event: Event, args: argparse.Namespace) -> bool:
 
 def cmd_events(args: argparse.Namespace) -> int:
     """Print the matching events; `--tail N` only the last N of them, `--follow` then keeps
-    printing what is appended. A reader that goes away (`| head`) ends the command."""
+    printing what is appended. A reader that goes away (`| head`) ends the command.
+    With `--url`, FILE is a run id and the events come from the HTTP API."""
+    if getattr(args, "url", None):
+        from agent_runtime.cli.remote_events import cmd_remote_events  # noqa: PLC0415 - httpx
+
+        return cmd_remote_events(args)
+    for flag, given in (("--token", args.token), ("--after", args.after)):
+        if given:
+            raise InvalidInput(f"{flag} reads from the HTTP API: give --url too", field=flag)
     path = Path(args.file)
     kind = path_kind(path, flag="FILE")
     if kind == "missing":

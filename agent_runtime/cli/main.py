@@ -255,10 +255,20 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(default_limit=DEFAULT_PAGE)
     _store_flags(listing)
 
-    events = _command(commands, "events", "print events from a JSONL event log",
+    events = _command(commands, "events", "print events from a JSONL event log or the API",
                       "Print the events of a JSONL event log, optionally one run's or one "
-                      "type's; --tail N prints the last N, --follow keeps reading.")
-    events.add_argument("file", nargs="?", default=DEFAULT_EVENTS)
+                      "type's; --tail N prints the last N, --follow keeps reading. With "
+                      "--url, FILE is a run id: its durable event log from the HTTP API "
+                      "(serve or API Gateway), --follow until the run ends.")
+    events.add_argument("file", nargs="?", default=DEFAULT_EVENTS, metavar="FILE|RUN")
+    events.add_argument("--url", metavar="URL",
+                        help="the HTTP API to read run RUN's events from (e.g. a serve's "
+                             "http://127.0.0.1:8000)")
+    events.add_argument("--token", metavar="TOKEN",
+                        help="with --url: the bearer token (default: $AGENT_RUNTIME_TOKEN, "
+                             "else .agent-runtime/serve.token)")
+    events.add_argument("--after", type=count(0), default=0, metavar="CURSOR",
+                        help="with --url: only events after this cursor")
     events.add_argument("--run", metavar="RUN_ID")
     events.add_argument("--type", metavar="TYPE", help="an event type or prefix (model.*)")
     events.add_argument("--tail", type=count(0), metavar="N", help="only the last N events")

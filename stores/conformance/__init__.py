@@ -28,8 +28,8 @@ terminal states), `checkpoints` (sequence, round trips, storage), `listing`
 (`list_runs` order, filters, pages), `answers` (`resolve_approval` for
 approvals and unknown effects, the resume outbox of `request_resume`),
 `sub_runs` (a sub-run's end files a resume request on its parent), `run_keys`
-(idempotent requests' keys, unique among runs), `queries`
-(effects, deletion, the store object); `builders` holds the clock,
+(idempotent requests' keys, unique among runs), `queries` (effects, deletion,
+the store object), `events` (the run's event log); `builders` holds the clock,
 the record builders and the scenarios they share.
 """
 
@@ -63,6 +63,7 @@ from stores.conformance.builders import (
     suspend_for_effect,
 )
 from stores.conformance.checkpoints import CheckpointConformance
+from stores.conformance.events import EventLogConformance
 from stores.conformance.lifecycle import LifecycleConformance
 from stores.conformance.listing import ListingConformance
 from stores.conformance.queries import QueryConformance
@@ -83,6 +84,7 @@ __all__ = [
     "WRITES_OF_A_RUNNING_RUN",
     "AnswerConformance",
     "CheckpointConformance",
+    "EventLogConformance",
     "LifecycleConformance",
     "ListingConformance",
     "QueryConformance",
@@ -109,7 +111,8 @@ __all__ = [
 # are listed last concept first: the suite then runs, and reports, lifecycle,
 # checkpoints, listing, answers, sub-runs, the rest, in the order the rules build on
 # each other.
-class RunStoreConformance(QueryConformance, RunKeyConformance, SubRunConformance,
+class RunStoreConformance(EventLogConformance, QueryConformance, RunKeyConformance,
+                          SubRunConformance,
                           AnswerConformance, ListingConformance, CheckpointConformance,
                           LifecycleConformance):
     """The RunStore contract. Subclass it and provide a `store` fixture (see the package)."""

@@ -40,7 +40,8 @@ from stores.dynamodb.items import (
     text_of,
 )
 from stores.dynamodb.requests import Condition, Refused, Table
-from stores.records import Checkpoint, RunRecord, RunStatus
+from stores.event_log import events_fold
+from stores.records import Checkpoint, RunEvent, RunRecord, RunStatus
 
 _T = TypeVar("_T")
 ROUNDS = 12  # read-modify-write rounds lost to concurrent writers before giving up
@@ -225,6 +226,10 @@ class RunReader:
         except (ValueError, LookupError, TypeError, AttributeError) as error:
             raise CorruptRecord(f"checkpoint {current} of run {run_id!r} did not decode: "
                                 f"{error}") from error
+
+    def events(self, run_id: str, latest: int, *, after: int, limit: int) -> list[RunEvent]:
+        """The page of the run's event log after `after`, from its checkpoints 1..`latest`."""
+        return self._folded(run_id, latest, events_fold(run_id, after, limit)) if latest else []
 
     def stored_checkpoint(self, run: RunRecord | None, seq: int) -> Checkpoint | None:
         """The stored checkpoint at `seq`, if any (only a re-save reads one back)."""

@@ -100,11 +100,13 @@ from stores.dynamodb.requests import (
     update_op,
 )
 from stores.dynamodb.runs import ROUNDS, Rounds, RunReader, StoredRun, fence, running_at
+from stores.event_log import check_page
 from stores.records import (
     ApprovalDecision,
     Checkpoint,
     CheckpointInfo,
     EffectRecord,
+    RunEvent,
     RunPage,
     RunRecord,
     RunStatus,
@@ -300,6 +302,13 @@ class DynamoDbRunStore(StateChanges):
                          lease_expired_before=lease_expired_before, parent_run_id=parent_run_id,
                          tenant=tenant, resume_requested_before=resume_requested_before,
                          newest_first=newest_first)
+
+    def list_events(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
+        check_page(after, limit)
+        with self._lock(run_id):
+            stored = self._reader.load(run_id)
+            run = transitions.require_run(None if stored is None else stored.run, run_id)
+            return self._reader.events(run_id, run.checkpoint_seq or 0, after=after, limit=limit)
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._lock(run_id):

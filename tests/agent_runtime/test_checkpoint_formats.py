@@ -117,8 +117,9 @@ def this_release() -> JsonObject:
 
 
 def _numbered_ids(body: Any, seen: dict[str, str] | None = None) -> Any:
-    """`body` with each random id (a transcript item's) replaced by its number in
-    order of appearance, so two writes of one run compare equal."""
+    """`body` with each random id (a transcript item's, an event's) replaced by its
+    number in order of appearance, and each duration an event measured on the wall
+    clock as 0, so two writes of one run compare equal."""
     seen = {} if seen is None else seen
     if isinstance(body, list):
         return [_numbered_ids(item, seen) for item in body]
@@ -128,6 +129,8 @@ def _numbered_ids(body: Any, seen: dict[str, str] | None = None) -> Any:
     for key, value in body.items():
         if key == "id" and isinstance(value, str) and RANDOM_ID.fullmatch(value):
             numbered[key] = seen.setdefault(value, f"id-{len(seen) + 1}")
+        elif key == "duration_ms" and isinstance(value, int):
+            numbered[key] = 0
         else:
             numbered[key] = _numbered_ids(value, seen)
     return numbered
@@ -225,6 +228,16 @@ def test_after_a_version_bump_the_previous_releases_runs_are_migrated_and_resume
         case["checkpoints"][-1]["cursor"][0]["continuation"]["next"]]
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_runs_left_in_format_1_0_resume_with_an_event_log_from_their_resume(name: str) -> None:
+    case = fixture("1.0")["cases"][name]
+    store, run_id = seeded(case)
+    ended = carry_on(store, run_id)
+    assert (ended.status.value, ended.output) == (case["ends"]["status"], case["ends"]["output"])
+    logged = store.list_events(run_id, limit=1000)
+    assert logged and logged[0].type == "run.resumed" and logged[0].cursor == 1
+
+
 def test_a_checkpoint_of_a_newer_format_is_refused_by_name_and_the_run_left_as_it_was() -> None:
     case = fixture(CHECKPOINT_FORMAT)["cases"]["goal-loop-died-between-iterations"]
     case["checkpoints"][-1]["contract_version"] = "9.0"
@@ -233,7 +246,8 @@ def test_a_checkpoint_of_a_newer_format_is_refused_by_name_and_the_run_left_as_i
     before = store.load_run(run_id)
     with pytest.raises(CheckpointVersionRefused,
                        match=r"checkpoint \d+ is in checkpoint format 9\.0, written by "
-                             r"agent-runtime 9\.1\.0; this release reads format 1\.0"):
+                             r"agent-runtime 9\.1\.0; this release reads format "
+                             + re.escape(CHECKPOINT_FORMAT)):
         carry_on(store, run_id)
     assert store.load_run(run_id) == before
 

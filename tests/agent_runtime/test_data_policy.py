@@ -4,11 +4,11 @@ of events, logs and messages, and never reaches a terminal raw.
 A scripted model asks for a tool under a made-up name and call id, calls a
 real tool with a canary argument, answers with terminal escape sequences, and
 in another run gives a wrong-typed answer; a variable holds a canary too.
-Everything the runtime says about those runs (events in memory and in the
-JSONL log, the Lambda log lines of `LogEventSink`, run errors, and what the
-CLI prints in every format) may quote a canary only as an excerpt of at most
-`EXCERPT_LIMIT` characters; the tool name and call ids not at all; and no
-escape sequence is printed raw.
+Everything the runtime says about those runs (events in memory, in the
+JSONL log and in the runs' durable event logs, the Lambda log lines of
+`LogEventSink`, run errors, and what the CLI prints in every format) may
+quote a canary only as an excerpt of at most `EXCERPT_LIMIT` characters; the
+tool name and call ids not at all; and no escape sequence is printed raw.
 """
 
 from __future__ import annotations
@@ -175,6 +175,17 @@ def test_events_logs_and_errors_carry_no_canary(tmp_path: Path,
     every_event = json.dumps([e.to_json() for e in events.events], ensure_ascii=False)
     assert leaks(every_event) == []
     assert leaks((tmp_path / "events.jsonl").read_text(encoding="utf-8")) == []
+    # the runs' durable event logs (what GET /runs/{runId}/events serves): the events
+    # the sinks heard, and no prompt, output, variable or tool argument either
+    stored = [event for run in (asked, wrong, not_json)
+              for event in runtime.store.list_events(run.run_id, limit=1000)]
+    assert {event.type for event in stored} >= {"run.started", "model.tool.requested",
+                                                 "model.text.delta", "run.completed"}
+    assert {event.id for event in stored} <= {event.id for event in events.events}
+    stored_text = json.dumps([event.model_dump(mode="json") for event in stored],
+                             ensure_ascii=False)
+    assert leaks(stored_text) == [] and raw_controls(stored_text) == []
+    assert "second line" not in stored_text and "Look up" not in stored_text
     logged = log_lines.getvalue()
     assert "model.tool.requested" in logged and "model.text.delta" in logged
     assert leaks(logged) == [] and raw_controls(logged) == []

@@ -19,6 +19,7 @@ ROUTES = {
     "/runs/{runId}/output": {"get"},
     "/runs/{runId}/checkpoints": {"get"},
     "/runs/{runId}/checkpoints/{seq}": {"get"},
+    "/runs/{runId}/events": {"get"},
     "/runs/{runId}/approvals/{approvalId}": {"post"},
     "/runs/{runId}/resume": {"post"},
     "/runs/{runId}/cancel": {"post"},

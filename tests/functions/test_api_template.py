@@ -16,6 +16,7 @@ from tests.stores.aws.aws_template import load_template
 ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
           ("GET", "/runs/{runId}/output"),
           ("GET", "/runs/{runId}/checkpoints"), ("GET", "/runs/{runId}/checkpoints/{seq}"),
+          ("GET", "/runs/{runId}/events"),
           ("POST", "/runs/{runId}/approvals/{approvalId}"), ("POST", "/runs/{runId}/resume"),
           ("POST", "/runs/{runId}/cancel"), ("POST", "/runs/{runId}/fork"),
           ("POST", "/runs/resume-crash-looped"),

@@ -151,7 +151,7 @@ def test_a_frame_without_continuation_is_stored_without_one_and_read_back_empty(
 def _pydantic_head(checkpoint: Checkpoint, excluded: set[str]) -> str:
     """The head as pydantic writes it: what `encode_body` must write, byte for byte."""
     exclude: dict[Any, Any] = dict.fromkeys(excluded | {"step_results", "transcript",
-                                                        "artifacts"}, True)
+                                                        "artifacts", "events"}, True)
     empty = {index: {"continuation"} for index, frame in enumerate(checkpoint.cursor)
              if not frame.continuation}
     if empty:
