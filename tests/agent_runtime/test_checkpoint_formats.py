@@ -129,7 +129,7 @@ def _numbered_ids(body: Any, seen: dict[str, str] | None = None) -> Any:
     for key, value in body.items():
         if key == "id" and isinstance(value, str) and RANDOM_ID.fullmatch(value):
             numbered[key] = seen.setdefault(value, f"id-{len(seen) + 1}")
-        elif key == "duration_ms" and isinstance(value, int):
+        elif key == "duration_ms" and isinstance(value, int | float):
             numbered[key] = 0
         else:
             numbered[key] = _numbered_ids(value, seen)
