@@ -147,6 +147,12 @@ export class EventLog {
     fill(this.note, "Following the run: new events appear as its steps commit.");
   }
 
+  /** The log could not be followed (the run is gone, say): why, for a person. */
+  stopped(reason) {
+    this.container.dataset.log = "stopped";
+    fill(this.note, `Not following the run's events: ${reason}`);
+  }
+
   /** The run has ended and every event of its log is shown. */
   whole() {
     this.container.dataset.log = "whole";

@@ -263,8 +263,12 @@ export function runPage(main, { runId }) {
       await drawRunning(page.status);
     },
     onEnd(error) {
-      if (error) refresh(true);  // says what went wrong (no such run, say)
-      else log.whole();
+      if (error) {
+        log.stopped(describeError(error));
+        refresh(true);  // the summary says what went wrong (no such run, say)
+      } else {
+        log.whole();
+      }
     },
   });
   return stop;
