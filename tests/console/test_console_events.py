@@ -131,3 +131,30 @@ def test_a_finished_run_reads_its_log_once(
     expect(page.locator("#event-log")).to_have_attribute("data-log", "whole")
     expect(page.locator("#event-log")).to_contain_text("this is its whole log")
     assert len(events_asked) == 2, events_asked
+
+
+def test_a_failed_read_of_the_log_is_asked_again_from_the_same_cursor(
+        page: Any, server: Serve, client: httpx.Client, receiver: SlowReceiver) -> None:
+    receiver.release.set()
+    run_id = start(client, webhook_manifest(receiver.url, "console-events-retry"))["runId"]
+    wait_for_status(client, run_id, "completed")
+    stored = client.get(f"/runs/{run_id}/events").json()["events"]
+    events_asked = requests_to(page, f"/runs/{run_id}/events")
+    dropped: list[str] = []
+
+    def drop_the_first_read_after_the_start(route: Any) -> None:
+        if "after=0" not in route.request.url and not dropped:
+            dropped.append(route.request.url)
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    page.route(f"**/runs/{run_id}/events?*", drop_the_first_read_after_the_start)
+    open_console(page, server, f"#/runs/{run_id}")
+    expect(page.locator("#event-log")).to_have_attribute("data-log", "whole")
+    assert dropped, "the second read of the log was not made"
+    afters = [int(parse_qs(urlsplit(url).query)["after"][0]) for url in events_asked]
+    last = stored[-1]["cursor"]
+    assert afters == [0, last, last], afters  # the dropped read, asked again as it was
+    page.get_by_role("tab", name="Events").click()
+    expect(page.locator("#event-log tr.event")).to_have_count(len(stored))
