@@ -225,10 +225,12 @@ export function runPage(main, { runId }) {
         open.kind ? h("span", { class: "muted" }, ` (${open.kind})`) : null];
     } else {
       let inFlight = null;
+      const done = new Set([...progress.steps.values()]
+        .filter((step) => step.status === "completed").map((step) => step.path));
       try {
         const effects = await api.listEffects(runId);
-        inFlight = effects.filter((effect) => effect.status === "reserved" && effect.stepPath)
-          .at(-1) ?? null;
+        inFlight = effects.filter((effect) => effect.status === "reserved" && effect.stepPath
+          && !done.has(effect.stepPath)).at(-1) ?? null;
       } catch {
         inFlight = null;  // the ledger is a hint; the log stays the source
       }
