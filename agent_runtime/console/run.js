@@ -13,6 +13,8 @@ import { Checkpoints, renderTimeline } from "./timeline.js";
 // Events after which the run's summary or timeline is worth reading again: those that
 // come with a checkpoint or change the run's status. (Events commit with checkpoints,
 // so in practice every page that has events carries one of these.)
+// Kinds of step that hold steps of their own.
+const CONTAINER_KINDS = new Set(["loop"]);
 const CHANGES_RUN = /^(checkpoint\.|run\.|approval\.|budget\.)/;
 
 function usage(run) {
@@ -220,7 +222,9 @@ export function runPage(main, { runId }) {
     }
     const open = progress.running();
     let shown;
-    if (open) {
+    // A step with steps inside (a loop) is open while its children run: what it is
+    // running now may be in flight in the ledger.
+    if (open && !CONTAINER_KINDS.has(open.kind)) {
       shown = ["Running now: ", h("code", { class: "step-path" }, open.path),
         open.kind ? h("span", { class: "muted" }, ` (${open.kind})`) : null];
     } else {
@@ -230,20 +234,26 @@ export function runPage(main, { runId }) {
       try {
         const effects = await api.listEffects(runId);
         inFlight = effects.filter((effect) => effect.status === "reserved" && effect.stepPath
-          && !done.has(effect.stepPath)).at(-1) ?? null;
+          && !done.has(effect.stepPath) && (!open || effect.stepPath.startsWith(`${open.path}/`)))
+          .at(-1) ?? null;
       } catch {
         inFlight = null;  // the ledger is a hint; the log stays the source
       }
       if (ask !== asked) return;  // a newer page answered meanwhile
       const last = [...progress.steps.values()].filter((step) => step.status === "completed")
         .at(-1);
-      shown = inFlight
-        ? ["Running now: ", h("code", { class: "step-path" }, inFlight.stepPath),
+      if (inFlight) {
+        shown = ["Running now: ", h("code", { class: "step-path" }, inFlight.stepPath),
           h("span", { class: "muted" },
             inFlight.tool === "webhook" ? " (a webhook call in flight)"
-              : ` (a call of ${inFlight.tool ?? "a tool"} in flight)`)]
-        : [last ? ["Running now: the step after ", h("code", {}, last.path)]
-          : "Running now: the first step"];
+              : ` (a call of ${inFlight.tool ?? "a tool"} in flight)`)];
+      } else if (open) {
+        shown = ["Running now: ", h("code", { class: "step-path" }, open.path),
+          h("span", { class: "muted" }, ` (${open.kind})`)];
+      } else {
+        shown = last ? ["Running now: the step after ", h("code", {}, last.path)]
+          : "Running now: the first step";
+      }
     }
     fill(runningNow, shown);
     runningNow.hidden = false;

@@ -158,3 +158,35 @@ def test_a_failed_read_of_the_log_is_asked_again_from_the_same_cursor(
     assert afters == [0, last, last], afters  # the dropped read, asked again as it was
     page.get_by_role("tab", name="Events").click()
     expect(page.locator("#event-log tr.event")).to_have_count(len(stored))
+
+
+def test_inside_a_loop_the_running_step_is_the_iterations_and_finished_steps_have_durations(
+        page: Any, server: Serve, client: httpx.Client, receiver: SlowReceiver) -> None:
+    manifest = {"schemaVersion": "1.0", "id": "console-events-loop",
+                "variables": [{"key": "items", "type": "array", "value": ["one"]}],
+                "steps": [{"id": "each", "type": "loop",
+                           "loop": {"source": "items", "itemVariable": "item",
+                                    "maxIterations": 5},
+                           "steps": [{"id": "draft", "type": "prompt",
+                                      "prompt": "Say {{ item }}"},
+                                     {"id": "call", "type": "webhook",
+                                      "url": f"{receiver.url}/console-events/loop",
+                                      "timeoutMs": 120_000, "retries": 0}]}]}
+    run_id = start(client, manifest)["runId"]
+    assert receiver.wait_for("/console-events/loop")
+    open_console(page, server, f"#/runs/{run_id}")
+    # From the log while the webhook waits: the loop open, its first step done, with
+    # its duration; the running step is the iteration's webhook, not the loop.
+    expect(page.locator(".running-now")).to_contain_text("Running now: each/0/call",
+                                                        timeout=LIVE_TIMEOUT_MS)
+    loop = page.locator("table.steps tr[data-step='each']")
+    expect(loop.locator(".step-status")).to_have_text("running")
+    expect(loop.locator(".duration")).to_have_text("running…")
+    stored = client.get(f"/runs/{run_id}/events").json()["events"]
+    draft = next(event for event in stored if event["type"] == "step.completed"
+                 and event["stepPath"] == "each/0/draft")
+    expect(page.locator("table.steps tr[data-step='each/0/draft'] .duration")).to_have_text(
+        shown_duration(draft["data"]["durationMs"]))
+    receiver.release.set()
+    expect(loop.locator(".step-status")).to_have_text("completed", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator(".running-now")).to_be_hidden()
