@@ -58,11 +58,13 @@ export function forgetToken() {
 
 // `asToken`: call with this token instead of the tab's (to ask who a token names
 // before it is adopted); its 401 then says nothing about the tab's own token.
-async function call(method, path, body, asToken) {
+// `signal`: an AbortSignal that ends a request nobody waits for any more (a long-poll
+// of a page the person left).
+async function call(method, path, body, asToken, signal) {
   const headers = { Accept: "application/json" };
   const current = asToken ?? token();
   if (current) headers.Authorization = `Bearer ${current}`;
-  const init = { method, headers, cache: "no-store", credentials: "omit" };
+  const init = { method, headers, cache: "no-store", credentials: "omit", signal };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -71,6 +73,7 @@ async function call(method, path, body, asToken) {
   try {
     response = await fetch(path, init);
   } catch (error) {
+    if (signal?.aborted) throw error;  // the caller left: not the server's failure
     throw new ApiError(0, { detail: `the server did not answer (${error.message})` });
   }
   const text = await response.text();
@@ -123,6 +126,13 @@ export const api = {
   cancel: (id) => call("POST", `${run(id)}/cancel`).then((data) => data.run),
   fork: (id, seq) => call("POST", `${run(id)}/fork`, seq === undefined ? {} : { seq })
     .then((data) => data.run),
+  /** A page of the run's event log after the cursor `after`; with `wait`, an empty page
+   * is held by the server up to that many seconds for the next event. */
+  listEvents(id, { after = 0, limit = EVENTS_PAGE, wait = 0, signal } = {}) {
+    const query = new URLSearchParams({ after: String(after), limit: String(limit),
+      wait: String(wait) });
+    return call("GET", `${run(id)}/events?${query}`, undefined, undefined, signal);
+  },
   listEffects: (id) => call("GET", `${run(id)}/effects`).then((data) => data.effects),
   settleEffect: (id, key, action, result) =>
     call("POST", `${run(id)}/effects/${encodeURIComponent(key)}`,
@@ -136,3 +146,63 @@ export const api = {
 };
 
 export const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+const EVENTS_PAGE = 200;
+// Below the server's cap (20 s by default); an empty page ends the wait sooner on a
+// host that caps it lower.
+const EVENTS_WAIT_SECONDS = 15;
+const RETRY_MS = [1000, 2000, 5000, 10000];
+
+/** Follow a run's event log from the cursor `after`: each page read is handed to
+ * `onPage(page)` (its events, its cursor, the run's status), in order. Pages are read
+ * back to back while the log has more; then the next read long-polls. The cursor only
+ * moves forward: a failed read is asked again from the same cursor, after a pause.
+ * Ends when a page is empty and the run has ended (the log is whole), when the run is
+ * gone (404), or when `stop()` is called (the person left the page). Returns `stop`. */
+export function followEvents(id, { after = 0, onPage, onEnd = () => {} }) {
+  const control = new AbortController();
+  let cursor = after;
+  let failures = 0;
+  const pause = (ms) => new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    control.signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+  (async () => {
+    let waiting = false;  // the first read answers at once: the page draws what is there
+    while (!control.signal.aborted) {
+      let page;
+      try {
+        page = await api.listEvents(id, { after: cursor, wait: waiting ? EVENTS_WAIT_SECONDS : 0,
+          signal: control.signal });
+      } catch (error) {
+        if (control.signal.aborted) return;
+        if (error.status === 404 || error.status === 401 || error.status === 403) {
+          onEnd(error);
+          return;
+        }
+        await pause(RETRY_MS[Math.min(failures, RETRY_MS.length - 1)]);
+        failures += 1;
+        continue;
+      }
+      failures = 0;
+      if (control.signal.aborted) return;
+      // The server names the next `after`; never a step back (a stale answer would
+      // otherwise replay events already handed on).
+      if (typeof page.cursor === "number" && page.cursor > cursor) cursor = page.cursor;
+      try {
+        await onPage(page);
+      } catch (error) {
+        console.warn("drawing a page of events failed", error);
+      }
+      if (!page.events.length && TERMINAL.has(page.status)) {
+        onEnd(null);
+        return;
+      }
+      waiting = page.events.length < EVENTS_PAGE;
+    }
+  })();
+  return () => control.abort();
+}

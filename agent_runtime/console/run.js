@@ -1,15 +1,21 @@
 // A run: status, attempt, tokens against the budget, the suspension card,
 // output or error and the step timeline, kept live while the run moves.
 
-import { api, TERMINAL } from "./api.js";
+import { api, followEvents, TERMINAL } from "./api.js";
 import { fill, formatNumber, h, jsonText, pre, statusBadge, time } from "./dom.js";
-import { announce, describeError, every, navigate } from "./notice.js";
+import { EventLog, RunProgress, renderSteps } from "./events.js";
+import { announce, describeError, navigate } from "./notice.js";
 import { renderValue } from "./output.js";
 import { runLink } from "./runs.js";
 import { suspensionCard } from "./suspension.js";
 import { Checkpoints, renderTimeline } from "./timeline.js";
 
-const LIVE_MS = 1000;
+// Events after which the run's summary or timeline is worth reading again: those that
+// come with a checkpoint or change the run's status. (Events commit with checkpoints,
+// so in practice every page that has events carries one of these.)
+// Kinds of step that hold steps of their own.
+const CONTAINER_KINDS = new Set(["loop"]);
+const CHANGES_RUN = /^(checkpoint\.|run\.|approval\.|budget\.)/;
 
 function usage(run) {
   const { consumedTokens, maxTotalTokens } = run.usage;
@@ -62,10 +68,14 @@ export function runPage(main, { runId }) {
   const facts = h("section", { "aria-label": "Summary" });
   const card = h("div", { class: "suspension-slot" });
   const result = h("section", { class: "result", "aria-labelledby": "result-title" });
+  const runningNow = h("p", { class: "running-now", "aria-live": "polite", hidden: true });
+  const steps = h("div", { id: "steps" });
   const timeline = h("div", { id: "timeline" });
-  fill(main, head, actions, facts, card, result,
-    h("section", { "aria-labelledby": "timeline-title" },
-      h("h2", { id: "timeline-title" }, "Timeline"), timeline));
+  const eventLog = h("div", { id: "event-log" });
+  fill(main, head, actions, facts, runningNow, card, result,
+    h("section", { "aria-labelledby": "steps-title" },
+      h("h2", { id: "steps-title" }, "Steps"), steps),
+    tabs([["timeline", "Timeline", timeline], ["events", "Events", eventLog]]));
 
   const checkpoints = new Checkpoints(runId);
   const opened = new Set();  // loop iterations the person opened
@@ -73,6 +83,9 @@ export function runPage(main, { runId }) {
   let shownCard = "";
   let confirming = false;
   let finished = false;
+  let shownStatus = null;  // the status the summary shows
+  const progress = new RunProgress();
+  const log = new EventLog(eventLog);
 
   function drawActions(run) {
     const buttons = [];
@@ -126,6 +139,7 @@ export function runPage(main, { runId }) {
 
   function draw(run) {
     const signature = JSON.stringify(run);
+    shownStatus = run.status;
     if (signature !== shownRun) {
       shownRun = signature;
       fill(facts, summary(run), usage(run));
@@ -197,5 +211,113 @@ export function runPage(main, { runId }) {
     finished = TERMINAL.has(run.status);
   }
 
-  return every(LIVE_MS, () => refresh());
+  // What is running: the latest step the log shows started and not finished. A step's
+  // events commit with the checkpoint after it, so while a step runs the log may not
+  // show it yet; a webhook or tool call in flight is in the effect ledger already
+  // (reserved before it is sent), and names its step.
+  let asked = 0;
+  async function drawRunning(status) {
+    const ask = ++asked;
+    if (status !== "running") {
+      runningNow.hidden = true;
+      return;
+    }
+    const open = progress.running();
+    let shown;
+    // A step with steps inside (a loop) is open while its children run: what it is
+    // running now may be in flight in the ledger.
+    if (open && !CONTAINER_KINDS.has(open.kind)) {
+      shown = ["Running now: ", h("code", { class: "step-path" }, open.path),
+        open.kind ? h("span", { class: "muted" }, ` (${open.kind})`) : null];
+    } else {
+      let inFlight = null;
+      const done = new Set([...progress.steps.values()]
+        .filter((step) => step.status === "completed").map((step) => step.path));
+      try {
+        const effects = await api.listEffects(runId);
+        inFlight = effects.filter((effect) => effect.status === "reserved" && effect.stepPath
+          && !done.has(effect.stepPath) && (!open || effect.stepPath.startsWith(`${open.path}/`)))
+          .at(-1) ?? null;
+      } catch {
+        inFlight = null;  // the ledger is a hint; the log stays the source
+      }
+      if (ask !== asked) return;  // a newer page answered meanwhile
+      const last = [...progress.steps.values()].filter((step) => step.status === "completed")
+        .at(-1);
+      if (inFlight) {
+        shown = ["Running now: ", h("code", { class: "step-path" }, inFlight.stepPath),
+          h("span", { class: "muted" },
+            inFlight.tool === "webhook" ? " (a webhook call in flight)"
+              : ` (a call of ${inFlight.tool ?? "a tool"} in flight)`)];
+      } else if (open) {
+        shown = ["Running now: ", h("code", { class: "step-path" }, open.path),
+          h("span", { class: "muted" }, ` (${open.kind})`)];
+      } else {
+        shown = last ? ["Running now: the step after ", h("code", {}, last.path)]
+          : "Running now: the first step";
+      }
+    }
+    fill(runningNow, shown);
+    runningNow.hidden = false;
+  }
+
+  // The page follows the run's event log (long-polled) instead of reading the run
+  // every second: the summary and timeline are read again when an event says they
+  // changed. A finished run is read once; its log is read to the end once.
+  let first = true;
+  const stop = followEvents(runId, {
+    async onPage(page) {
+      progress.add(page.events);
+      log.append(page.events);
+      if (page.events.length || first) renderSteps(steps, progress);
+      const changed = first || page.status !== shownStatus
+        || page.events.some((event) => CHANGES_RUN.test(String(event.type)));
+      first = false;
+      if (changed) await refresh(true);
+      await drawRunning(page.status);
+    },
+    onEnd(error) {
+      if (error) {
+        log.stopped(describeError(error));
+        refresh(true);  // the summary says what went wrong (no such run, say)
+      } else {
+        log.whole();
+      }
+    },
+  });
+  return stop;
+}
+
+/** Panels behind a row of tabs, the first shown; arrow keys move between the tabs. */
+function tabs(panels) {
+  const list = h("div", { role: "tablist", class: "tabs", "aria-label": "Run details" });
+  const buttons = [];
+  const sections = [];
+  panels.forEach(([key, label, content], index) => {
+    const tab = h("button", { type: "button", role: "tab", id: `tab-${key}`,
+      "aria-controls": `panel-${key}`, "aria-selected": index === 0 ? "true" : "false",
+      tabindex: index === 0 ? 0 : -1 }, label);
+    const panel = h("section", { role: "tabpanel", id: `panel-${key}`,
+      "aria-labelledby": `tab-${key}`, hidden: index !== 0 }, content);
+    buttons.push(tab);
+    sections.push(panel);
+    list.append(tab);
+  });
+  const select = (chosen) => {
+    buttons.forEach((tab, index) => {
+      const on = index === chosen;
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+      tab.tabIndex = on ? 0 : -1;
+      sections[index].hidden = !on;
+    });
+    buttons[chosen].focus();
+  };
+  buttons.forEach((tab, index) => {
+    tab.addEventListener("click", () => select(index));
+    tab.addEventListener("keydown", (event) => {
+      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+      if (step) select((index + step + buttons.length) % buttons.length);
+    });
+  });
+  return h("div", { class: "run-tabs" }, list, sections);
 }
