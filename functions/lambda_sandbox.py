@@ -92,13 +92,8 @@ class LambdaSandbox:
         return None if self.runners else "this stack names no code-runner function"
 
     def _request(self, request: SandboxRequest) -> bytes:
-        allowed = set(self.settings.allowed_environment)
-        refused = sorted(name for name in request.environment if name not in allowed)
-        if refused:
-            raise SandboxUnavailable(f"step {request.step_path}: environment "
-                                     f"{', '.join(refused)} not in the host's "
-                                     "sandbox.allowedEnvironment")
         settings = self.settings
+        settings.check_environment(request)
         return json.dumps({
             "version": VERSION, "language": request.language, "code": request.code,
             "variables": js_json(dict(request.variables)),

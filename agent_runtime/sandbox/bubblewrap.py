@@ -185,13 +185,7 @@ class BubblewrapSandbox:
                 *(part.replace("{memory_mb}", memory) for part in profile.command), source]
 
     def _environment(self, request: SandboxRequest) -> dict[str, str]:
-        allowed = set(self.settings.allowed_environment)
-        refused = sorted(name for name in request.environment if name not in allowed)
-        if refused:
-            # validate refuses these by name; a manifest built around it stops here too.
-            raise SandboxUnavailable(f"step {request.step_path}: environment "
-                                     f"{', '.join(refused)} not in the host's "
-                                     "sandbox.allowedEnvironment")
+        self.settings.check_environment(request)
         return {**dict(request.environment), "PATH": "/usr/bin:/bin", "HOME": WORKSPACE,
                 "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                 "AGENT_VARIABLES_FILE": VARIABLES_FILE,

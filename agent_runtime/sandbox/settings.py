@@ -31,6 +31,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
+from agent_runtime.sandbox.contract import SandboxRequest, SandboxUnavailable
+
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_MS = 900_000
 # A code-runner Lambda answers stdout and stderr base64-encoded in one response,
@@ -115,6 +117,16 @@ class SandboxSettings(_Strict):
             if name in RESERVED_ENVIRONMENT:
                 raise ValueError(f"{name} is set by the sandbox itself")
         return names
+
+    def check_environment(self, request: SandboxRequest) -> None:
+        """Refuse a step whose `environment` names a variable the host does not allow
+        (`validate` refuses it by name first; a manifest built around it stops here)."""
+        allowed = set(self.allowed_environment)
+        refused = sorted(name for name in request.environment if name not in allowed)
+        if refused:
+            raise SandboxUnavailable(f"step {request.step_path}: environment "
+                                     f"{', '.join(refused)} not in the host's "
+                                     "sandbox.allowedEnvironment")
 
     @model_validator(mode="after")
     def _fits_the_adapter(self) -> SandboxSettings:
