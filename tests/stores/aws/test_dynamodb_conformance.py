@@ -1,4 +1,9 @@
-"""The RunStore contract suite, unchanged, on DynamoDbRunStore: moto in-process and over HTTP."""
+"""The RunStore contract suite, unchanged, on DynamoDbRunStore: moto in-process and over HTTP.
+
+Each request runs atomically, as on DynamoDB (`item_rollback`): the suite's
+concurrent cases (one resume winning, one create per run key) race threads, and
+moto alone lets another thread read a transaction half written.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from stores.base import RunStore
 from stores.conformance import RunStoreConformance
 
 
+@pytest.mark.usefixtures("item_rollback")
 class TestDynamoDbRunStore(RunStoreConformance):
     @pytest.fixture
     def store(self, aws: AwsResources) -> Iterator[RunStore]:
@@ -20,6 +26,7 @@ class TestDynamoDbRunStore(RunStoreConformance):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("item_rollback")
 class TestDynamoDbRunStoreOverHttp(RunStoreConformance):
     """The same suite against moto's server: real HTTP, botocore's real serialisation."""
 
