@@ -320,7 +320,11 @@ class EventEmitter:
         kept: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
         if self._common:
             kept = {**self._common, **kept}
-        event_id, timestamp = random_id(), self._now()
+        timestamp = self._now()
+        # An id only for an event a sink hears: the log's own entries are named by
+        # their cursor on reading (`stores.event_log.event_id`), so one the log alone
+        # keeps costs neither the id nor its ~40 stored bytes.
+        event_id = random_id() if self._sinks else None
         log = self._log if run_id == self._run_id else None
         with self._lock:  # numbered and logged in one order
             self._sequence += 1
@@ -328,9 +332,10 @@ class EventEmitter:
             if log is not None:
                 # Built once here, serialised once with the checkpoint that commits it;
                 # without the run id: the log is the run's own (`stores.event_log`).
-                entry: dict[str, Any] = {"id": event_id, "attempt": attempt,
-                                         "sequence": sequence,
+                entry: dict[str, Any] = {"attempt": attempt, "sequence": sequence,
                                          "timestamp": timestamp.isoformat(), "type": type_}
+                if event_id is not None:
+                    entry["id"] = event_id
                 if step_id is not None:
                     entry["step_id"] = step_id
                 if step_path is not None:
@@ -338,7 +343,7 @@ class EventEmitter:
                 if kept:
                     entry["data"] = kept
                 log.append(entry)
-        if log is not None and not self._sinks:
+        if event_id is None:
             return None
         return Event(id=event_id, run_id=run_id, attempt=attempt, sequence=sequence,
                      timestamp=timestamp, type=type_, step_id=step_id, step_path=step_path,

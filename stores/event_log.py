@@ -9,13 +9,16 @@ list, from 1: gapless and monotonic across attempts, because an attempt
 resumes from the last committed checkpoint and appends after its events.
 
 An entry is the engine's event as JSON without its `run_id` (every entry is
-the run's own, so it is added on reading: ~45 bytes an event not stored). A
+the run's own, so it is added on reading: ~45 bytes an event not stored), and
+without an `id` unless a sink heard the event under one: the log names its
+own entries by run and cursor on reading (`event_id`). A
 store reads the log by folding only the events of its checkpoint bodies
 (`deltas.folded_events`); this module pages what the fold returns.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,13 +37,21 @@ def check_page(after: int, limit: int) -> None:
         raise ValueError(f"events limit {limit}: expected 1..{MAX_EVENTS_PAGE}")
 
 
+def event_id(run_id: str, cursor: int) -> str:
+    """The id of a logged event stored without one: 32 hex digits, as the engine's
+    ids, the same at every reading (a log's cursors never change) and unique
+    among every run's events."""
+    return hashlib.sha256(f"{run_id}\x00{cursor}".encode()).hexdigest()[:32]
+
+
 def page_of(entries: list[Any], *, run_id: str, after: int, limit: int) -> list[RunEvent]:
     """The log entries after cursor `after`, at most `limit`, as records."""
     page = []
     for cursor, entry in enumerate(entries[after:after + limit], start=after + 1):
         if not isinstance(entry, dict):
             raise DeltaFormatError(f"event {cursor} of run {run_id!r} is not an object")
-        event = RunEvent.model_validate({"run_id": run_id, **entry, "cursor": cursor})
+        event = RunEvent.model_validate({"run_id": run_id, "id": event_id(run_id, cursor),
+                                         **entry, "cursor": cursor})
         if event.run_id != run_id:
             raise DeltaFormatError(f"event {cursor} of run {run_id!r} names run "
                                    f"{event.run_id!r}")
