@@ -17,8 +17,6 @@ none of them.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -55,11 +53,13 @@ from agent_runtime.errors import (
     SuspendRun,
 )
 from agent_runtime.events import EventEmitter
+from agent_runtime.lease_heartbeat import LeaseHeartbeat
 from agent_runtime.manifest import AgentManifest
 from agent_runtime.results import RunResult
-from agent_runtime.serde import json_copy, json_size
+from agent_runtime.run_outputs import OutputAllowance, final_output
+from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
-from agent_runtime.state_projection import projected, projected_run_output, projects
+from agent_runtime.state_projection import projected, projects
 from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext
 from agent_runtime.step_kinds import StepBase
 from agent_runtime.telemetry.trace_ids import TRACE_PARENT
@@ -75,18 +75,6 @@ logger = logging.getLogger(__name__)
 
 # Room for the events between two checkpoints of one attempt.
 SEQUENCES_PER_CHECKPOINT = 1_000_000
-
-
-def kept_output_bytes(step_results: Sequence[JsonObject]) -> int:
-    """JSON bytes of the completed steps' outputs, steps with child steps left out
-    (their outputs are made of their children's)."""
-    completed = [entry for entry in step_results if entry.get("status") == COMPLETED]
-    containers: set[str] = set()
-    for entry in completed:
-        parts = str(entry.get("step_path", "")).split("/")
-        containers.update("/".join(parts[:end]) for end in range(1, len(parts)))
-    return sum(json_size(entry.get("output")) for entry in completed
-               if entry.get("step_path") not in containers)
 
 
 def _text(value: object) -> str | None:
@@ -127,14 +115,11 @@ class Execution(StepContext):
                                    now=runtime.clock.now,
                                    first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1,
                                    failure=runtime.sink_failure, log=state.events)
-        self._last_renewal = time.monotonic()
-        self._lost: StoreError | None = None
         # The lease heartbeat while model and tool calls are in flight (`guarded`).
-        self._beat_interval = max(runtime.lease_seconds / 3, 0.05)
+        self.heartbeat = LeaseHeartbeat(self._renew_lease,
+                                        interval=max(runtime.lease_seconds / 3, 0.05),
+                                        on_beat=lambda: self.events.emit("run.heartbeat"))
         self._lease = timedelta(seconds=runtime.lease_seconds)  # each checkpoint renews it
-        self._in_flight = 0
-        self._beat_timer: asyncio.TimerHandle | None = None
-        self._heartbeat_task: asyncio.Task[None] | None = None
         self.resolutions = {}
         self.settlements = []
         self.reserved = set()
@@ -143,8 +128,8 @@ class Execution(StepContext):
         self.settles_in_checkpoint = isinstance(runtime.store, SettlesInCheckpoint)
         # A parallel run's top-level steps run in waves (agent_runtime.waves).
         self.waves = wave_runner(self)
-        # JSON bytes of the run's step outputs, counted when a policy limits them.
-        self._output_bytes: int | None = None
+        # What the host policy still lets the run's step outputs take.
+        self._outputs: OutputAllowance | None = None
 
     # -- what steps use ------------------------------------------------------
 
@@ -171,8 +156,8 @@ class Execution(StepContext):
         Their calls go out next, so neither the deadline nor an interrupt may
         come between: both are honoured at the commit point after the call.
         """
-        if self._lost is not None:
-            raise LostOwnership(self._lost)
+        if self.heartbeat.lost is not None:
+            raise LostOwnership(self.heartbeat.lost)
         self.state.seq += 1
         seq = self.state.seq  # other members of a wave may commit while this one is stored
         now = self.now()
@@ -203,11 +188,11 @@ class Execution(StepContext):
         except Exception as error:
             # Without its commit point the run cannot go on: no later step runs.
             raise CheckpointUnavailable(self.run_id, error) from error
-        self._last_renewal = time.monotonic()
+        renewed = self.heartbeat.renewed()
         self.slice.progressed = True
         if listening:  # how long the store took to commit (`commit` spans)
             self.events.emit("checkpoint.saved", seq=seq, store=type(self.store).__name__,
-                             duration_ms=round((self._last_renewal - writing) * 1000, 3))
+                             duration_ms=round((renewed - writing) * 1000, 3))
         if reserving:
             self.reserved.update(reserving)
             return
@@ -240,31 +225,9 @@ class Execution(StepContext):
             "child_index": frame.child_index, "continuation": json_copy(frame.continuation),
             "continuation_version": frame.continuation_version}) for frame in self.stack]
 
-    async def guarded(self, call: Awaitable[T]) -> T:
+    def guarded(self, call: Awaitable[T]) -> Awaitable[T]:
         """Await a long model or tool call while a heartbeat keeps the lease alive."""
-        # A timer starts the heartbeat, not a task of its own: most calls end long
-        # before the first beat. One timer for the execution's calls, not one per
-        # call: armed by a call when none is, it starts the heartbeat if calls are
-        # in flight when it fires, and the heartbeat renews the lease when due.
-        self._in_flight += 1
-        if self._beat_timer is None:
-            self._beat_timer = asyncio.get_running_loop().call_later(
-                self._beat_interval, self._beat_due)
-        try:
-            return await call
-        finally:
-            self._in_flight -= 1
-            heartbeat = self._heartbeat_task
-            if self._in_flight == 0 and heartbeat is not None:
-                self._heartbeat_task = None
-                heartbeat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat
-
-    def _beat_due(self) -> None:
-        self._beat_timer = None
-        if self._in_flight and self._heartbeat_task is None:
-            self._heartbeat_task = asyncio.create_task(self._heartbeat(self._beat_interval))
+        return self.heartbeat.guarded(call)
 
     async def bounded(self, call: Coroutine[object, None, T], what: str, *, step_path: str,
                       timeout: float | None = None) -> T:
@@ -275,22 +238,9 @@ class Execution(StepContext):
         return await self.slice.bounded(call, what, step_path=step_path, timeout=timeout,
                                         guard=self.guarded)
 
-    async def _heartbeat(self, interval: float) -> None:
-        """Renew the lease every `interval` the attempt has not renewed it otherwise
-        (started by `guarded`'s timer while calls are in flight)."""
-        while True:
-            if time.monotonic() - self._last_renewal >= interval:
-                try:
-                    await self.store_call(self.store.renew_lease, self.run_id,
-                                          expected_attempt=self.attempt, now=self.now(),
-                                          lease_seconds=self.runtime.lease_seconds)
-                except (StaleAttempt, RunTerminal) as error:
-                    self._lost = error  # the next commit point stops the attempt
-                    return
-                self._last_renewal = time.monotonic()
-                self.events.emit("run.heartbeat")
-            # Until the renewal is due: a commit point may have renewed it meanwhile.
-            await asyncio.sleep(max(self._last_renewal + interval - time.monotonic(), 0.0))
+    async def _renew_lease(self) -> None:
+        await self.store_call(self.store.renew_lease, self.run_id, expected_attempt=self.attempt,
+                              now=self.now(), lease_seconds=self.runtime.lease_seconds)
 
     # -- the walk ------------------------------------------------------------
 
@@ -394,41 +344,14 @@ class Execution(StepContext):
                              tokens=self.state.budget.spent(frame.step_path) - consumed_before)
 
     def _check_output_size(self, step: StepBase, frame: Frame, output: JsonValue) -> None:
-        """Fail a step whose output is more than the host policy keeps, per step or
-        with the run's earlier outputs (`output_too_large`)."""
-        policy = self.runtime.policy
-        if policy.max_step_output_bytes is None and policy.max_run_output_bytes is None:
-            return
-        if getattr(step, "steps", None) is not None:
-            return  # a step with child steps: its output is made of theirs, counted already
-        size = json_size(output)
-        if self._output_bytes is None:  # once per attempt: what earlier attempts kept
-            self._output_bytes = kept_output_bytes(self.state.step_results)
-        refusal = policy.output_refusal(size, self._output_bytes + size)
-        if refusal is not None:
-            raise StepFailed("output_too_large", f"step {frame.step_path}: {refusal}")
-        self._output_bytes += size
+        if self._outputs is None:  # once per attempt: what earlier attempts kept
+            self._outputs = OutputAllowance(self.runtime.policy, self.state.step_results)
+        self._outputs.take(step, frame.step_path, output)
 
     # -- the attempt ---------------------------------------------------------
 
     def final_output(self) -> JsonValue:
-        """Marked top-level outputs in manifest order (one value or a list), else the
-        last completed top-level step's output."""
-        marked = {step.id for step in self.manifest.steps if step.include_in_final_output}
-        # In manifest order: a parallel wave's members complete in any order.
-        order = {step.id: index for index, step in enumerate(self.manifest.steps)}
-        completed = sorted((entry for entry in self.state.step_results
-                            if entry["kind"] == STEP and entry["depth"] == 0
-                            and entry["status"] == COMPLETED),
-                           key=lambda entry: order.get(entry["step_id"], -1))
-        chosen = [entry["output"] for entry in completed if entry["step_id"] in marked]
-        if chosen and self.projecting:
-            kinds = {step.id: step.type for step in self.manifest.steps}
-            return projected_run_output(chosen, [(kinds.get(entry["step_id"], ""),
-                                                  entry["output"]) for entry in completed])
-        if chosen:
-            return chosen[0] if len(chosen) == 1 else chosen
-        return completed[-1]["output"] if completed else None
+        return final_output(self.manifest, self.state.step_results, projecting=self.projecting)
 
     def _final_checkpoint(self) -> Checkpoint:
         self.state.seq += 1
@@ -454,9 +377,7 @@ class Execution(StepContext):
             except CheckpointUnavailable as unavailable:
                 return await self._fail_unsaved(unavailable)
             finally:
-                if self._beat_timer is not None:  # no call is in flight any more
-                    self._beat_timer.cancel()
-                    self._beat_timer = None
+                self.heartbeat.stop()
 
     async def _attempt(self, started: float) -> RunResult:
         steps = self.manifest.steps
