@@ -19,8 +19,6 @@ one after it), so a tool call costs no commit of its own.
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from typing import TYPE_CHECKING, TypedDict, cast
 
@@ -31,12 +29,18 @@ from agent_runtime.capabilities import input_too_large
 from agent_runtime.deadlines import CallCut, CallTimedOut
 from agent_runtime.errors import StepFailed, SuspendRun
 from agent_runtime.events import random_id
-from agent_runtime.excerpts import excerpt, fingerprint
+from agent_runtime.excerpts import excerpt
 from agent_runtime.manifest import PromptStep
 from agent_runtime.models.base import ModelAdapter, ModelError, ModelRequest, ModelResponse
-from agent_runtime.schema_refusals import SchemaRefused
 from agent_runtime.serde import NotJsonSerialisable, json_size, json_value
 from agent_runtime.state import MODEL_RESPONSE
+from agent_runtime.steps.model_answers import (
+    check_completion,
+    event_finish_reason,
+    event_model,
+    parse_output,
+    tool_fields,
+)
 from agent_runtime.steps.prompt_media import resolve_media
 from agent_runtime.templates import render
 from agent_runtime.tools import ToolArgumentsError, ToolContext
@@ -122,88 +126,6 @@ def _as_message(item: JsonObject) -> JsonObject:
     message = {"role": role, "content": item["content"]}
     message.update({key: item[key] for key in MESSAGE_FIELDS if key in item})
     return message
-
-
-def _truncated(finish_reason: str) -> bool:
-    """A finish reason saying the answer was cut at its token limit (as the reference
-    reads them: `length`, `max_tokens`, `max_output_tokens`)."""
-    return finish_reason.strip().lower().replace("-", "_") in (
-        "length", "max_tokens", "max_output_tokens")
-
-
-def _check_completion(step: PromptStep, response: ModelResponse, step_path: str) -> None:
-    """The step's `completionPolicy`: a truncated answer fails unless `onTruncation:
-    accept`; with `requireOutput`, a final answer without output fails."""
-    policy = step.completion_policy
-    if _truncated(response.finish_reason) and (
-            policy is None or policy.on_truncation != "accept"):
-        raise StepFailed("output_truncated",
-                         f"step {step_path}: the model's answer was truncated "
-                         f"({response.finish_reason}); raise maxOutputTokens or set "
-                         "completionPolicy.onTruncation: accept",
-                         {"finish_reason": _event_finish_reason(response.finish_reason)})
-
-
-def _tool_fields(index: int, name: str, *, offered: bool) -> JsonObject:
-    """How events name a tool call: its position in the model's response, and its
-    tool. A tool the step offered is named (`tool`): the manifest and the host
-    declared that name, so it says nothing the model made up. Any other name the
-    model chose, so it is only fingerprinted and measured; nor is the model's call
-    id ever carried (docs/design.md section 8: events hold ids, timings, counts and
-    error codes)."""
-    fields: JsonObject = {"call": index, "tool_sha256": fingerprint(name),
-                          "tool_length": len(name)}
-    if offered:
-        fields["tool"] = name
-    return fields
-
-
-# What `model.completed` says about why the model stopped; a provider's own
-# word for anything else is not repeated in events.
-_FINISH_REASONS = frozenset({"stop", "length", "tool-calls", "content-filter"})
-
-
-def _event_finish_reason(reason: str) -> str:
-    return reason if reason in _FINISH_REASONS else "other"
-
-
-def _event_model(model: str | None) -> str | None:
-    """The model a provider says answered (`gen_ai.response.model`): a model name, or
-    nothing when the provider's answer does not look like one."""
-    if model is None or len(model) > 128 or not _MODEL_NAME.fullmatch(model):
-        return None
-    return model
-
-
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
-
-
-def _parse_output(step: PromptStep, response: ModelResponse, step_path: str) -> JsonValue:
-    if step.output_schema is None:
-        return response.text or ""
-    data: JsonValue = response.data
-    if data is None:
-        text = (response.text or "").strip()
-        if text.startswith("```"):
-            text = text.strip("`").removeprefix("json").strip()
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as error:  # too deep is not JSON we take
-            raise StepFailed(
-                "output_schema_invalid",
-                f"step {step_path}: the model's answer is not JSON ({error}): "
-                f"{excerpt(text)}") from error
-    from agent_runtime.schemas import compile_schema  # noqa: PLC0415 - jsonschema, when used
-
-    try:
-        failure = compile_schema(step.output_schema).failure(data)
-    except SchemaRefused as error:
-        raise StepFailed("output_schema_invalid", f"step {step_path}: the output could not be "
-                         f"checked against outputSchema: {error.reason}") from error
-    if failure is not None:
-        raise StepFailed("output_schema_invalid",
-                         f"step {step_path}: output does not match outputSchema {failure}")
-    return data
 
 
 def _reservation(pending: list[PendingCall], index: int, ctx: Execution,
@@ -337,9 +259,9 @@ class PromptStepExecutor:
             response = await self._call_model(model.adapter, request, frame, ctx,
                                               reasoning=model.reasoning is not False)
             state["rounds"] += 1
-            _check_completion(step, response, frame.step_path)
+            check_completion(step, response, frame.step_path)
             if not response.tool_calls:
-                output = _parse_output(step, response, frame.step_path)
+                output = parse_output(step, response, frame.step_path)
                 policy = step.completion_policy
                 if policy is not None and policy.require_output and (
                         output is None or (isinstance(output, str) and not output.strip())):
@@ -420,8 +342,8 @@ class PromptStepExecutor:
                             step_path=frame.step_path,
                             duration_ms=round((time.monotonic() - started) * 1000),
                             tool_calls=len(response.tool_calls),
-                            finish_reason=_event_finish_reason(response.finish_reason),
-                            response_model=_event_model(response.model))
+                            finish_reason=event_finish_reason(response.finish_reason),
+                            response_model=event_model(response.model))
         if response.tool_calls:
             state = _continuation(frame)
             state["pending"] = [
@@ -433,7 +355,7 @@ class PromptStepExecutor:
                 for index, call in enumerate(response.tool_calls):
                     ctx.events.emit("model.tool.requested", step_id=request.step_id,
                                     step_path=frame.step_path,
-                                    **_tool_fields(index, call.name,
+                                    **tool_fields(index, call.name,
                                                    offered=call.name in offered))
         return response
 
@@ -466,7 +388,7 @@ class PromptStepExecutor:
         if tool is None:
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
                             step_path=frame.step_path, error_type="unknown_tool",
-                            **_tool_fields(call["index"], name, offered=False))
+                            **tool_fields(call["index"], name, offered=False))
             return {"error": {"type": "unknown_tool",
                               "message": f"tool {excerpt(name)} is not available to this "
                                          "step"}}
@@ -481,7 +403,7 @@ class PromptStepExecutor:
             # Dispatched and recorded by an earlier attempt that died before its checkpoint.
             ctx.events.emit("model.tool.completed", step_id=frame.step_id,
                             step_path=frame.step_path, replayed=True,
-                            **_tool_fields(call["index"], name, offered=True))
+                            **tool_fields(call["index"], name, offered=True))
             result: JsonObject = effect.result
             return result
         if effect.attempt != ctx.attempt:
@@ -500,7 +422,7 @@ class PromptStepExecutor:
         if ctx.events.listening:
             ctx.events.emit("model.tool.started", step_id=frame.step_id,
                             step_path=frame.step_path,
-                            **_tool_fields(call["index"], name, offered=True))
+                            **tool_fields(call["index"], name, offered=True))
         started = time.monotonic()
         context = ToolContext(run_id=ctx.run_id, step_path=frame.step_path, idempotency_key=key,
                               attempt=ctx.attempt, tool_name=name,
@@ -534,7 +456,7 @@ class PromptStepExecutor:
                             step_path=frame.step_path,
                             duration_ms=round((time.monotonic() - started) * 1000),
                             error_type=error_type,
-                            **_tool_fields(call["index"], name, offered=True))
+                            **tool_fields(call["index"], name, offered=True))
         return result
 
     async def _settle(self, resolution: JsonObject, call: ToolCall, frame: Frame,
@@ -549,6 +471,6 @@ class PromptStepExecutor:
                                 "message": "an operator skipped this tool call"}}
         await ctx.settle_effect(call["key"], result)
         ctx.events.emit("model.tool.completed", step_id=frame.step_id, step_path=frame.step_path,
-                        resolved=resolution["action"], **_tool_fields(call["index"], call["name"],
+                        resolved=resolution["action"], **tool_fields(call["index"], call["name"],
                                                                   offered=True))
         return result
