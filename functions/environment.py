@@ -25,6 +25,7 @@ Settings come from environment variables, which template.yaml sets:
                                           python run in (functions/lambda_sandbox.py); with
                                           one, a config without `sandbox:` gets
                                           `adapter: lambda` with the defaults
+    AGENT_RUNTIME_CODE_RUNNER_JAVASCRIPT  the same for code steps in javascript
     AGENT_RUNTIME_CODE_RUNNER_TIMEOUT_SECONDS  the code runners' timeout: a step's is capped
                                           below it (300)
 

@@ -1,8 +1,9 @@
 """The AWS sandbox: a `SandboxAdapter` that runs a code step in the stack's code-runner Lambda.
 
-One function per language (template.yaml: `CodeRunnerPythonFunction`), named
-to Advance by its environment (`AGENT_RUNTIME_CODE_RUNNER_PYTHON`, its
-alias), with a role that grants the code nothing, no network egress and its
+One function per language (template.yaml: `CodeRunnerPythonFunction`,
+`CodeRunnerJavaScriptFunction`), named to Advance by its environment
+(`AGENT_RUNTIME_CODE_RUNNER_PYTHON`, `..._JAVASCRIPT`: their aliases), each
+with a role that grants the code nothing, no network egress and its
 own reserved concurrency and timeout; functions/code_runner/ is its handler
 and docs/sandbox.md what it guarantees.
 

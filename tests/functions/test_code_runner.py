@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import pytest
 from aws_stack import FakeContext
 
 from agent_runtime.sandbox import SandboxSettings, SandboxUnavailable
+from functions.code_runner import app
 from functions.code_runner.app import handler
 from functions.lambda_sandbox import _result, with_code_runners
 
@@ -80,6 +82,39 @@ def test_memory_past_the_limit_fails_inside_the_code() -> None:
     answer = invoke(request("x = bytearray(512 * 1024 * 1024)"))
     assert answer["exit_code"] != 0
     assert b"MemoryError" in base64.b64decode(answer["stderr"])
+
+
+NODE = shutil.which("node")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed here")
+
+
+@needs_node
+def test_javascript_runs_where_node_is_and_its_heap_is_the_memory_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # This machine's node plays the node layer's (/opt/node/bin/node on Lambda).
+    monkeypatch.setattr(app, "NODE", NODE)
+    code = ("const fs = require('fs');\n"
+            "const v = JSON.parse(fs.readFileSync(process.env.AGENT_VARIABLES_FILE));\n"
+            "const heap = require('v8').getHeapStatistics().heap_size_limit;\n"
+            "console.log(JSON.stringify({count: v.items.length, heapMb: heap / 1048576}));")
+    answer = invoke(request(code, language="javascript",
+                            variables=json.dumps({"items": [1, 2, 3]})))
+    assert (answer["exit_code"], answer["limit"]) == (0, None), answer
+    printed = json.loads(stdout_of(answer))
+    assert printed["count"] == 3
+    # --max-old-space-size is the request's memory_mb (256); V8 adds a little of its own.
+    assert LIMITS["memory_mb"] <= printed["heapMb"] < 2 * LIMITS["memory_mb"]
+    hungry = invoke(request("const keep = []; while (true) keep.push(new Array(1e6).fill(1));",
+                            language="javascript"))
+    assert hungry["exit_code"] != 0 and hungry["limit"] is None
+
+
+def test_javascript_does_not_run_without_the_node_layer(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    # The python runner has no node layer: it refuses javascript by name.
+    monkeypatch.setattr(app, "NODE", str(tmp_path / "absent" / "node"))
+    with pytest.raises(ValueError, match="language 'javascript' does not run here"):
+        invoke(request("console.log(1)", language="javascript"))
 
 
 @pytest.mark.parametrize(("change", "field"), [

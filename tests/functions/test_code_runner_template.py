@@ -18,7 +18,7 @@ from grants import as_list, grants, role_of
 
 from tests.stores.aws.aws_template import load_template
 
-RUNNERS = ["CodeRunnerPythonFunction"]
+RUNNERS = ["CodeRunnerPythonFunction", "CodeRunnerJavaScriptFunction"]
 LAMBDA_ONLY = {"Null": {"lambda:SourceFunctionArn": "true"}}
 
 
@@ -112,7 +112,8 @@ def test_the_code_runner_has_no_network_egress(runner: str) -> None:
 def test_advance_alone_invokes_the_code_runners_by_alias_and_names_them() -> None:
     aliases = sorted(f"{runner}.Alias" for runner in RUNNERS)
     invokes = [(role, grant) for role in ("AdvanceRole", "ApiRole", "StartRole",
-                                          "ReconcilerRole", "RetentionRole", "CodeRunnerRole")
+                                          "ReconcilerRole", "RetentionRole", "CodeRunnerRole",
+                                          "CodeRunnerJavaScriptRole")
                for grant in grants(role) if "lambda:InvokeFunction" in grant.actions]
     assert [role for role, _ in invokes] == ["AdvanceRole"]
     ((_, grant),) = invokes
@@ -124,7 +125,9 @@ def test_advance_alone_invokes_the_code_runners_by_alias_and_names_them() -> Non
         variables = _props(function)["Environment"]["Variables"]
         assert variables["AGENT_RUNTIME_CODE_RUNNER_PYTHON"] == {
             "Ref": "CodeRunnerPythonFunction.Alias"}, function
+        assert variables["AGENT_RUNTIME_CODE_RUNNER_JAVASCRIPT"] == {
+            "Ref": "CodeRunnerJavaScriptFunction.Alias"}, function
         assert variables["AGENT_RUNTIME_CODE_RUNNER_TIMEOUT_SECONDS"] == {
             "Ref": "CodeRunnerTimeoutSeconds"}, function
-    assert as_list(_props("CodeRunnerPythonFunction")["Handler"]) == [
-        "functions.code_runner.app.handler"]
+    for runner in RUNNERS:
+        assert as_list(_props(runner)["Handler"]) == ["functions.code_runner.app.handler"]

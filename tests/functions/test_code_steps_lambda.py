@@ -1,5 +1,5 @@
 """Code steps on the deployed stack (issue 38, acceptance 3): started over the HTTP API,
-run by the real Advance, which invokes the python code runner through Lambda's
+run by the real Advance, which invokes the language's code runner through Lambda's
 API; moto hands the invocation to the real `functions.code_runner.app.handler`
 (tests/functions/aws_stack.py), which runs the code in a subprocess.
 
@@ -12,6 +12,7 @@ that Advance's invocation is one its role is granted (the runner's alias).
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,14 @@ from advance_slices import advance_event, slice_arn
 from aws_stack import Deployment, FakeContext, http_event
 
 from agent_runtime import RunStatus
+from functions.code_runner import app as runner_app
 from functions.executions import execution_name
 from functions.step import app as step_app
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_EXAMPLE = REPO / "tests/reference/corpus/docs/manifests.md-block-12.agent.yaml"
 RUNNER = "CodeRunnerPythonFunction"
+JAVASCRIPT_RUNNER = "CodeRunnerJavaScriptFunction"
 
 pytestmark = pytest.mark.slow
 
@@ -118,13 +121,38 @@ def test_a_throttled_invocation_is_tried_again_and_the_step_runs_once(
     assert len(deployment.lambdas.calls(RUNNER)) == 1
 
 
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed here")
+def test_javascript_goes_through_the_javascript_runner(
+        deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    # This machine's node plays the node layer's (/opt/node/bin/node on Lambda).
+    monkeypatch.setattr(runner_app, "NODE", shutil.which("node"))
+    code = ("const fs = require('fs');\n"
+            "const variables = JSON.parse(fs.readFileSync(process.env.AGENT_VARIABLES_FILE));\n"
+            "console.log(JSON.stringify({count: variables.items.length, "
+            "names: Object.keys(process.env).sort()}));\n")
+    manifest = yaml.safe_dump({"schemaVersion": "1.0", "id": "code", "variables": [
+        {"key": "items", "type": "array", "value": ["one", "two", "three"]}], "steps": [
+        {"id": "calc", "type": "code", "language": "javascript", "code": code}]})
+    run_id, run = _run(deployment, manifest)
+    assert run["status"] == "completed", run
+    done = deployment.services.store.load_run(run_id)
+    assert done is not None
+    printed = json.loads(str(done.output))
+    assert printed["count"] == 3
+    assert not {"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AGENT_RUNTIME_STORE"} & set(
+        printed["names"])
+    (call,) = deployment.lambdas.calls(JAVASCRIPT_RUNNER)
+    assert call.error is None and call.event["language"] == "javascript"
+    assert deployment.lambdas.calls(RUNNER) == []
+
+
 @pytest.mark.parametrize(("step", "field"), [
-    ({"language": "javascript", "code": "console.log(1)"}, "language"),
+    ({"language": "ruby", "code": "puts 1"}, "language"),
     ({"timeoutMs": 600_000}, "timeoutMs"),
     ({"environment": {"TOKEN": "x"}}, "environment")])
 def test_the_api_refuses_a_code_step_the_code_runners_cannot_run(
         deployment: Deployment, step: dict[str, Any], field: str) -> None:
-    # Only python has a runner here; its timeout (300 s) caps a step's below it;
+    # Only python and javascript have runners here; their timeout (300 s) caps a step's below it;
     # the default config allows no environment names.
     manifest = _code_manifest(step.pop("code", "print(1)"), **step)
     answer = deployment.stack.call_api(http_event("api-start-run.json", body={

@@ -27,25 +27,33 @@ def resources(kind: str) -> dict[str, dict[str, Any]]:
 def test_functions_run_python_3_13_on_arm64_built_without_docker() -> None:
     defaults = load_template()["Globals"]["Function"]
     assert defaults["Runtime"] == "python3.13" and defaults["Architectures"] == ["arm64"]
-    assert defaults["Layers"] == [{"Ref": "RuntimeLayer"}]
+    assert "Layers" not in defaults  # each function names its own
     functions = resources(FUNCTION)
     assert set(functions) == {"AdvanceFunction", "StartFunction", "ReconcilerFunction",
-                              "ApiFunction", "RetentionFunction", "CodeRunnerPythonFunction"}
+                              "ApiFunction", "RetentionFunction", "CodeRunnerPythonFunction",
+                              "CodeRunnerJavaScriptFunction"}
     for name, function in functions.items():
         props = function["Properties"]
         assert function["Metadata"]["BuildMethod"] == "makefile", name
         assert props["CodeUri"] == "functions/", name
         module, _, handler = props["Handler"].rpartition(".")
         assert callable(getattr(importlib.import_module(module), handler)), name
-    layer = load_template()["Resources"]["RuntimeLayer"]
-    assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": "arm64"}
-    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
-    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+        # The engine's functions run on the runtime layer; a code runner's handler
+        # needs only the standard library (the javascript one gets node).
+        layers = props.get("Layers")
+        assert layers == ({"CodeRunnerPythonFunction": None,
+                           "CodeRunnerJavaScriptFunction": [{"Ref": "NodeLayer"}]}.get(
+                               name, [{"Ref": "RuntimeLayer"}])), name
+    for name in ("RuntimeLayer", "NodeLayer"):
+        layer = load_template()["Resources"][name]
+        assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": "arm64"}
+        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
+        assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
 
 
 # Their role grants the code nothing, logs included: they write none
 # (tests/functions/test_code_runner_template.py).
-CODE_RUNNERS = {"CodeRunnerPythonFunction"}
+CODE_RUNNERS = {"CodeRunnerPythonFunction", "CodeRunnerJavaScriptFunction"}
 
 
 def test_every_function_logs_to_its_own_group_with_a_retention() -> None:
@@ -90,7 +98,7 @@ def test_iam_names_its_resources() -> None:
     for name, statement in statements:
         resource = statement["Resource"]
         listed = resource if isinstance(resource, list) else [resource]
-        if "*" in listed and name == "CodeRunnerRole":
+        if "*" in listed and name in ("CodeRunnerRole", "CodeRunnerJavaScriptRole"):
             # Lambda's, never the code's (lambda:SourceFunctionArn is absent).
             assert set(statement["Action"]) == {"ec2:DescribeNetworkInterfaces",
                                                 "ec2:DescribeSubnets"}, name

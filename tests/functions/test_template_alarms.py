@@ -22,7 +22,7 @@ from tests.stores.aws.aws_template import TEMPLATE, load_template
 
 FUNCTIONS = ("AdvanceFunction", "StartFunction", "ReconcilerFunction", "ApiFunction",
              "RetentionFunction")
-CODE_RUNNERS = ("CodeRunnerPythonFunction",)
+CODE_RUNNERS = ("CodeRunnerPythonFunction", "CodeRunnerJavaScriptFunction")
 ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}],
                             {"Ref": "AWS::NoValue"}]}
 QUEUE_DEPTH = ("AWS/SQS", "ApproximateNumberOfMessagesVisible")

@@ -110,7 +110,8 @@ def test_the_state_machine_invokes_the_functions_aliases_and_may_invoke_nothing_
                 if "lambda:InvokeFunction" in as_list(statement["Action"])}
     assert sorted(invokers) == ["AdvanceRole", "RunStateMachineRole"]
     expected = {"RunStateMachineRole": sorted(invoked),
-                "AdvanceRole": ["CodeRunnerPythonFunction.Alias"]}
+                "AdvanceRole": ["CodeRunnerJavaScriptFunction.Alias",
+                                "CodeRunnerPythonFunction.Alias"]}
     for name, statement in invokers.items():
         assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], name
         assert sorted(resource["Ref"] for resource in as_list(statement["Resource"])) == \

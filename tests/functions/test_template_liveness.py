@@ -103,7 +103,7 @@ def test_tracing_is_a_parameter_of_the_functions_and_the_state_machine() -> None
              if function["Properties"].get("Tracing") != "Disabled"} | {"RunStateMachineRole"}
     assert {name for name, function in resources(FUNCTION).items()
             if function["Properties"].get("Tracing") == "Disabled"} == {
-        "CodeRunnerPythonFunction"}
+        "CodeRunnerPythonFunction", "CodeRunnerJavaScriptFunction"}
     for role in roles:
         assert xray in properties(role)["ManagedPolicyArns"], role
 

@@ -46,6 +46,7 @@ GRANTED = {
         "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "s3:ListBucket", "s3:GetObject",
         "s3:DeleteObject", "kms:Decrypt", "sqs:SendMessage"},
     "CodeRunnerPythonFunction": NETWORK_INTERFACES,
+    "CodeRunnerJavaScriptFunction": NETWORK_INTERFACES,
 }
 # What removes run data: only the retention function may.
 DELETES = {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "s3:DeleteObject",
