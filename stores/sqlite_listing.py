@@ -29,6 +29,44 @@ def list_runs(conn: sqlite3.Connection, path: Path, *,
               parent_run_id: str | None, tenant: str | None,
               resume_requested_before: datetime | None, search: transitions.RunSearch,
               newest_first: bool, limit: int, cursor: str | None) -> RunPage:
+    statement, params = listing_statement(
+        statuses=statuses, lease_expired_before=lease_expired_before,
+        parent_run_id=parent_run_id, tenant=tenant,
+        resume_requested_before=resume_requested_before, search=search,
+        newest_first=newest_first, limit=limit, cursor=cursor)
+    rows = conn.execute(statement, params).fetchall()
+    found = []
+    for columns in rows:
+        row = run_row(path, columns)
+        run = with_columns(path, decode_run(path, row.run_id, text=row.record,
+                                            checksum=row.checksum, definition=row.definition,
+                                            definition_checksum=row.definition_checksum),
+                           row.values)
+        # The filter columns are written with the texts, so a disagreement
+        # means the row was altered outside this store.
+        if not transitions.matches(run, statuses=statuses, parent_run_id=parent_run_id,
+                                   lease_expired_before=lease_expired_before, tenant=tenant,
+                                   resume_requested_before=resume_requested_before,
+                                   **search._asdict()):
+            raise CorruptRecord(f"run {run.run_id!r} in {path}: its indexed "
+                                "columns disagree with its record")
+        found.append(run)
+    page = transitions.page_of(found, limit)
+    every_run = all(given is None for given in (
+        statuses, lease_expired_before, parent_run_id, tenant, resume_requested_before, cursor,
+        *search))
+    if every_run and page.cursor is None and limit >= 0:
+        check_run_count(conn, path, len(page.runs))
+    return page
+
+
+def listing_statement(*, statuses: Collection[RunStatus] | None,
+                      lease_expired_before: datetime | None, parent_run_id: str | None,
+                      tenant: str | None, resume_requested_before: datetime | None,
+                      search: transitions.RunSearch, newest_first: bool, limit: int,
+                      cursor: str | None) -> tuple[str, list[Any]]:
+    """The SELECT of a `list_runs` page (one run past it) and its parameters: what a
+    test asks SQLite's planner about (`EXPLAIN QUERY PLAN`)."""
     where = ["1"]
     params: list[Any] = []
     # With an agent, its index (agent, created_at) answers: a unary `+` keeps the
@@ -58,30 +96,8 @@ def list_runs(conn: sqlite3.Connection, path: Path, *,
         params.append(cursor)
     # One more than a page tells whether another page follows.
     params.append(max(limit + 1, 0))
-    rows = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE {' AND '.join(where)}"
-                        f" ORDER BY run_id {'DESC' if newest_first else 'ASC'} LIMIT ?",
-                        params).fetchall()
-    found = []
-    for columns in rows:
-        row = run_row(path, columns)
-        run = with_columns(path, decode_run(path, row.run_id, text=row.record,
-                                            checksum=row.checksum, definition=row.definition,
-                                            definition_checksum=row.definition_checksum),
-                           row.values)
-        # The filter columns are written with the texts, so a disagreement
-        # means the row was altered outside this store.
-        if not transitions.matches(run, statuses=statuses, parent_run_id=parent_run_id,
-                                   lease_expired_before=lease_expired_before, tenant=tenant,
-                                   resume_requested_before=resume_requested_before,
-                                   **search._asdict()):
-            raise CorruptRecord(f"run {run.run_id!r} in {path}: its indexed "
-                                "columns disagree with its record")
-        found.append(run)
-    page = transitions.page_of(found, limit)
-    if len(where) == 1 and page.cursor is None and limit >= 0:
-        check_run_count(conn, path, len(page.runs))
-    return page
-
+    return (f"SELECT {RUN_SELECT} FROM runs WHERE {' AND '.join(where)}"
+            f" ORDER BY run_id {'DESC' if newest_first else 'ASC'} LIMIT ?", params)
 
 
 def _search_terms(search: transitions.RunSearch, where: list[str], params: list[Any]) -> None:
