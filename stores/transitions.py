@@ -34,6 +34,7 @@ from stores.records import (
     Suspension,
     dumps,
 )
+from stores.run_search import RunSearch
 
 
 def require_run(run: RunRecord | None, run_id: str) -> RunRecord:
@@ -432,9 +433,14 @@ def check_deletable(run: RunRecord) -> None:
 
 def matches(run: RunRecord, *, statuses: Collection[RunStatus] | None,
             lease_expired_before: datetime | None, parent_run_id: str | None,
-            tenant: str | None = None, resume_requested_before: datetime | None = None) -> bool:
+            tenant: str | None = None, resume_requested_before: datetime | None = None,
+            agent: str | None = None, run_id_prefix: str | None = None,
+            created_after: datetime | None = None,
+            created_before: datetime | None = None) -> bool:
     """The `list_runs` filters, for stores that filter in Python. All of them hold (AND)."""
     if statuses is not None and run.status not in {RunStatus(s) for s in statuses}:
+        return False
+    if not RunSearch(agent, run_id_prefix, created_after, created_before).matches(run):
         return False
     if parent_run_id is not None and (run.parent is None or run.parent.run_id != parent_run_id):
         return False
