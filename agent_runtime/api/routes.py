@@ -30,6 +30,7 @@ from stores.records import Budget, RunRecord, RunStatus
 
 from agent_runtime.api import guard
 from agent_runtime.api.event_wire import EventPage
+from agent_runtime.api.manifest_check import register_manifest_routes
 from agent_runtime.api.output_parts import output_answer
 from agent_runtime.api.problems import (
     ApiProblem,
@@ -201,6 +202,7 @@ class RunRoutes:
         self._register_actions()
         self._register_console()
         self._register_caller()
+        register_manifest_routes(self)
 
         @self._route("GET", "/openapi.json", public=True, operation_id="getOpenApi",
                      summary="This API's OpenAPI document (needs no credentials)",
