@@ -6,7 +6,7 @@ import { api } from "./api.js";
 import { bulkActions } from "./bulk.js";
 import { fill, formatNumber, h, statusBadge, time } from "./dom.js";
 import { announce, describeError, every, navigate } from "./notice.js";
-import { PAGE_SIZES, addressOf, searchForm, searchOf } from "./search.js";
+import { PAGE_SIZES, addressOf, searchForm, searchOf, zoneLabel } from "./search.js";
 
 const REFRESH_MS = 2000;
 
@@ -44,7 +44,7 @@ export function runsPage(main, { query }) {
     "aria-label": "Select all runs on this page" });
   const table = h("table", { class: "runs", "aria-describedby": "runs-caption" },
     h("caption", { id: "runs-caption" }, searching ? "Matching runs, newest first"
-      : "Runs, newest first"),
+      : "Runs, newest first", h("span", { class: "muted" }, ` · times in ${zoneLabel()}`)),
     h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "select" }, all),
       ["Run", "Agent", "Status", "Attempt", "Tokens", "Created", "Updated"].map(
         (name) => h("th", { scope: "col" }, name)))),
@@ -131,8 +131,8 @@ export function runsPage(main, { query }) {
             ` ${REASONS[run.suspension.reason] ?? run.suspension.reason}`) : null),
         h("td", { class: "number" }, String(run.attempt)),
         h("td", { class: "number" }, tokensLabel(run.usage)),
-        h("td", {}, time(run.createdAt)),
-        h("td", {}, time(run.updatedAt)));
+        h("td", {}, time(run.createdAt, "compact")),
+        h("td", {}, time(run.updatedAt, "compact")));
     });
     fill(body, rows.length ? rows
       : h("tr", {}, h("td", { colspan: 8, class: "muted" }, emptyText(search))));
@@ -162,10 +162,10 @@ export function runsPage(main, { query }) {
         title: "Bookmark or share this link to come back to this search" },
       "Link to this search") : null),
     bulk.bar,
+    bulk.results,
     h("div", { class: "table-scroll", tabindex: 0, role: "region",
       "aria-labelledby": "runs-caption" }, table),
-    h("div", { class: "pager" }, newer, position, older),
-    bulk.results);
+    h("div", { class: "pager" }, newer, position, older));
   return every(REFRESH_MS, () => (live.checked ? load() : null));
 }
 
