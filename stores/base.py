@@ -284,7 +284,9 @@ class RunStore(Protocol):
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
                   parent_run_id: str | None = None, tenant: str | None = None,
-                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  resume_requested_before: datetime | None = None, agent: str | None = None,
+                  run_id_prefix: str | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
         """The runs that match every filter given, a page of at most `limit` at a time.
 
@@ -300,6 +302,18 @@ class RunStore(Protocol):
         * `tenant`: runs whose `tenant` equals it.
         * `resume_requested_before=T`: `suspended` runs with a resume request
           filed before T (`resume_requested_at < T`).
+
+        The search an operator runs (the console's run list) adds:
+
+        * `agent`: runs of that agent, `records.agent_of(run.manifest)` equal to
+          it (the manifest's `id`, or its `name` when it has no id).
+        * `run_id_prefix`: runs whose id starts with it (case-sensitive).
+        * `created_after=A`, `created_before=B`: `A <= created_at < B`.
+
+        A store answers these from its own indexes where it has them (the
+        SQLite store's agent and creation columns, DynamoDB's `by-agent` index
+        for an agent within a tenant): a search reads about what it finds, not
+        every run.
 
         A listing may lag the writes of the last moment (a store may answer from
         an eventually consistent index and reads, as DynamoDB's are): a run just

@@ -325,21 +325,29 @@ class FileRunStore(StateChanges):
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
                   parent_run_id: str | None = None, tenant: str | None = None,
-                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  resume_requested_before: datetime | None = None, agent: str | None = None,
+                  run_id_prefix: str | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
         with reachable(self.path):
             return self._list_runs(statuses=statuses, lease_expired_before=lease_expired_before,
                                    parent_run_id=parent_run_id, tenant=tenant,
                                    resume_requested_before=resume_requested_before,
+                                   search=transitions.RunSearch(agent, run_id_prefix, created_after,
+                                                                created_before),
                                    newest_first=newest_first, limit=limit, cursor=cursor)
 
     def _list_runs(self, *, statuses: Collection[RunStatus] | None,
                    lease_expired_before: datetime | None, parent_run_id: str | None,
                    tenant: str | None, resume_requested_before: datetime | None,
-                   newest_first: bool, limit: int, cursor: str | None) -> RunPage:
+                   search: transitions.RunSearch, newest_first: bool, limit: int,
+                   cursor: str | None) -> RunPage:
         found: list[RunRecord] = []
+        prefix = search.run_id_prefix or ""
         for run_id in sorted(os.listdir(self._runs), reverse=newest_first):
-            if not transitions.beyond(run_id, cursor, newest_first=newest_first):
+            # A run's directory is named by its id: a prefix is decided before any read.
+            if not run_id.startswith(prefix) or not transitions.beyond(
+                    run_id, cursor, newest_first=newest_first):
                 continue
             try:
                 check_run_id(run_id)
@@ -350,7 +358,7 @@ class FileRunStore(StateChanges):
             if state is not None and transitions.matches(
                     state.run, statuses=statuses, lease_expired_before=lease_expired_before,
                     parent_run_id=parent_run_id, tenant=tenant,
-                    resume_requested_before=resume_requested_before):
+                    resume_requested_before=resume_requested_before, **search._asdict()):
                 found.append(state.run)
                 if len(found) > limit:
                     break

@@ -209,7 +209,9 @@ class MemoryRunStore(StateChanges):
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
                   parent_run_id: str | None = None, tenant: str | None = None,
-                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  resume_requested_before: datetime | None = None, agent: str | None = None,
+                  run_id_prefix: str | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
         with self._lock:
             found: list[RunRecord] = []
@@ -221,7 +223,10 @@ class MemoryRunStore(StateChanges):
                 if transitions.matches(run, statuses=statuses,
                                        lease_expired_before=lease_expired_before,
                                        parent_run_id=parent_run_id, tenant=tenant,
-                                       resume_requested_before=resume_requested_before):
+                                       resume_requested_before=resume_requested_before,
+                                       agent=agent, run_id_prefix=run_id_prefix,
+                                       created_after=created_after,
+                                       created_before=created_before):
                     found.append(run)
                     if len(found) > limit:
                         break

@@ -262,6 +262,17 @@ class ApprovalDecision(_Record):
     responded_at: UtcDatetime = Field(default_factory=utc_now)
 
 
+def agent_of(manifest: JsonObject) -> str | None:
+    """The agent a run runs, as `list_runs(agent=)` finds it: its manifest's `id`, or,
+    when the manifest has no id (absent or empty), its `name`; None when it has
+    neither. The one definition every store indexes and filters by."""
+    for field in ("id", "name"):
+        value = manifest.get(field)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 class RunPage(_Record):
     runs: list[RunRecord]
     cursor: str | None = None

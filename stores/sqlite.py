@@ -56,6 +56,7 @@ from stores.records import (
     RunPage,
     RunRecord,
     RunStatus,
+    agent_of,
     encode_record,
 )
 from stores.sqlite_effects import EffectRows
@@ -314,12 +315,16 @@ class SqliteRunStore(StateChanges):
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
                   parent_run_id: str | None = None, tenant: str | None = None,
-                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  resume_requested_before: datetime | None = None, agent: str | None = None,
+                  run_id_prefix: str | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
         with self._read() as conn:
             return list_runs(conn, self.path, statuses=statuses, parent_run_id=parent_run_id,
                              lease_expired_before=lease_expired_before, tenant=tenant,
                              resume_requested_before=resume_requested_before,
+                             search=transitions.RunSearch(agent, run_id_prefix, created_after,
+                                                          created_before),
                              newest_first=newest_first, limit=limit, cursor=cursor)
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
@@ -341,10 +346,10 @@ class SqliteRunStore(StateChanges):
             incarnation, values = uuid.uuid4().hex, run_values(run)
             seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
-                         f" definition_checksum, {RUN_COLUMNS}, columns_checksum)"
-                         f" VALUES (?, ?, ?, ?, {RUN_VALUES}, ?)",
-                         (run.run_id, incarnation, definition, digest(definition), *values,
-                          seal))
+                         f" definition_checksum, agent, {RUN_COLUMNS}, columns_checksum)"
+                         f" VALUES (?, ?, ?, ?, ?, {RUN_VALUES}, ?)",
+                         (run.run_id, incarnation, definition, digest(definition),
+                          agent_of(run.manifest), *values, seal))
             count_runs(conn, self.path, +1)
             if run.run_key is not None:
                 conn.execute("INSERT INTO run_keys (run_key, run_id) VALUES (?, ?)",

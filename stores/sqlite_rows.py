@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,7 +27,7 @@ from stores.base import CorruptRecord
 from stores.codecs import open_text, seal_text
 from stores.deltas import SavedLists, assemble, assemble_each
 from stores.event_log import events_fold
-from stores.records import Checkpoint, RunEvent, RunRecord
+from stores.records import Checkpoint, RunEvent, RunRecord, agent_of
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _T = TypeVar("_T")
@@ -212,6 +213,22 @@ def decode_run(path: Path, run_id: str, *, text: object, checksum: object,
     if run.run_id != run_id:
         raise CorruptRecord(f"{what} in {path} holds run {run.run_id!r}")
     return run
+
+def copy_agents(conn: sqlite3.Connection) -> None:
+    """Fill the `agent` column of the runs stored before it existed (a migration step):
+    `records.agent_of` of each definition's manifest. A definition that does not
+    decode is left without one; reading the run reports it anyway."""
+    rows = conn.execute("SELECT run_id, definition FROM runs WHERE agent IS NULL").fetchall()
+    for run_id, definition in rows:
+        try:
+            manifest = json.loads(open_text(definition, f"the definition of run {run_id!r}")
+                                  ).get("manifest")
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if isinstance(manifest, dict):
+            conn.execute("UPDATE runs SET agent = ? WHERE run_id = ?",
+                         (agent_of(manifest), run_id))
+
 
 def with_columns(path: Path, run: RunRecord, values: tuple[Any, ...]) -> RunRecord:
     """The run with the fields a checkpoint moves, as its columns hold them.

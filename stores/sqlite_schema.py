@@ -28,12 +28,12 @@ import sqlite3
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from stores.base import CorruptRecord, StoreError, StoreUnavailable
 from stores.records import utc_now
-from stores.sqlite_rows import CHECKPOINT_COLUMNS, CHECKPOINT_FIELDS, row_digest
+from stores.sqlite_rows import CHECKPOINT_COLUMNS, CHECKPOINT_FIELDS, copy_agents, row_digest
 
 SQLITE_HEADER = b"SQLite format 3\0"
 # sqlite3 errors that mean the file's content is damaged (or is not this
@@ -46,8 +46,9 @@ _MESSAGE_CHARS = 200  # sqlite3 messages may quote stored text; quote a little o
 # Ordered schema migrations; version N is _MIGRATIONS[N - 1]. Append only: a
 # released entry is never edited. Each is a tuple of single statements because
 # sqlite3's executescript() commits the open transaction first, which would
-# break the all-or-nothing migration under BEGIN IMMEDIATE.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+# break the all-or-nothing migration under BEGIN IMMEDIATE. A step SQL cannot
+# express is a function of the connection, run in that same transaction.
+_MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (
     (
         # Times are integer microseconds since the epoch (UTC): exact, and
         # ordered like the datetimes they come from. `incarnation` is new for
@@ -180,6 +181,24 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TABLE run_keys (run_key TEXT PRIMARY KEY,
             run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE)""",
         "CREATE INDEX run_keys_by_run ON run_keys (run_id)",
+    ),
+    (
+        # The operator's search (`list_runs(agent=, created_after=, ...)`) as
+        # indexed SQL. `agent` copies `records.agent_of` of the definition's
+        # manifest, written once by create_run like the definition; it is not
+        # part of the row's seal (that would re-seal every row and trigger), and
+        # needs none: list_runs checks every run it returns against its record,
+        # so an altered column is reported, never listed under the wrong agent.
+        "ALTER TABLE runs ADD COLUMN agent TEXT",
+        # Runs stored before: the column from each definition, decoded in Python
+        # (an encrypted definition too, which SQL's json functions cannot read).
+        copy_agents,
+        # An agent's runs by creation time: a search by agent and time range
+        # reads the runs in the range, not the agent's every run.
+        "CREATE INDEX runs_by_agent ON runs (agent, created_at) WHERE agent IS NOT NULL",
+        # A time range without an agent; created_at never changes, so the
+        # entry costs one write per run.
+        "CREATE INDEX runs_by_creation ON runs (created_at)",
     ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -330,7 +349,10 @@ def migrate(conn: sqlite3.Connection, *, version: int = SCHEMA_VERSION,
                                 f"(versions {applied})")
         for number in range(current + 1, version + 1):
             for statement in _MIGRATIONS[number - 1]:
-                conn.execute(statement)
+                if isinstance(statement, str):
+                    conn.execute(statement)
+                else:  # a step SQL cannot express, run in the same transaction
+                    statement(conn)
             conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
                          (number, utc_now().isoformat()))
 

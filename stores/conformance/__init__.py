@@ -28,7 +28,8 @@ terminal states), `checkpoints` (sequence, round trips, storage), `listing`
 (`list_runs` order, filters, pages), `answers` (`resolve_approval` for
 approvals and unknown effects, the resume outbox of `request_resume`),
 `sub_runs` (a sub-run's end files a resume request on its parent), `run_keys`
-(idempotent requests' keys, unique among runs), `queries` (effects, deletion,
+(idempotent requests' keys, unique among runs), `run_search` (an operator's
+search: agent, id prefix, creation time), `queries` (effects, deletion,
 the store object), `events` (the run's event log); `builders` holds the clock,
 the record builders and the scenarios they share.
 """
@@ -68,6 +69,7 @@ from stores.conformance.lifecycle import LifecycleConformance
 from stores.conformance.listing import ListingConformance
 from stores.conformance.queries import QueryConformance
 from stores.conformance.run_keys import RunKeyConformance
+from stores.conformance.run_search import RunSearchConformance
 from stores.conformance.sub_runs import SubRunConformance
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "ListingConformance",
     "QueryConformance",
     "RunKeyConformance",
+    "RunSearchConformance",
     "RunStoreConformance",
     "SubRunConformance",
     "Write",
@@ -112,7 +115,7 @@ __all__ = [
 # checkpoints, listing, answers, sub-runs, the rest, in the order the rules build on
 # each other.
 class RunStoreConformance(EventLogConformance, QueryConformance, RunKeyConformance,
-                          SubRunConformance,
+                          RunSearchConformance, SubRunConformance,
                           AnswerConformance, ListingConformance, CheckpointConformance,
                           LifecycleConformance):
     """The RunStore contract. Subclass it and provide a `store` fixture (see the package)."""

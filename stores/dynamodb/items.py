@@ -28,7 +28,9 @@ A run with a tenant also has `tenant` and `run_id` on `META`, the keys of the
 sparse `by-tenant` GSI: unchanged by later writes, so they cost that index
 no write after the first, and gone with `META` when a TTL removes it.
 `META#DEF` carries `run_id` and `parent_run_id`, the keys of the sparse
-`by-parent` GSI; the definition never changes, so neither does that index.
+`by-parent` GSI, and, for a run of an agent (`records.agent_of`), `agent_key`
+and `created_at` (microseconds), those of the sparse `by-agent` GSI; the
+definition never changes, so neither do those indexes.
 
 JSON texts (`state`, `definition`, effect and approval records, checkpoint
 bodies) are strings up to the store's inline limit and otherwise an S3 blob
@@ -50,7 +52,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from stores.base import CorruptRecord, StoreError
-from stores.records import Checkpoint, RecordDecodeError, RunRecord, RunStatus, decode_record
+from stores.records import (
+    Checkpoint,
+    RecordDecodeError,
+    RunRecord,
+    RunStatus,
+    agent_of,
+    decode_record,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
@@ -79,6 +88,9 @@ STATUS_SHARDS = 16
 FORMER_STATUS_INDEX = "by-status"
 PARENT_INDEX = "by-parent"
 TENANT_INDEX = "by-tenant"
+# An agent's runs within a tenant, keyed (agent_key, run_id), with `created_at`
+# beside the keys so a time range is filtered in the index (see `agent_key`).
+AGENT_INDEX = "by-agent"
 TTL_ATTRIBUTE = "expires_at"
 # Inline texts longer than this are compressed when that makes them smaller
 # (`Texts`): below it the item is within its first KB anyway.
@@ -313,6 +325,14 @@ def key_partition(run_key: str) -> str:
     return f"RUNKEY#{hashlib.sha256(run_key.encode()).hexdigest()}"
 
 
+def agent_key(tenant: str | None, agent: str) -> str:
+    """The `by-agent` index partition of a tenant's runs of an agent: a digest of the
+    pair, so a tenant's search reads its own runs only (never another tenant's of
+    the same agent name), and a key of fixed length whatever the names."""
+    pair = json.dumps([tenant, agent], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(pair.encode()).hexdigest()
+
+
 def definition_item(run: RunRecord, *, incarnation: str, texts: Texts) -> Item:
     item: Item = {**key(run.run_id, DEFINITION_SK), "incarnation": s(incarnation),
                   "run_id": s(run.run_id),
@@ -320,6 +340,10 @@ def definition_item(run: RunRecord, *, incarnation: str, texts: Texts) -> Item:
                                                 run_id=run.run_id)}
     if run.parent is not None:
         item["parent_run_id"] = s(run.parent.run_id)
+    agent = agent_of(run.manifest)
+    if agent is not None:  # sparse: a run of no agent stays out of the index
+        item |= {"agent_key": s(agent_key(run.tenant, agent)),
+                 "created_at": n(micros(run.created_at))}
     if run.run_key is not None:  # so a deletion finds the key to free with the run
         item[KEY_REF] = s(key_partition(run.run_key))
     return item

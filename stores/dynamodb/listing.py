@@ -11,9 +11,17 @@ about what a page holds rather than everything that matches.
 * `by-parent` (parent_run_id, run_id) and `by-tenant` (tenant, run_id),
   KEYS_ONLY and sparse: only sub-runs, and only runs with a tenant, are in
   them, already in run_id order (either way).
+* `by-agent` (agent_key, run_id), sparse, with `created_at` projected: a
+  tenant's runs of one agent (`items.agent_key`), in run_id order; a time
+  range is the Query's filter, so the runs outside it are never fetched.
 
 The index is chosen by the narrowest filter given: a parent, then an overdue
-filter, then a tenant, else the statuses.
+filter, then an agent within a tenant, then a tenant, else the statuses. An
+id prefix narrows whichever is read to the range of ids that start with it
+(`transitions.prefix_end`): a key condition on the indexes in run_id order,
+the range of order keys in the status index's ordered part. An agent
+without a tenant, or a time range without an agent, is checked on the runs
+the chosen index yields.
 
 Every read follows the page: a Query reads at most a page's worth of entries
 (its `Limit`, one past the page) and the next Query of that index partition
@@ -49,11 +57,13 @@ from typing import TYPE_CHECKING
 
 from stores import transitions
 from stores.dynamodb.items import (
+    AGENT_INDEX,
     META,
     ORDERED,
     PARENT_INDEX,
     STATUS_INDEX,
     TENANT_INDEX,
+    agent_key,
     micros,
     n,
     names,
@@ -77,6 +87,9 @@ _PARTITION_READERS = 16  # status index partitions queried at once (boto3 client
 # one, and 25 KEYS_ONLY entries (~150 bytes each) stay within the 4 KB a Query is
 # billed for at least.
 _MIN_QUERY_PAGE = 25
+# The Limit of a Query with a filter: past what 1 MB of entries holds, so a Query
+# reads its whole 1 MB.
+_FILTERED_QUERY_PAGE = 10_000
 # Only runs with nothing due have an ordered part: a suspended one without a request
 # and a finished one. Running and created runs are always due at some time.
 _ORDERED_STATUSES = frozenset(RunStatus) - {RunStatus.RUNNING, RunStatus.CREATED}
@@ -85,7 +98,8 @@ _ORDERED_STATUSES = frozenset(RunStatus) - {RunStatus.RUNNING, RunStatus.CREATED
 def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
               lease_expired_before: datetime | None, parent_run_id: str | None,
               tenant: str | None, resume_requested_before: datetime | None,
-              newest_first: bool, limit: int, cursor: str | None) -> RunPage:
+              search: transitions.RunSearch, newest_first: bool, limit: int,
+              cursor: str | None) -> RunPage:
     wanted = set(RunStatus) if statuses is None else {RunStatus(status) for status in statuses}
     if lease_expired_before is not None:
         wanted &= {RunStatus.RUNNING, RunStatus.CREATED}
@@ -94,20 +108,24 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
     if limit <= 0 or not wanted:
         return RunPage(runs=[])
     page = max(limit + 1, _MIN_QUERY_PAGE)
+    # An empty prefix is every id.
+    ids = _IdRange(search.run_id_prefix or None, cursor, newest_first=newest_first)
+    overdue = lease_expired_before is not None or resume_requested_before is not None
     candidates: Iterator[str]
     if parent_run_id is not None:
         candidates = _in_order(reader, PARENT_INDEX, "parent_run_id", parent_run_id,
-                               cursor=cursor, newest_first=newest_first, page=page)
-    elif tenant is not None and lease_expired_before is None and resume_requested_before is None:
-        candidates = _in_order(reader, TENANT_INDEX, "tenant", tenant, cursor=cursor,
-                               newest_first=newest_first, page=page)
+                               ids=ids, page=page)
+    elif search.agent is not None and tenant is not None and not overdue:
+        candidates = _in_order(reader, AGENT_INDEX, "agent_key",
+                               agent_key(tenant, search.agent), ids=ids, page=page,
+                               created=(search.created_after, search.created_before))
+    elif tenant is not None and not overdue:
+        candidates = _in_order(reader, TENANT_INDEX, "tenant", tenant, ids=ids, page=page)
     else:
         due = {RunStatus.RUNNING: lease_expired_before, RunStatus.CREATED: lease_expired_before,
                RunStatus.SUSPENDED: resume_requested_before}
-        overdue = lease_expired_before is not None or resume_requested_before is not None
         partitions = [_Partition(reader, shard, status, due.get(status) if overdue else None,
-                                 overdue=overdue, cursor=cursor, newest_first=newest_first,
-                                 page=page)
+                                 overdue=overdue, ids=ids, page=page)
                       for status in wanted for shard in status_shards(status)]
         candidates = _merged(partitions, newest_first=newest_first)
     found: list[RunRecord] = []
@@ -119,8 +137,47 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
                   and transitions.matches(run, statuses=None, parent_run_id=parent_run_id,
                                           lease_expired_before=lease_expired_before,
                                           tenant=tenant,
-                                          resume_requested_before=resume_requested_before)]
+                                          resume_requested_before=resume_requested_before,
+                                          **search._asdict())]
     return transitions.page_of(found, limit)
+
+
+class _IdRange:
+    """The run ids a listing may still return, in its order: beyond the cursor and,
+    with a prefix, from the prefix up to `transitions.prefix_end` of it."""
+
+    def __init__(self, prefix: str | None, cursor: str | None, *, newest_first: bool) -> None:
+        self.prefix = prefix
+        self.cursor = cursor
+        self.newest_first = newest_first
+        self.end = None if prefix is None else transitions.prefix_end(prefix)
+
+    def holds(self, run_id: str) -> bool:
+        return (transitions.beyond(run_id, self.cursor, newest_first=self.newest_first)
+                and (self.prefix is None or run_id.startswith(self.prefix)))
+
+    def past(self, run_id: str) -> bool:
+        """Whether `run_id` is past the prefix's range in the listing's order: nothing
+        after it can be returned."""
+        if self.prefix is None:
+            return False
+        if self.newest_first:
+            return run_id < self.prefix
+        return self.end is not None and run_id >= self.end
+
+    def key_condition(self) -> tuple[str, dict[str, AttributeValueTypeDef]]:
+        """The sort key condition (on `#run_id`) where the listing starts: after the
+        cursor, or at the prefix's edge of its range when that is further on."""
+        if self.newest_first:
+            bounds = [(bound, "<") for bound in (self.cursor, self.end) if bound is not None]
+            start = min(bounds, default=None)
+        else:
+            bounds = [(bound, op) for bound, op in ((self.cursor, ">"), (self.prefix, ">="))
+                      if bound is not None]
+            start = max(bounds, default=None)
+        if start is None:
+            return "", {}
+        return f" AND #run_id {start[1]} :start", {":start": s(start[0])}
 
 
 class _Partition:
@@ -129,12 +186,11 @@ class _Partition:
     unless the listing is of overdue runs, its ordered part read a page at a time."""
 
     def __init__(self, reader: RunReader, shard: str, status: RunStatus,
-                 before: datetime | None, *, overdue: bool, cursor: str | None,
-                 newest_first: bool, page: int) -> None:
+                 before: datetime | None, *, overdue: bool, ids: _IdRange, page: int) -> None:
         self._reader = reader
         self._shard = shard
-        self._cursor = cursor
-        self._newest_first = newest_first
+        self._ids_wanted = ids
+        self._newest_first = ids.newest_first
         self._page = page
         self._due: list[str] = []
         self._ordered: Iterator[tuple[int, str]] = iter(())
@@ -152,7 +208,8 @@ class _Partition:
         if not self._has_ordered:
             self._due = self._ids(self._query())
             return
-        if self._cursor is None and not self._newest_first:
+        if self._ids_wanted.cursor is None and self._ids_wanted.prefix is None \
+                and not self._newest_first:
             # Due part first, then the ordered part: one Query reads into both.
             entries = self._query(page=self._page)
             due = []
@@ -170,28 +227,35 @@ class _Partition:
             self._ordered = chain([first], self._ordered)
 
     def __iter__(self) -> Iterator[str]:
-        beyond = [run_id for run_id in self._due
-                  if transitions.beyond(run_id, self._cursor, newest_first=self._newest_first)]
+        beyond = [run_id for run_id in self._due if self._ids_wanted.holds(run_id)]
         beyond.sort(reverse=self._newest_first)
         return heapq.merge(beyond, self._ordered_ids(), reverse=self._newest_first)
 
     def _ordered_part(self) -> Iterator[tuple[int, str]]:
-        """Entries of the ordered part from the cursor's key on, in the listing's order."""
-        if self._cursor is None:
-            return self._query(lower=ORDERED, page=self._page)
-        key = order_key(self._cursor)
-        if self._newest_first:
-            return self._query(lower=ORDERED, upper=key + 1, page=self._page)
-        return self._query(lower=key, page=self._page)
+        """Entries of the ordered part from the cursor's key on (within the prefix's
+        keys), in the listing's order."""
+        ids = self._ids_wanted
+        lower, upper = ORDERED, None
+        if ids.cursor is not None:
+            if self._newest_first:
+                upper = order_key(ids.cursor) + 1
+            else:
+                lower = order_key(ids.cursor)
+        if ids.prefix is not None:
+            # A prefix's key is at or below its ids' (zero-padded), and every id
+            # in its range is below its end, so at or below the end's key.
+            lower = max(lower, order_key(ids.prefix))
+            if ids.end is not None:
+                end = order_key(ids.end) + 1
+                upper = end if upper is None else min(upper, end)
+        return self._query(lower=lower, upper=upper, page=self._page)
 
     def _ordered_ids(self) -> Iterator[str]:
         """The ordered part's ids in run_id order: entries sharing a key (ids alike in
         their first bytes) come in no order, so each such group is sorted."""
         for _, group in groupby(self._ordered, key=lambda entry: entry[0]):
             ids = sorted((run_id for _, run_id in group), reverse=self._newest_first)
-            yield from (run_id for run_id in ids
-                        if transitions.beyond(run_id, self._cursor,
-                                              newest_first=self._newest_first))
+            yield from (run_id for run_id in ids if self._ids_wanted.holds(run_id))
 
     def _ids(self, entries: Iterator[tuple[int, str]] | list[tuple[int, str]]) -> list[str]:
         return [run_id for _, run_id in entries]
@@ -240,16 +304,32 @@ def _merged(partitions: list[_Partition], *, newest_first: bool) -> Iterator[str
         previous = run_id
 
 
-def _in_order(reader: RunReader, index: str, attribute: str, value: str, *,
-              cursor: str | None, newest_first: bool, page: int) -> Iterator[str]:
-    """The run ids under `value` of an index sorted by run_id, after `cursor`, a page
-    of entries per Query."""
-    condition = f"#{attribute} = :value"
-    values = {":value": s(value)}
-    if cursor is not None:
-        condition += f" AND #run_id {'<' if newest_first else '>'} :cursor"
-        values[":cursor"] = s(cursor)
-    used = names(attribute, "run_id") if cursor is not None else names(attribute)
+def _in_order(reader: RunReader, index: str, attribute: str, value: str, *, ids: _IdRange,
+              page: int,
+              created: tuple[datetime | None, datetime | None] = (None, None)) -> Iterator[str]:
+    """The run ids under `value` of an index sorted by run_id, in `ids`, a page of
+    entries per Query; with `created` (after, before), only the entries whose
+    projected `created_at` is in that range (the Query's filter)."""
+    start, values = ids.key_condition()
+    condition = f"#{attribute} = :value{start}"
+    values[":value"] = s(value)
+    used = names(attribute, "run_id") if start else names(attribute)
+    keep = []
+    for bound, (placeholder, operator) in zip(created, ((":after", ">="), (":before", "<")),
+                                              strict=True):
+        if bound is not None:
+            keep.append(f"#created_at {operator} {placeholder}")
+            values[placeholder] = n(micros(bound))
+    if keep:
+        used |= names("created_at")
+        # Filtered entries still count against a Query's Limit: read up to a
+        # Query's own 1 MB rather than a page, so a narrow range costs few Queries.
+        page = _FILTERED_QUERY_PAGE
     for entry in reader.table.query_index(index, condition, used, values,
-                                          forward=not newest_first, page=page):
-        yield text_of(entry, "run_id")
+                                          forward=not ids.newest_first, page=page,
+                                          keep=" AND ".join(keep) or None):
+        run_id = text_of(entry, "run_id")
+        if ids.past(run_id):
+            return
+        if ids.holds(run_id):
+            yield run_id

@@ -239,16 +239,20 @@ class Table:
     def query_index(self, index: str, condition: str, names: dict[str, str],
                     values: dict[str, AttributeValueTypeDef],
                     *, start: Item | None = None, forward: bool = True,
-                    page: int | None = None) -> Iterator[Item]:
+                    page: int | None = None, keep: str | None = None) -> Iterator[Item]:
         """Entries of a GSI, in its sort order, or reversed when not `forward`
         (GSIs are read eventually consistent). `page` caps the entries a Query
         reads (its `Limit`): the next Query is sent only when the caller reads past
-        them, so a caller that stops early pays for what it read, not for the index."""
+        them, so a caller that stops early pays for what it read, not for the index.
+        `keep` is a FilterExpression on the entries' projected attributes: only
+        those it keeps are returned (all read are billed)."""
         request: dict[str, Any] = {"TableName": self.name, "IndexName": index,
                                    "KeyConditionExpression": condition,
                                    "ExpressionAttributeNames": names,
                                    "ExpressionAttributeValues": values,
                                    "ScanIndexForward": forward}
+        if keep is not None:
+            request["FilterExpression"] = keep
         if start is not None:
             request["ExclusiveStartKey"] = start
         if page is not None:

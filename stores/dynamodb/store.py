@@ -296,11 +296,15 @@ class DynamoDbRunStore(StateChanges):
     def list_runs(self, *, statuses: Collection[RunStatus] | None = None,
                   lease_expired_before: datetime | None = None,
                   parent_run_id: str | None = None, tenant: str | None = None,
-                  resume_requested_before: datetime | None = None, newest_first: bool = False,
+                  resume_requested_before: datetime | None = None, agent: str | None = None,
+                  run_id_prefix: str | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
         return list_runs(self._reader, statuses=statuses, limit=limit, cursor=cursor,
                          lease_expired_before=lease_expired_before, parent_run_id=parent_run_id,
                          tenant=tenant, resume_requested_before=resume_requested_before,
+                         search=transitions.RunSearch(agent, run_id_prefix, created_after,
+                                                     created_before),
                          newest_first=newest_first)
 
     def list_events(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[RunEvent]:

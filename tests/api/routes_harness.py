@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, HttpResolverLocal
 
@@ -187,6 +187,8 @@ class Api:
         params: dict[str, str] = {}
         for pair in query.split("&") if query else []:
             key, _, value = pair.partition("=")
+            # API Gateway hands a Lambda the parameters decoded.
+            key, value = unquote(key), unquote(value)
             params[key] = f"{params[key]},{value}" if key in params else value
         binary = body is not None and not _is_utf8(body)
         event = {

@@ -69,7 +69,8 @@ def test_every_route_is_documented_with_its_parameters_and_bodies() -> None:
     assert create["requestBody"]["required"] is True
     assert [p["name"].lower() for p in create["parameters"]] == ["idempotency-key"]
     listing = {p["name"] for p in document["paths"]["/runs"]["get"]["parameters"]}
-    assert listing == {"status", "parent", "limit", "cursor"}
+    assert listing == {"status", "parent", "agent", "idPrefix", "createdAfter", "createdBefore",
+                       "limit", "cursor"}
 
 
 def test_every_route_documents_its_problems_as_problem_json() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_template import AwsResources, load_template, properties
 
 from stores.dynamodb.items import (
+    AGENT_INDEX,
     PARENT_INDEX,
     STATUS_INDEX,
     TENANT_INDEX,
@@ -36,10 +37,15 @@ def test_the_table_has_the_keys_indexes_and_ttl_the_store_uses() -> None:
         ("parent_run_id", "HASH"), ("run_id", "RANGE")]
     assert [(k["AttributeName"], k["KeyType"]) for k in indexes[TENANT_INDEX]["KeySchema"]] == [
         ("tenant", "HASH"), ("run_id", "RANGE")]
+    assert [(k["AttributeName"], k["KeyType"]) for k in indexes[AGENT_INDEX]["KeySchema"]] == [
+        ("agent_key", "HASH"), ("run_id", "RANGE")]
+    # The agent index carries the creation time, the Query's filter of a time range.
+    assert indexes.pop(AGENT_INDEX)["Projection"] == {
+        "ProjectionType": "INCLUDE", "NonKeyAttributes": ["created_at"]}
     assert {index["Projection"]["ProjectionType"] for index in indexes.values()} == {"KEYS_ONLY"}
     types = {a["AttributeName"]: a["AttributeType"] for a in definitions}
     assert types == {"pk": "S", "sk": "S", "status_shard": "S", "due_at": "N",
-                     "parent_run_id": "S", "run_id": "S", "tenant": "S"}
+                     "parent_run_id": "S", "run_id": "S", "tenant": "S", "agent_key": "S"}
     assert table["TimeToLiveSpecification"] == {"AttributeName": TTL_ATTRIBUTE, "Enabled": True}
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert table["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS",
@@ -68,7 +74,7 @@ def test_moto_built_the_table_and_bucket_from_those_properties(aws: AwsResources
     table = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
     # A new stack's table: the former index only on an upgrade's opt-in.
     assert {index["IndexName"] for index in table["GlobalSecondaryIndexes"]} == {
-        STATUS_INDEX, PARENT_INDEX, TENANT_INDEX}
+        STATUS_INDEX, PARENT_INDEX, TENANT_INDEX, AGENT_INDEX}
     assert table["SSEDescription"]["SSEType"] == "KMS"
     ttl = aws.dynamodb.describe_time_to_live(TableName=aws.table)["TimeToLiveDescription"]
     assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", TTL_ATTRIBUTE)

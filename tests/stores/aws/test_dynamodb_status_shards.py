@@ -21,6 +21,7 @@ from agent_runtime.testing import FakeClock
 from stores.conformance import LEASE_SECONDS, at, make_checkpoint, make_run
 from stores.dynamodb.backfill import Backfilled, backfill_status_shards, main
 from stores.dynamodb.items import (
+    AGENT_INDEX,
     FORMER_STATUS_INDEX,
     META,
     PARENT_INDEX,
@@ -216,7 +217,7 @@ def test_a_table_without_the_former_index_serves_the_store(aws_account: AwsResou
     try:
         table = resources.dynamodb.describe_table(TableName=resources.table)["Table"]
         assert {index["IndexName"] for index in table["GlobalSecondaryIndexes"]} == {
-            STATUS_INDEX, PARENT_INDEX, TENANT_INDEX}
+            STATUS_INDEX, PARENT_INDEX, TENANT_INDEX, AGENT_INDEX}
         assert "status" not in {a["AttributeName"] for a in table["AttributeDefinitions"]}
         store = open_store(resources)
         for run_id in RUNS[:3]:
