@@ -24,6 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from pydantic import Field
 
 from agent_runtime.api.problems import problem_schema_responses
+from agent_runtime.api.route_context import RouteContext, json_response
 from agent_runtime.api.submission import SOURCE, agent_from_request
 from agent_runtime.api.wire import WireModel
 from agent_runtime.errors import InvalidInput
@@ -31,7 +32,6 @@ from agent_runtime.limits import use_limits
 from agent_runtime.template_references import undeclared_references
 
 if TYPE_CHECKING:
-    from agent_runtime.api.routes import RunRoutes
     from agent_runtime.manifest import AgentManifest
 
 JSON = "application/json"
@@ -95,10 +95,8 @@ def declared_variables(agent: AgentManifest) -> list[DeclaredVariable]:
             for item in agent.variables]
 
 
-def register_manifest_routes(routes: RunRoutes) -> None:
+def register_manifest_routes(routes: RouteContext) -> None:
     """Add `POST /manifests/validate` to `routes` (it reads no store and needs a caller)."""
-    from agent_runtime.api.routes import json_response  # noqa: PLC0415 - routes imports us
-
     common = (400, 401, 403, 404, 413, 415, 422, 500, 503)
 
     @routes._route("POST", "/manifests/validate", operation_id="validateManifest",
