@@ -62,17 +62,17 @@ export function runsPage(main, { query }) {
     onSearch: (wanted) => find(wanted),
     onClear: () => navigate(addressOf({}, limit)),
   });
-  // An exact run id opens the run; anything else lists what matches.
+  // A whole run id opens the run (whatever else the form holds); anything else lists
+  // what matches, a prefix among it.
   async function find(wanted) {
-    const others = Object.entries(wanted).filter(([name, value]) => name !== "idPrefix" && value);
     const id = wanted.idPrefix;
-    if (id && !others.length && id !== search.idPrefix) {
+    if (id && id !== search.idPrefix) {
       try {
         await api.getRun(id);
         navigate(`#/runs/${encodeURIComponent(id)}`);
         return;
       } catch (error) {
-        if (error.status !== 404) {
+        if (error.status !== 404 && error.status !== 422) {  // 422: not even an id
           announce(describeError(error), "error");
           return;
         }
