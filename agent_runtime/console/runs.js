@@ -125,7 +125,7 @@ export function runsPage(main, { query }) {
       return h("tr", { "data-run-id": run.runId, "data-status": run.status },
         h("td", { class: "select" }, box),
         h("td", {}, runLink(run.runId)),
-        h("td", {}, agentLabel(run)),
+        h("td", {}, agentCell(run, search, limit)),
         h("td", {}, statusBadge(run.status),
           run.status === "suspended" && run.suspension ? h("span", { class: "muted" },
             ` ${REASONS[run.suspension.reason] ?? run.suspension.reason}`) : null),
@@ -167,6 +167,15 @@ export function runsPage(main, { query }) {
       "aria-labelledby": "runs-caption" }, table),
     h("div", { class: "pager" }, newer, position, older));
   return every(REFRESH_MS, () => (live.checked ? load() : null));
+}
+
+// The agent a search by `agent` finds a run by: its manifest's id, else its name (the
+// store's `agent_of`); the cell links to that search, as a person would type it.
+function agentCell(run, search, limit) {
+  const key = run.agent?.id || run.agent?.name;
+  if (!key || search.agent === key) return agentLabel(run);
+  return h("a", { href: addressOf({ ...search, agent: key }, limit), class: "agent-link",
+    title: `Show the runs of agent ${key}` }, agentLabel(run));
 }
 
 function emptyText(search) {

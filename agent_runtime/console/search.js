@@ -70,7 +70,8 @@ export function searchForm(search, { onSearch, onClear }) {
   };
   const idPrefix = text("find-run", "idPrefix", "Run id or prefix", { placeholder: "run_…",
     type: "search" });
-  const agent = text("search-agent", "agent", "Agent", { placeholder: "id or name" });
+  const agent = text("search-agent", "agent", "Agent", {
+    placeholder: "its manifest's id", title: "The manifest's id (its name when it has no id)" });
   const parent = text("search-parent", "parent", "Parent run", { placeholder: "run_…" });
   const status = h("select", { id: "status-filter", name: "status" },
     h("option", { value: "" }, "Any status"),

@@ -73,6 +73,17 @@ def test_search_by_agent_is_in_the_address_and_a_link_reproduces_it(
     expect(page.get_by_role("link", name="Link to this search")).to_have_attribute(
         "href", address)
 
+    # An agent's name in the table links to the search for that agent.
+    page.get_by_role("button", name="Clear").click()
+    wait_in_page(page, "() => location.hash === '#/'")
+    page.locator(f"tr[data-run-id='{runs['approval'][0]}'] a.agent-link").click()
+    wait_in_page(page, "() => location.hash.includes('agent=approval')")
+    wait_in_page(page, f"() => document.querySelectorAll('{ROWS}').length === 2")
+    assert shown(page) == set(runs["approval"])
+    page.get_by_label("Agent").fill("hello")
+    page.get_by_role("button", name="Search").click()
+    wait_in_page(page, f"() => document.querySelectorAll('{ROWS}').length === 3")
+
     page.get_by_label("Status").select_option("completed")  # narrows at once
     wait_in_page(page, "() => location.hash.includes('status=completed')")
     assert "agent=hello" in page.evaluate("() => location.hash")
