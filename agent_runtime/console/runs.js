@@ -7,6 +7,7 @@ import { bulkActions } from "./bulk.js";
 import { fill, formatNumber, h, statusBadge, time } from "./dom.js";
 import { announce, describeError, every, navigate } from "./notice.js";
 import { PAGE_SIZES, addressOf, searchForm, searchOf, zoneLabel } from "./search.js";
+import { savedViewsPanel } from "./views.js";
 
 const REFRESH_MS = 2000;
 
@@ -161,6 +162,7 @@ export function runsPage(main, { query }) {
       searching ? h("a", { href: addressOf(search, limit), class: "view-link",
         title: "Bookmark or share this link to come back to this search" },
       "Link to this search") : null),
+    savedViewsPanel(searching ? addressOf(search, limit) : null),
     bulk.bar,
     bulk.results,
     h("div", { class: "table-scroll", tabindex: 0, role: "region",

@@ -69,6 +69,13 @@ def test_the_runs_list_fits_and_its_table_scrolls_in_its_own_box(
         box.evaluate("element => { element.scrollLeft = element.scrollWidth; }")
         expect(screen.locator(f"tr[data-run-id='{waiting}'] time").last).to_be_in_viewport()
     screenshot(screen, f"runs-{screen.screen_name}", full_page=False)
+    # The bulk bar's confirmation and its results fit too.
+    screen.get_by_role("button", name="Cancel selected").click()
+    expect(screen.get_by_role("button", name="Yes, cancel 1 run")).to_be_visible()
+    assert_fits(screen)
+    screen.get_by_role("button", name="Yes, cancel 1 run").click()
+    expect(screen.locator(".bulk-summary")).to_contain_text("1 done")
+    assert_fits(screen)
     screenshot(screen, f"runs-{screen.screen_name}-full")
 
 

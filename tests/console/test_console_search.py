@@ -162,3 +162,27 @@ def test_the_token_is_not_in_a_search_address(page: Any, server: Serve,
     open_console(page, server, "#/?status=completed")
     wait_in_page(page, f"() => document.querySelectorAll('{ROWS}').length >= 3")
     assert TOKEN not in page.evaluate("() => location.href")
+
+
+def test_a_search_saved_by_name_is_a_click_away(
+        page: Any, server: Serve, runs: dict[str, list[str]]) -> None:
+    open_console(page, server, "#/?status=suspended")
+    expect(page.get_by_label("Status")).to_have_value("suspended")
+    page.get_by_label("Save this search as").fill("waiting runs")
+    page.get_by_role("button", name="Save", exact=True).click()
+    saved = page.get_by_role("region", name="Saved searches")
+    expect(saved.get_by_role("link", name="waiting runs")).to_have_attribute(
+        "href", "#/?status=suspended")
+    page.get_by_role("button", name="Clear").click()
+    wait_in_page(page, "() => location.hash === '#/'")
+    page.get_by_role("link", name="waiting runs").click()
+    wait_in_page(page, "() => location.hash === '#/?status=suspended'")
+    expect(page.get_by_label("Status")).to_have_value("suspended")
+    # A stored entry that is not a runs-list address is never drawn as a link.
+    page.evaluate("""() => localStorage.setItem('agent-runtime.views', JSON.stringify([
+        {name: 'bad', address: 'javascript:alert(1)'}, {name: 'ok', address: '#/?agent=x'}]))""")
+    page.reload()
+    expect(page.get_by_role("link", name="ok", exact=True)).to_be_visible()
+    expect(page.get_by_role("link", name="bad")).to_have_count(0)
+    page.get_by_role("button", name="Remove saved search ok").click()
+    expect(page.get_by_role("link", name="ok", exact=True)).to_have_count(0)
