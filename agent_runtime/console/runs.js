@@ -10,6 +10,7 @@ import { PAGE_SIZES, addressOf, searchForm, searchOf, zoneLabel } from "./search
 import { savedViewsPanel } from "./views.js";
 
 const REFRESH_MS = 2000;
+const MAX_MATCHING = 500;  // "select all matching" selects at most this many runs
 
 export const REASONS = {
   approval: "Approval",
@@ -98,6 +99,38 @@ export function runsPage(main, { query }) {
     bulk.update();
   }
   all.addEventListener("change", () => setAll(all.checked));
+  // A bulk action over the search, not only the page: every match, read page by page,
+  // at most MAX_MATCHING (a bound the person is told about).
+  const everyMatch = h("button", { type: "button" }, `Select all matching (up to ${MAX_MATCHING})`);
+  const clearSelection = h("button", { type: "button" }, "Clear selection");
+  everyMatch.addEventListener("click", async () => {
+    everyMatch.disabled = true;
+    let cursor;
+    let found = 0;
+    try {
+      do {
+        const page = await api.listRuns({ ...search, limit: 100, cursor });
+        for (const run of page.runs.slice(0, MAX_MATCHING - found)) selection.add(run.runId);
+        found += page.runs.length;
+        cursor = page.cursor;
+      } while (cursor && found < MAX_MATCHING);
+      announce(cursor ? `Selected the first ${MAX_MATCHING} matching runs; there are more.`
+        : `Selected all ${Math.min(found, MAX_MATCHING)} matching runs.`);
+    } catch (error) {
+      announce(describeError(error), "error");
+    } finally {
+      everyMatch.disabled = false;
+    }
+    for (const box of body.querySelectorAll("input[data-select]")) {
+      box.checked = selection.has(box.dataset.select);
+    }
+    syncSelection();
+  });
+  clearSelection.addEventListener("click", () => {
+    selection.clear();
+    for (const box of body.querySelectorAll("input[data-select]")) box.checked = false;
+    syncSelection();
+  });
 
   let shown = null;  // what the table shows, so an unchanged refresh keeps focus in place
   async function load(force = false) {
@@ -163,6 +196,7 @@ export function runsPage(main, { query }) {
         title: "Bookmark or share this link to come back to this search" },
       "Link to this search") : null),
     savedViewsPanel(searching ? addressOf(search, limit) : null),
+    h("div", { class: "selection-tools" }, everyMatch, clearSelection),
     bulk.bar,
     bulk.results,
     h("div", { class: "table-scroll", tabindex: 0, role: "region",

@@ -4,6 +4,7 @@ finished is reported as such, not as an error."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,10 +13,12 @@ from browser import screenshot, wait_in_page
 from playwright.sync_api import expect
 
 from tests.api.serve_process import (
+    ALLOW_LOOPBACK_WEBHOOKS,
     FIXTURES,
     Serve,
     approval_manifest,
     run_of,
+    running_serve,
     start,
     wait_for_status,
 )
@@ -23,6 +26,20 @@ from tests.api.serve_process import (
 pytestmark = pytest.mark.slow
 
 ROWS = "table.runs tbody tr[data-run-id]"
+# This module starts about 80 runs in a minute: past the default per-tenant rate.
+UNMETERED = "policy:\n  runsPerMinute: null\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    from browser import TOKEN
+
+    workdir = tmp_path_factory.mktemp("console-bulk")
+    config = workdir / "runtime.config.yaml"
+    config.write_text(ALLOW_LOOPBACK_WEBHOOKS + UNMETERED, encoding="utf-8")
+    with running_serve(workdir, token=TOKEN,
+                       args=["--config", str(config), "--no-access-log"]) as serve:
+        yield serve
 
 
 def hello() -> str:
@@ -136,3 +153,34 @@ def test_bulk_actions_by_keyboard_alone(page: Any, server: Serve,
     page.keyboard.press("Enter")  # "Yes, cancel 1 run" has the focus
     expect(result_of(page, run_id)).to_have_text("cancelled")
     wait_for_status(client, run_id, "cancelled")
+
+
+def count_matching(client: httpx.Client, **search: str) -> int:
+    count, cursor = 0, None
+    while True:
+        page = client.get("/runs", params={**search, "limit": 100,
+                                           **({"cursor": cursor} if cursor else {})}).json()
+        count += len(page["runs"])
+        cursor = page["cursor"]
+        if not cursor:
+            return count
+
+
+def test_a_bulk_action_over_every_match_of_a_search_not_only_the_page(
+        page: Any, server: Serve, client: httpx.Client) -> None:
+    for run_id in [start(client, hello())["runId"] for _ in range(27)]:
+        wait_for_status(client, run_id, "completed")
+    matching = count_matching(client, agent="hello", status="completed")
+    assert matching > 25  # more than one page
+    open_runs(page, server, "#/?agent=hello&status=completed")
+    wait_in_page(page, f"() => document.querySelectorAll('{ROWS}').length === 25")
+    page.get_by_role("button", name="Select all matching (up to 500)").click()
+    expect(page.locator(".bulk-count")).to_have_text(f"{matching} selected")
+    expect(page.locator("#notice")).to_contain_text(f"Selected all {matching} matching runs.")
+    page.get_by_role("button", name="Resume selected").click()
+    page.get_by_role("button", name=f"Yes, resume {matching} runs").click()
+    expect(page.locator(".bulk-summary")).to_have_text(
+        f"Resume: 0 done, {matching} not needed, 0 failed, of {matching}.", timeout=120_000)
+    expect(page.locator(".bulk-list li.outcome-skipped")).to_have_count(matching)
+    page.get_by_role("button", name="Clear selection").click()
+    expect(page.locator(".bulk-count")).to_have_text("No runs selected")
