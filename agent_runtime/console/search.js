@@ -84,7 +84,7 @@ export function searchForm(search, { onSearch, onClear }) {
   };
   const after = when("search-after", "createdAfter", "Created from");
   const before = when("search-before", "createdBefore", "Created to");
-  const clear = h("button", { type: "button" }, "Clear");
+  const clear = h("button", { type: "button" }, "Clear filters");
   const form = h("form", { class: "search card", role: "search", "aria-label": "Search runs" },
     h("div", { class: "search-fields" },
       idPrefix.field, agent.field,

@@ -74,7 +74,7 @@ def test_search_by_agent_is_in_the_address_and_a_link_reproduces_it(
         "href", address)
 
     # An agent's name in the table links to the search for that agent.
-    page.get_by_role("button", name="Clear").click()
+    page.get_by_role("button", name="Clear filters").click()
     wait_in_page(page, "() => location.hash === '#/'")
     page.locator(f"tr[data-run-id='{runs['approval'][0]}'] a.agent-link").click()
     wait_in_page(page, "() => location.hash.includes('agent=approval')")
@@ -87,7 +87,7 @@ def test_search_by_agent_is_in_the_address_and_a_link_reproduces_it(
     page.get_by_label("Status").select_option("completed")  # narrows at once
     wait_in_page(page, "() => location.hash.includes('status=completed')")
     assert "agent=hello" in page.evaluate("() => location.hash")
-    page.get_by_role("button", name="Clear").click()
+    page.get_by_role("button", name="Clear filters").click()
     wait_in_page(page, "() => location.hash === '#/'")
     expect(page.get_by_label("Agent")).to_have_value("")
 
@@ -173,7 +173,7 @@ def test_a_search_saved_by_name_is_a_click_away(
     saved = page.get_by_role("region", name="Saved searches")
     expect(saved.get_by_role("link", name="waiting runs")).to_have_attribute(
         "href", "#/?status=suspended")
-    page.get_by_role("button", name="Clear").click()
+    page.get_by_role("button", name="Clear filters").click()
     wait_in_page(page, "() => location.hash === '#/'")
     page.get_by_role("link", name="waiting runs").click()
     wait_in_page(page, "() => location.hash === '#/?status=suspended'")
