@@ -166,7 +166,10 @@ def test_the_token_is_not_in_a_search_address(page: Any, server: Serve,
 
 def test_a_search_saved_by_name_is_a_click_away(
         page: Any, server: Serve, runs: dict[str, list[str]]) -> None:
-    open_console(page, server, "#/?status=suspended")
+    open_console(page, server)
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    expect(page.locator(".saved-views")).to_be_hidden()  # nothing saved, nothing to save
+    page.evaluate("() => { location.hash = '#/?status=suspended'; }")
     expect(page.get_by_label("Status")).to_have_value("suspended")
     page.get_by_label("Save this search as").fill("waiting runs")
     page.get_by_role("button", name="Save", exact=True).click()
