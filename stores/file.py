@@ -329,21 +329,21 @@ class FileRunStore(StateChanges):
                   run_id_prefix: str | None = None, created_after: datetime | None = None,
                   created_before: datetime | None = None, newest_first: bool = False,
                   limit: int = 100, cursor: str | None = None) -> RunPage:
+        filters: dict[str, Any] = {
+            "statuses": statuses, "lease_expired_before": lease_expired_before,
+            "parent_run_id": parent_run_id, "tenant": tenant,
+            "resume_requested_before": resume_requested_before, "agent": agent,
+            "run_id_prefix": run_id_prefix, "created_after": created_after,
+            "created_before": created_before}
         with reachable(self.path):
-            return self._list_runs(statuses=statuses, lease_expired_before=lease_expired_before,
-                                   parent_run_id=parent_run_id, tenant=tenant,
-                                   resume_requested_before=resume_requested_before,
-                                   search=transitions.RunSearch(agent, run_id_prefix, created_after,
-                                                                created_before),
-                                   newest_first=newest_first, limit=limit, cursor=cursor)
+            return self._list_runs(filters, newest_first=newest_first, limit=limit,
+                                   cursor=cursor)
 
-    def _list_runs(self, *, statuses: Collection[RunStatus] | None,
-                   lease_expired_before: datetime | None, parent_run_id: str | None,
-                   tenant: str | None, resume_requested_before: datetime | None,
-                   search: transitions.RunSearch, newest_first: bool, limit: int,
+    def _list_runs(self, filters: dict[str, Any], *, newest_first: bool, limit: int,
                    cursor: str | None) -> RunPage:
+        """`list_runs` with `filters` (those of `transitions.matches`)."""
         found: list[RunRecord] = []
-        prefix = search.run_id_prefix or ""
+        prefix = filters["run_id_prefix"] or ""
         for run_id in sorted(os.listdir(self._runs), reverse=newest_first):
             # A run's directory is named by its id: a prefix is decided before any read.
             if not run_id.startswith(prefix) or not transitions.beyond(
@@ -355,10 +355,7 @@ class FileRunStore(StateChanges):
                 continue  # trash of an interrupted delete, or not ours
             # None: deleted while we listed, or a create not committed yet.
             state = self._state(run_id)
-            if state is not None and transitions.matches(
-                    state.run, statuses=statuses, lease_expired_before=lease_expired_before,
-                    parent_run_id=parent_run_id, tenant=tenant,
-                    resume_requested_before=resume_requested_before, **search._asdict()):
+            if state is not None and transitions.matches(state.run, **filters):
                 found.append(state.run)
                 if len(found) > limit:
                     break

@@ -59,6 +59,7 @@ from stores.records import (
     agent_of,
     encode_record,
 )
+from stores.run_search import RunSearch
 from stores.sqlite_effects import EffectRows
 from stores.sqlite_group_commit import GroupCommit, Work
 from stores.sqlite_integrity import (
@@ -323,7 +324,7 @@ class SqliteRunStore(StateChanges):
             return list_runs(conn, self.path, statuses=statuses, parent_run_id=parent_run_id,
                              lease_expired_before=lease_expired_before, tenant=tenant,
                              resume_requested_before=resume_requested_before,
-                             search=transitions.RunSearch(agent, run_id_prefix, created_after,
+                             search=RunSearch(agent, run_id_prefix, created_after,
                                                           created_before),
                              newest_first=newest_first, limit=limit, cursor=cursor)
 

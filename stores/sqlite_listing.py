@@ -20,6 +20,7 @@ from typing import Any
 from stores import transitions
 from stores.base import CorruptRecord
 from stores.records import RunPage, RunStatus
+from stores.run_search import RunSearch, prefix_end
 from stores.sqlite_integrity import check_run_count
 from stores.sqlite_rows import RUN_SELECT, decode_run, micros, run_row, with_columns
 
@@ -27,7 +28,7 @@ from stores.sqlite_rows import RUN_SELECT, decode_run, micros, run_row, with_col
 def list_runs(conn: sqlite3.Connection, path: Path, *,
               statuses: Collection[RunStatus] | None, lease_expired_before: datetime | None,
               parent_run_id: str | None, tenant: str | None,
-              resume_requested_before: datetime | None, search: transitions.RunSearch,
+              resume_requested_before: datetime | None, search: RunSearch,
               newest_first: bool, limit: int, cursor: str | None) -> RunPage:
     statement, params = listing_statement(
         statuses=statuses, lease_expired_before=lease_expired_before,
@@ -63,7 +64,7 @@ def list_runs(conn: sqlite3.Connection, path: Path, *,
 def listing_statement(*, statuses: Collection[RunStatus] | None,
                       lease_expired_before: datetime | None, parent_run_id: str | None,
                       tenant: str | None, resume_requested_before: datetime | None,
-                      search: transitions.RunSearch, newest_first: bool, limit: int,
+                      search: RunSearch, newest_first: bool, limit: int,
                       cursor: str | None) -> tuple[str, list[Any]]:
     """The SELECT of a `list_runs` page (one run past it) and its parameters: what a
     test asks SQLite's planner about (`EXPLAIN QUERY PLAN`)."""
@@ -100,7 +101,7 @@ def listing_statement(*, statuses: Collection[RunStatus] | None,
             f" ORDER BY run_id {'DESC' if newest_first else 'ASC'} LIMIT ?", params)
 
 
-def _search_terms(search: transitions.RunSearch, where: list[str], params: list[Any]) -> None:
+def _search_terms(search: RunSearch, where: list[str], params: list[Any]) -> None:
     """The operator's search as indexed terms: the agent and creation columns, and the
     id prefix as a range of the primary key."""
     if search.agent is not None:
@@ -109,7 +110,7 @@ def _search_terms(search: transitions.RunSearch, where: list[str], params: list[
     if search.run_id_prefix is not None:
         where.append("run_id >= ?")
         params.append(search.run_id_prefix)
-        end = transitions.prefix_end(search.run_id_prefix)
+        end = prefix_end(search.run_id_prefix)
         if end is not None:
             where.append("run_id < ?")
             params.append(end)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from stores.base import (
     SUB_RUN_FINISHED,
@@ -32,9 +32,9 @@ from stores.records import (
     RunRecord,
     RunStatus,
     Suspension,
-    agent_of,
     dumps,
 )
+from stores.run_search import RunSearch
 
 
 def require_run(run: RunRecord | None, run_id: str) -> RunRecord:
@@ -431,16 +431,6 @@ def check_deletable(run: RunRecord) -> None:
         )
 
 
-class RunSearch(NamedTuple):
-    """The `list_runs` filters of an operator's search, as one value a store passes on.
-    Each is None when not given."""
-
-    agent: str | None = None
-    run_id_prefix: str | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-
-
 def matches(run: RunRecord, *, statuses: Collection[RunStatus] | None,
             lease_expired_before: datetime | None, parent_run_id: str | None,
             tenant: str | None = None, resume_requested_before: datetime | None = None,
@@ -450,13 +440,7 @@ def matches(run: RunRecord, *, statuses: Collection[RunStatus] | None,
     """The `list_runs` filters, for stores that filter in Python. All of them hold (AND)."""
     if statuses is not None and run.status not in {RunStatus(s) for s in statuses}:
         return False
-    if agent is not None and agent_of(run.manifest) != agent:
-        return False
-    if run_id_prefix is not None and not run.run_id.startswith(run_id_prefix):
-        return False
-    if created_after is not None and run.created_at < created_after:
-        return False
-    if created_before is not None and run.created_at >= created_before:
+    if not RunSearch(agent, run_id_prefix, created_after, created_before).matches(run):
         return False
     if parent_run_id is not None and (run.parent is None or run.parent.run_id != parent_run_id):
         return False
@@ -480,20 +464,6 @@ def beyond(run_id: str, cursor: str | None, *, newest_first: bool) -> bool:
     if cursor is None:
         return True
     return run_id < cursor if newest_first else run_id > cursor
-
-
-def prefix_end(prefix: str) -> str | None:
-    """The least string above every string that starts with `prefix` (None when there
-    is none): `prefix <= id < prefix_end(prefix)` is `id.startswith(prefix)`, a range a
-    store's sorted index answers. Code points order as UTF-8 bytes do, so the range
-    holds in SQLite's and DynamoDB's byte order too."""
-    for end in range(len(prefix), 0, -1):
-        code = ord(prefix[end - 1]) + 1
-        if 0xD800 <= code <= 0xDFFF:  # surrogates are no text: skip to the next character
-            code = 0xE000
-        if code <= 0x10FFFF:
-            return prefix[:end - 1] + chr(code)
-    return None
 
 
 def page_of(found: list[RunRecord], limit: int) -> RunPage:

@@ -45,7 +45,7 @@ def json_response(status: int, model: BaseModel,
 
 
 def route_responses(status: int, model: type[BaseModel], description: str, *problems: int,
-               body: bool = False) -> dict[int, Any]:
+                    body: bool = False) -> dict[int, Any]:
     """A route's documented responses: its success, and the problems it may answer."""
     common = (400, 401, 403, 404, 413, 422, 500, 503) + ((415,) if body else ())
     return {status: {"description": description, "content": {JSON: {"model": model}}},

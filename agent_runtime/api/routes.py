@@ -112,7 +112,7 @@ class RunRoutes(RunActions):
     def _register_runs(self) -> None:
         @self._route("POST", "/runs", operation_id="createRun", summary="Start a run",
                      responses={**route_responses(201, RunEnvelope, "The run was created", 409, 429,
-                                             body=True),
+                                                  body=True),
                                 200: {"description": "A repeat of an earlier request with the "
                                                      "same Idempotency-Key: its run",
                                       "content": {JSON: {"model": RunEnvelope}}}},
@@ -156,7 +156,7 @@ class RunRoutes(RunActions):
         @self._route("GET", "/runs/<runId>/output", operation_id="getRunOutput",
                      summary="A run's output, whatever its size: whole, or in parts",
                      responses=route_responses(200, RunOutput, "The run's output, or one part "
-                                                          "of it"),
+                                                               "of it"),
                      description="Where a run's `outputRef` points: the output a run view "
                                  "leaves out when it is large. Null until the run completes. "
                                  "An output too large for one answer is answered by "
@@ -239,7 +239,7 @@ class RunRoutes(RunActions):
         @self._route("POST", "/runs/<runId>/approvals/<approvalId>", operation_id="answerApproval",
                      summary="Approve or reject what the run waits for, and resume it",
                      responses=route_responses(200, RunEnvelope, "The answer was recorded", 409,
-                                          429, body=True))
+                                               429, body=True))
         def answer_approval(runId: RunId,
                             approvalId: Annotated[str, Path(pattern=KEY_PATTERN)],
                             body: Annotated[ApprovalRequest, Body()]) -> Response[str]:
@@ -248,7 +248,7 @@ class RunRoutes(RunActions):
         @self._route("POST", "/runs/<runId>/resume", operation_id="resumeRun",
                      summary="Continue a suspended run (optionally with a new token limit)",
                      responses=route_responses(200, RunEnvelope, "The run, handed to an executor "
-                                          "(or already completed)", 409, 429, body=True))
+                                               "(or already completed)", 409, 429, body=True))
         def resume_run(runId: RunId,
                        body: Annotated[ResumeRequest | None, Body()] = None) -> Response[str]:
             return self.resume_run(runId, body or ResumeRequest())
@@ -298,7 +298,7 @@ class RunRoutes(RunActions):
         @self._route("POST", "/runs/<runId>/effects/<key>", operation_id="settleEffect",
                      summary="Settle a tool call whose outcome is unknown, and resume the run",
                      responses=route_responses(200, RunEnvelope, "The settlement was recorded", 409,
-                                          429, body=True))
+                                               429, body=True))
         def settle_effect(runId: RunId,
                           key: Annotated[str, Path(pattern=KEY_PATTERN)],
                           body: Annotated[SettleEffectRequest, Body()]) -> Response[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from agent_runtime.excerpts import excerpt
 
@@ -99,3 +100,17 @@ def count(minimum: int) -> Callable[[str], int]:
         return value
     parse.__name__ = "count"
     return parse
+
+
+def zoned_time(text: str) -> datetime:
+    """`--since`, `--until`: an ISO 8601 date and time with its zone, as UTC. The zone
+    is required, so a search means one instant wherever it runs."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 date and time with its zone (2026-01-31T14:00:00Z), "
+            f"got {excerpt(text)}")
+    return moment.astimezone(UTC)

@@ -39,6 +39,7 @@ from agent_runtime.cli.flags import (
     seconds,
     store_driver,
     tenant_name,
+    zoned_time,
 )
 from agent_runtime.cli.help import EXAMPLES, add_completion_parser
 from agent_runtime.errors import InvalidInput
@@ -251,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=count(1), default=DEFAULT_PAGE, metavar="N",
                          help=f"runs per page (default: {DEFAULT_PAGE})")
     listing.add_argument("--cursor", metavar="CURSOR", help="the next page, from a 'more' line")
+    listing.add_argument("--agent", metavar="AGENT",
+                         help="only runs of this agent (the manifest's id, else its name)")
+    listing.add_argument("--id-prefix", metavar="PREFIX", help="only run ids starting with it")
+    listing.add_argument("--since", type=zoned_time, metavar="TIME",
+                         help="only runs created at or after TIME (ISO 8601 with a zone)")
+    listing.add_argument("--until", type=zoned_time, metavar="TIME",
+                         help="only runs created before TIME (ISO 8601 with a zone)")
     listing.add_argument("--format", choices=("pretty", "json"), default="pretty")
     listing.set_defaults(default_limit=DEFAULT_PAGE)
     _store_flags(listing)

@@ -14,6 +14,7 @@ tool and the step of every effect key.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -80,9 +81,16 @@ def print_runs(runs: list[RunRecord], cursor: str | None, fmt: str, out: TextIO,
 
 def cmd_list(args: argparse.Namespace) -> int:
     with open_run_store(args, create=False) as store:
-        page = store.list_runs(statuses=args.status, newest_first=True, limit=args.limit,
+        page = store.list_runs(statuses=args.status, agent=args.agent,
+                               run_id_prefix=args.id_prefix, created_after=args.since,
+                               created_before=args.until, newest_first=True, limit=args.limit,
                                cursor=args.cursor)
+        search = [(flag, value) for flag, value in (
+            ("--agent", args.agent), ("--id-prefix", args.id_prefix),
+            ("--since", args.since and args.since.isoformat()),
+            ("--until", args.until and args.until.isoformat())) if value is not None]
         more = "agent-runtime list" + "".join(f" --status {s}" for s in args.status or []) \
+            + "".join(f" {flag} {shlex.quote(value)}" for flag, value in search) \
             + (f" --limit {args.limit}" if args.limit != args.default_limit else "") \
             + store_flags_text(args)
         print_runs(page.runs, page.cursor, args.format, guarded(sys.stdout), more)

@@ -18,7 +18,7 @@ about what a page holds rather than everything that matches.
 The index is chosen by the narrowest filter given: a parent, then an overdue
 filter, then an agent within a tenant, then a tenant, else the statuses. An
 id prefix narrows whichever is read to the range of ids that start with it
-(`transitions.prefix_end`): a key condition on the indexes in run_id order,
+(`prefix_end`): a key condition on the indexes in run_id order,
 the range of order keys in the status index's ordered part. An agent
 without a tenant, or a time range without an agent, is checked on the runs
 the chosen index yields.
@@ -76,6 +76,7 @@ from stores.dynamodb.items import (
 )
 from stores.dynamodb.runs import RunReader
 from stores.records import RunPage, RunRecord, RunStatus
+from stores.run_search import RunSearch, prefix_end
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
@@ -98,7 +99,7 @@ _ORDERED_STATUSES = frozenset(RunStatus) - {RunStatus.RUNNING, RunStatus.CREATED
 def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
               lease_expired_before: datetime | None, parent_run_id: str | None,
               tenant: str | None, resume_requested_before: datetime | None,
-              search: transitions.RunSearch, newest_first: bool, limit: int,
+              search: RunSearch, newest_first: bool, limit: int,
               cursor: str | None) -> RunPage:
     wanted = set(RunStatus) if statuses is None else {RunStatus(status) for status in statuses}
     if lease_expired_before is not None:
@@ -144,13 +145,13 @@ def list_runs(reader: RunReader, *, statuses: Collection[RunStatus] | None,
 
 class _IdRange:
     """The run ids a listing may still return, in its order: beyond the cursor and,
-    with a prefix, from the prefix up to `transitions.prefix_end` of it."""
+    with a prefix, from the prefix up to `prefix_end` of it."""
 
     def __init__(self, prefix: str | None, cursor: str | None, *, newest_first: bool) -> None:
         self.prefix = prefix
         self.cursor = cursor
         self.newest_first = newest_first
-        self.end = None if prefix is None else transitions.prefix_end(prefix)
+        self.end = None if prefix is None else prefix_end(prefix)
 
     def holds(self, run_id: str) -> bool:
         return (transitions.beyond(run_id, self.cursor, newest_first=self.newest_first)

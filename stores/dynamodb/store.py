@@ -112,6 +112,7 @@ from stores.records import (
     RunStatus,
     encode_record,
 )
+from stores.run_search import RunSearch
 from stores.state_changes import StateChanges, apply_change, saving
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ class DynamoDbRunStore(StateChanges):
         return list_runs(self._reader, statuses=statuses, limit=limit, cursor=cursor,
                          lease_expired_before=lease_expired_before, parent_run_id=parent_run_id,
                          tenant=tenant, resume_requested_before=resume_requested_before,
-                         search=transitions.RunSearch(agent, run_id_prefix, created_after,
+                         search=RunSearch(agent, run_id_prefix, created_after,
                                                      created_before),
                          newest_first=newest_first)
 

@@ -6,8 +6,9 @@ every effect key with its tool and step."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,36 @@ def test_list_over_150_runs_is_newest_first_and_pages_with_the_cursor_it_prints(
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[0] == created[-1] and row[3] == "149"
     assert row[1] == (start + timedelta(seconds=149)).isoformat(timespec="seconds")[:19]
+
+
+def test_list_searches_by_agent_id_prefix_and_time_and_its_more_line_keeps_the_search(
+        cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    start = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    with SqliteRunStore(cwd / ".agent-runtime" / "runs.sqlite") as store:
+        for index in range(12):
+            at = start + timedelta(minutes=index)
+            store.create_run(RunRecord(
+                run_id=f"run_{index:02d}", manifest_hash="sha256:0",
+                manifest={"name": "the writer"} if index % 2 else {"id": "reviewer"},
+                created_at=at, updated_at=at))
+
+    def listed(*argv: str) -> tuple[list[str], list[str]]:
+        assert main(["list", "--format", "pretty", *argv]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return ([line.split()[0] for line in lines if line.startswith("run_")],
+                [line.removeprefix("more runs: agent-runtime ") for line in lines
+                 if line.startswith("more runs: ")])
+
+    rows, more = listed("--agent", "the writer", "--since", "2026-12-03T09:03:00Z",
+                        "--until", "2026-12-03T10:09:00+01:00", "--limit", "2")
+    assert rows == ["run_07", "run_05"]
+    assert more and "--agent 'the writer'" in more[0]
+    rows, more = listed(*shlex.split(more[0])[1:])
+    assert (rows, more) == (["run_03"], [])
+    assert listed("--id-prefix", "run_1")[0] == ["run_11", "run_10"]
+    assert listed("--agent", "reviewer", "--id-prefix", "run_1")[0] == ["run_10"]
+    assert main(["list", "--since", "2026-12-03T09:00:00"]) == 2  # no zone: a usage error
+    assert "with its zone" in capsys.readouterr().err
 
 
 def test_inspect_shows_the_timeline_and_one_checkpoint_state(

@@ -129,6 +129,7 @@ def test_the_api_function_reads_and_writes_runs_and_puts_only_its_own_events() -
         "events:detail-type": ["resume-requested", "run-finished"]}}
     (indexes,) = [entry for entry in statements if entry.get("Sid") == "RunIndexes"]
     assert {"Fn::Sub": "${RunsTable.Arn}/index/by-tenant"} in indexes["Resource"]
+    assert {"Fn::Sub": "${RunsTable.Arn}/index/by-agent"} in indexes["Resource"]
 
 
 def test_the_stack_outputs_the_api_url_and_a_client_policy() -> None:

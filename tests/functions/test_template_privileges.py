@@ -101,7 +101,7 @@ def test_only_the_retention_function_may_delete_run_data() -> None:
 def test_run_data_is_granted_on_the_stack_s_table_bucket_and_key_only(function: str) -> None:
     table = {"Fn::GetAtt": ["RunsTable", "Arn"]}
     indexes = {f"${{RunsTable.Arn}}/index/{index}"
-               for index in ("by-status-shard", "by-parent", "by-tenant")}
+               for index in ("by-status-shard", "by-parent", "by-tenant", "by-agent")}
     prefixes = {f"${{BlobBucket.Arn}}/{prefix}/*" for prefix in ("checkpoints", "artifacts")}
     for grant in grants(role_of(function)):
         services = {action.split(":")[0] for action in grant.actions}
@@ -124,9 +124,9 @@ def test_indexes_are_queried_only_where_the_code_lists_runs() -> None:
                 if grant.actions == ("dynamodb:Query",) for resource in grant.resources
                 if isinstance(resource, dict) and "Fn::Sub" in resource}
 
-    # GET /runs by tenant, status or parent; the reconciler's candidates by
+    # GET /runs by tenant, status, parent or agent; the reconciler's candidates by
     # status; nothing else lists runs (capacity is slots, not a count).
-    assert indexes("ApiFunction") == {"by-status-shard", "by-parent", "by-tenant"}
+    assert indexes("ApiFunction") == {"by-status-shard", "by-parent", "by-tenant", "by-agent"}
     assert indexes("ReconcilerFunction") == {"by-status-shard"}
     for function in ("AdvanceFunction", "RetentionFunction", "StartFunction"):
         assert indexes(function) == set(), function

@@ -19,6 +19,7 @@ import pytest
 from stores import transitions
 from stores.codecs import KEY_VARIABLE
 from stores.records import RunRecord, RunStatus
+from stores.run_search import RunSearch
 from stores.sqlite import SqliteRunStore
 from stores.sqlite_listing import listing_statement
 
@@ -50,8 +51,8 @@ def _plan(path: Path, **filters: Any) -> str:
                                "parent_run_id": None, "tenant": None,
                                "resume_requested_before": None, "newest_first": True,
                                "limit": 50, "cursor": None}
-    search = transitions.RunSearch(**{name: filters.pop(name) for name in list(filters)
-                                      if name in transitions.RunSearch._fields})
+    search = RunSearch(**{name: filters.pop(name) for name in list(filters)
+                                      if name in RunSearch._fields})
     statement, params = listing_statement(search=search, **(options | filters))
     with sqlite3.connect(path) as raw:
         rows = raw.execute(f"EXPLAIN QUERY PLAN {statement}", params).fetchall()
