@@ -22,6 +22,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 
 from agent_runtime.api import guard, run_listing
 from agent_runtime.api.event_wire import EventPage
+from agent_runtime.api.manifest_check import register_manifest_routes
 from agent_runtime.api.output_parts import output_answer
 from agent_runtime.api.problems import (
     ApiProblem,
@@ -95,6 +96,7 @@ class RunRoutes(RunActions):
         self._register_actions()
         self._register_console()
         self._register_caller()
+        register_manifest_routes(self)
 
         @self._route("GET", "/openapi.json", public=True, operation_id="getOpenApi",
                      summary="This API's OpenAPI document (needs no credentials)",

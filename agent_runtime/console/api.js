@@ -2,11 +2,18 @@
 //
 // The token: a first load may carry it in the address (`/#token=...`, what a
 // person pastes from the serve command); it is removed from the address at
-// once, so it is not in the history, a bookmark or a screenshot, and kept in
-// sessionStorage (this tab's only: closing the tab forgets it). A link that
+// once, so it is not in the history, a bookmark or a screenshot. A link that
 // carries a token other than the tab's own never replaces it silently (any
 // page can link to `/#token=...`, and a tab signed in to one tenant would
 // act for another): it is held in memory until the person says which to use.
+//
+// Where it is kept: each tab's token is in its sessionStorage, and the token
+// last chosen is also in localStorage, which a new tab starts from. So a run
+// opened in a new tab does not ask for the token again, and choosing another
+// token in one tab never changes the tenant of a tab already open (that is the
+// per-tab sessionStorage copy). The cost: the token stays on this browser's
+// disk until "Forget token" (sessionStorage alone forgot it with the tab);
+// "Forget token" drops it everywhere, every open tab included.
 
 const TOKEN_KEY = "agent-runtime.token";
 
@@ -44,16 +51,34 @@ export function takeTokenFromAddress() {
   return offered;
 }
 
+/** This tab's token; a new tab starts with the one last chosen in this browser. */
 export function token() {
-  return sessionStorage.getItem(TOKEN_KEY);
+  const own = sessionStorage.getItem(TOKEN_KEY);
+  if (own !== null) return own;
+  const shared = localStorage.getItem(TOKEN_KEY);
+  if (shared) sessionStorage.setItem(TOKEN_KEY, shared);
+  return shared;
 }
 
 export function setToken(value) {
   sessionStorage.setItem(TOKEN_KEY, value);
+  localStorage.setItem(TOKEN_KEY, value);
 }
 
 export function forgetToken() {
   sessionStorage.removeItem(TOKEN_KEY);
+  localStorage.removeItem(TOKEN_KEY);
+}
+
+/** `onForgotten()` when another tab forgets the token (this tab forgets it too). */
+export function onTokenForgottenElsewhere(onForgotten) {
+  window.addEventListener("storage", (event) => {
+    if (event.key !== TOKEN_KEY && event.key !== null) return;
+    if (event.newValue === null && sessionStorage.getItem(TOKEN_KEY) !== null) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      onForgotten();
+    }
+  });
 }
 
 // `asToken`: call with this token instead of the tab's (to ask who a token names
@@ -100,12 +125,18 @@ const run = (id) => `/runs/${encodeURIComponent(id)}`;
 export const api = {
   /** The tenant the tab's token (or `asToken`) names. */
   whoami: (asToken) => call("GET", "/whoami", undefined, asToken).then((data) => data.tenant),
-  listRuns({ status, limit = 25, cursor } = {}) {
+  /** A page of runs, newest first; `search` holds GET /runs' filters (status, parent,
+   * agent, idPrefix, createdAfter, createdBefore), an empty one is not sent. */
+  listRuns({ limit = 25, cursor, ...search } = {}) {
     const query = new URLSearchParams({ limit: String(limit) });
-    if (status) query.set("status", status);
+    for (const [name, value] of Object.entries(search)) {
+      if (value) query.set(name, value);
+    }
     if (cursor) query.set("cursor", cursor);
     return call("GET", `/runs?${query}`);
   },
+  /** A manifest's problems and declared variables, as the server reads it. */
+  validateManifest: (manifest) => call("POST", "/manifests/validate", { manifest }),
   getRun: (id) => call("GET", run(id)).then((data) => data.run),
   // A large output is not in the run (it has `outputRef`): this returns it.
   getOutput: (id) => call("GET", `${run(id)}/output`).then((data) => data.output),

@@ -2,13 +2,15 @@
 //
 // Addresses are fragments, so every page is this one file and the server
 // sees no run ids in page requests:
-//   #/            runs list (#/?status=suspended)
+//   #/            runs list; a search in the query (#/?agent=triage&status=failed)
 //   #/waiting     suspended runs, with what each waits for
 //   #/start       start a run
 //   #/runs/ID     a run
 //   #/runs/ID/checkpoints/SEQ   one checkpoint's state, "fork from here"
 
-import { ApiError, api, forgetToken, setToken, takeTokenFromAddress, token } from "./api.js";
+import {
+  ApiError, api, forgetToken, onTokenForgottenElsewhere, setToken, takeTokenFromAddress, token,
+} from "./api.js";
 import { fill, h } from "./dom.js";
 import { clearStaleNotice } from "./notice.js";
 import { checkpointPage } from "./checkpoint.js";
@@ -40,7 +42,8 @@ function signInPage(reason) {
     reason ? h("p", { class: "error", role: "alert" }, reason) : null,
     h("p", {}, "The API needs a bearer token. With ", h("code", {}, "agent-runtime serve"),
       " it is in ", h("code", {}, ".agent-runtime/serve.token"),
-      " (or the --token you gave). It is kept in this tab only."),
+      " (or the --token you gave). This browser remembers it, so a new tab does not ask "
+      + "again, until you choose Forget token."),
     h("label", { for: "token" }, "Bearer token"), input,
     h("div", { class: "buttons" }, h("button", { type: "submit", class: "primary" }, "Sign in")));
   form.addEventListener("submit", (event) => {
@@ -116,8 +119,16 @@ function replaceTokenPage() {
   keep.focus();
   const describe = ({ tenant, refused }) => (tenant !== undefined
     ? ["tenant ", h("strong", {}, tenant)] : [refused]);
-  tenantOf().then((found) => fill(current, ...describe(found)));
-  tenantOf(offered).then((found) => fill(incoming, ...describe(found)));
+  // The choice names the change it makes, once both tenants are known.
+  Promise.all([tenantOf(), tenantOf(offered)]).then(([mine, theirs]) => {
+    fill(current, ...describe(mine));
+    fill(incoming, ...describe(theirs));
+    if (mine.tenant !== undefined && theirs.tenant !== undefined) {
+      replace.textContent = mine.tenant === theirs.tenant
+        ? `Use the link's token (same tenant ${theirs.tenant})`
+        : `Use the link's token (switch from tenant ${mine.tenant} to ${theirs.tenant})`;
+    }
+  });
 }
 
 function markSection(section) {
@@ -149,7 +160,7 @@ function route() {
   let section = null;
   if (parts.length === 0 || (parts[0] === "runs" && parts.length === 1)) {
     section = "runs";
-    leave = runsPage(main, { status: query.get("status") || "" });
+    leave = runsPage(main, { query });
   } else if (parts[0] === "waiting") {
     section = "waiting";
     leave = waitingPage(main);
@@ -181,6 +192,7 @@ signOut.addEventListener("click", () => {
   forgetToken();
   route();
 });
+onTokenForgottenElsewhere(() => route());
 // A token can arrive with any address, also one opened in this tab later.
 function arrive() {
   const offered = takeTokenFromAddress();

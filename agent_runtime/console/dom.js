@@ -61,11 +61,18 @@ const clock = new Intl.DateTimeFormat(undefined, {
   hour: "2-digit", minute: "2-digit", second: "2-digit",
 });
 
-/** A timestamp for people (`short`: the time of day only), the exact ISO text in a <time>. */
+// For a table of many rows: no year, 24-hour clock (the exact time is in the title).
+const compact = new Intl.DateTimeFormat(undefined, {
+  month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  hourCycle: "h23",
+});
+
+/** A timestamp for people (`short`: the time of day only; "compact": no year), the exact
+ * ISO text in a <time>. */
 export function time(iso, short = false) {
   const date = new Date(iso);
-  const shown = Number.isNaN(date.getTime()) ? String(iso)
-    : (short ? clock : when).format(date);
+  const format = short === "compact" ? compact : (short ? clock : when);
+  const shown = Number.isNaN(date.getTime()) ? String(iso) : format.format(date);
   return h("time", { datetime: iso, title: iso }, shown);
 }
 

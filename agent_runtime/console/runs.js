@@ -1,13 +1,16 @@
-// The runs list (status filter, newest first, paging, find by id, live
-// refresh) and "waiting for me": the suspended runs and what each waits for.
+// The runs list (a search kept in the address, newest first, paging, live
+// refresh, a selection to act on in bulk) and "waiting for me": the suspended
+// runs and what each waits for.
 
 import { api } from "./api.js";
+import { bulkActions } from "./bulk.js";
 import { fill, formatNumber, h, statusBadge, time } from "./dom.js";
 import { announce, describeError, every, navigate } from "./notice.js";
+import { PAGE_SIZES, addressOf, searchForm, searchOf, zoneLabel } from "./search.js";
+import { savedViewsPanel } from "./views.js";
 
-const STATUSES = ["created", "running", "suspended", "completed", "failed", "cancelled"];
-const PAGE_SIZE = 25;
 const REFRESH_MS = 2000;
+const MAX_MATCHING = 500;  // "select all matching" selects at most this many runs
 
 export const REASONS = {
   approval: "Approval",
@@ -30,72 +33,148 @@ export function runLink(runId) {
   return h("a", { href: `#/runs/${encodeURIComponent(runId)}`, class: "run-id" }, runId);
 }
 
-export function runsPage(main, { status }) {
+/** The runs list: the search in the address (`query`), a page of matches, the
+ * selection and what can be done with it. */
+export function runsPage(main, { query }) {
+  const { search, limit } = searchOf(query);
+  const searching = Object.keys(search).length > 0;
   const pages = [undefined];  // the cursor of every page shown so far; the last is this one's
+  const selection = new Set();  // run ids, kept across pages and refreshes
+  let onPage = [];  // the run ids the table shows
   const body = h("tbody");
+  const all = h("input", { type: "checkbox", id: "select-page",
+    "aria-label": "Select all runs on this page" });
   const table = h("table", { class: "runs", "aria-describedby": "runs-caption" },
-    h("caption", { id: "runs-caption" }, "Runs, newest first"),
-    h("thead", {}, h("tr", {},
-      ["Run", "Agent", "Status", "Attempt", "Tokens", "Updated"].map(
+    h("caption", { id: "runs-caption" }, searching ? "Matching runs, newest first"
+      : "Runs, newest first", h("span", { class: "muted" }, ` · times in ${zoneLabel()}`)),
+    h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "select" }, all),
+      ["Run", "Agent", "Status", "Attempt", "Tokens", "Created", "Updated"].map(
         (name) => h("th", { scope: "col" }, name)))),
     body);
   const older = h("button", { type: "button", disabled: true }, "Older runs");
   const newer = h("button", { type: "button", disabled: true }, "Newer runs");
   const position = h("span", { class: "muted", "aria-live": "polite" });
   const live = h("input", { type: "checkbox", id: "live", checked: true });
-  const filter = h("select", { id: "status-filter", name: "status" },
-    h("option", { value: "" }, "Any status"),
-    STATUSES.map((name) => h("option", { value: name, selected: name === status }, name)));
-  const find = h("input", { id: "find-run", name: "run", type: "search", autocomplete: "off",
-    spellcheck: "false", placeholder: "run_…" });
-  const findForm = h("form", { class: "find", role: "search" },
-    h("label", { for: "find-run" }, "Find a run by id"), find,
-    h("button", { type: "submit" }, "Open"));
+  const size = h("select", { id: "page-size", name: "limit" },
+    PAGE_SIZES.map((value) => h("option", { value, selected: value === limit }, String(value))));
+  const bulk = bulkActions({ selected: () => [...selection], runLink,
+    onDone: () => load(true) });
 
-  filter.addEventListener("change", () => {
-    navigate(filter.value ? `#/?status=${encodeURIComponent(filter.value)}` : "#/");
+  const form = searchForm(search, {
+    onSearch: (wanted) => find(wanted),
+    onClear: () => navigate(addressOf({}, limit)),
   });
-  findForm.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const id = find.value.trim();
-    if (!id) return;
-    try {
-      await api.getRun(id);
-      navigate(`#/runs/${encodeURIComponent(id)}`);
-    } catch (error) {
-      announce(error.status === 404 ? `No run with id ${id}.` : describeError(error), "error");
+  // A whole run id opens the run (whatever else the form holds); anything else lists
+  // what matches, a prefix among it.
+  async function find(wanted) {
+    const id = wanted.idPrefix;
+    if (id && id !== search.idPrefix) {
+      try {
+        await api.getRun(id);
+        navigate(`#/runs/${encodeURIComponent(id)}`);
+        return;
+      } catch (error) {
+        if (error.status !== 404 && error.status !== 422) {  // 422: not even an id
+          announce(describeError(error), "error");
+          return;
+        }
+      }
     }
+    navigate(addressOf(wanted, limit));
+  }
+  size.addEventListener("change", () => navigate(addressOf(search, Number(size.value))));
+
+  function setAll(checked) {
+    for (const id of onPage) {
+      if (checked) selection.add(id);
+      else selection.delete(id);
+    }
+    for (const box of body.querySelectorAll("input[data-select]")) box.checked = checked;
+    syncSelection();
+  }
+  function syncSelection() {
+    const chosen = onPage.filter((id) => selection.has(id)).length;
+    all.checked = onPage.length > 0 && chosen === onPage.length;
+    all.indeterminate = chosen > 0 && chosen < onPage.length;
+    bulk.update();
+  }
+  all.addEventListener("change", () => setAll(all.checked));
+  // A bulk action over the search, not only the page: every match, read page by page,
+  // at most MAX_MATCHING (a bound the person is told about).
+  const everyMatch = h("button", { type: "button" }, `Select all matching (up to ${MAX_MATCHING})`);
+  const clearSelection = h("button", { type: "button" }, "Clear selection");
+  everyMatch.addEventListener("click", async () => {
+    everyMatch.disabled = true;
+    let cursor;
+    let found = 0;
+    try {
+      do {
+        const page = await api.listRuns({ ...search, limit: 100, cursor });
+        for (const run of page.runs.slice(0, MAX_MATCHING - found)) selection.add(run.runId);
+        found += page.runs.length;
+        cursor = page.cursor;
+      } while (cursor && found < MAX_MATCHING);
+      announce(cursor ? `Selected the first ${MAX_MATCHING} matching runs; there are more.`
+        : `Selected all ${Math.min(found, MAX_MATCHING)} matching runs.`);
+    } catch (error) {
+      announce(describeError(error), "error");
+    } finally {
+      everyMatch.disabled = false;
+    }
+    for (const box of body.querySelectorAll("input[data-select]")) {
+      box.checked = selection.has(box.dataset.select);
+    }
+    syncSelection();
+  });
+  clearSelection.addEventListener("click", () => {
+    selection.clear();
+    for (const box of body.querySelectorAll("input[data-select]")) box.checked = false;
+    syncSelection();
   });
 
   let shown = null;  // what the table shows, so an unchanged refresh keeps focus in place
-  async function load() {
+  async function load(force = false) {
     let page;
     try {
-      page = await api.listRuns({ status, limit: PAGE_SIZE, cursor: pages[pages.length - 1] });
+      page = await api.listRuns({ ...search, limit, cursor: pages[pages.length - 1] });
     } catch (error) {
       shown = null;
-      fill(body, h("tr", {}, h("td", { colspan: 6, class: "error" }, describeError(error))));
+      onPage = [];
+      fill(body, h("tr", {}, h("td", { colspan: 8, class: "error" }, describeError(error))));
+      syncSelection();
       return;
     }
     const signature = `${pages.length}:${JSON.stringify(page)}`;
-    if (signature === shown) return;
+    if (signature === shown && !force) return;
     shown = signature;
-    const rows = page.runs.map((run) => h("tr", { "data-run-id": run.runId },
-      h("td", {}, runLink(run.runId)),
-      h("td", {}, agentLabel(run)),
-      h("td", {}, statusBadge(run.status),
-        run.status === "suspended" && run.suspension ? h("span", { class: "muted" }, ` ${REASONS[run.suspension.reason]
-          ?? run.suspension.reason}`) : null),
-      h("td", { class: "number" }, String(run.attempt)),
-      h("td", { class: "number" }, tokensLabel(run.usage)),
-      h("td", {}, time(run.updatedAt))));
+    onPage = page.runs.map((run) => run.runId);
+    const rows = page.runs.map((run) => {
+      const box = h("input", { type: "checkbox", "data-select": run.runId,
+        checked: selection.has(run.runId), "aria-label": `Select run ${run.runId}` });
+      box.addEventListener("change", () => {
+        if (box.checked) selection.add(run.runId);
+        else selection.delete(run.runId);
+        syncSelection();
+      });
+      return h("tr", { "data-run-id": run.runId, "data-status": run.status },
+        h("td", { class: "select" }, box),
+        h("td", {}, runLink(run.runId)),
+        h("td", {}, agentCell(run, search, limit)),
+        h("td", {}, statusBadge(run.status),
+          run.status === "suspended" && run.suspension ? h("span", { class: "muted" },
+            ` ${REASONS[run.suspension.reason] ?? run.suspension.reason}`) : null),
+        h("td", { class: "number" }, String(run.attempt)),
+        h("td", { class: "number" }, tokensLabel(run.usage)),
+        h("td", {}, time(run.createdAt, "compact")),
+        h("td", {}, time(run.updatedAt, "compact")));
+    });
     fill(body, rows.length ? rows
-      : h("tr", {}, h("td", { colspan: 6, class: "muted" },
-        status ? `No ${status} runs.` : "No runs yet. Start one.")));
+      : h("tr", {}, h("td", { colspan: 8, class: "muted" }, emptyText(search))));
     older.disabled = !page.cursor;
     older.dataset.cursor = page.cursor ?? "";
     newer.disabled = pages.length === 1;
     position.textContent = `Page ${pages.length}`;
+    syncSelection();
   }
   older.addEventListener("click", () => {
     pages.push(older.dataset.cursor);
@@ -109,13 +188,38 @@ export function runsPage(main, { status }) {
   fill(main,
     h("div", { class: "page-head" }, h("h1", { tabindex: -1 }, "Runs"),
       h("a", { href: "#/start", class: "button primary" }, "Start a run")),
+    form,
     h("div", { class: "toolbar" },
-      h("div", { class: "field-inline" }, h("label", { for: "status-filter" }, "Status"), filter),
-      findForm,
-      h("div", { class: "field-inline" }, live, h("label", { for: "live" }, "Live refresh"))),
-    table,
+      h("div", { class: "field-inline" }, live, h("label", { for: "live" }, "Live refresh")),
+      h("div", { class: "field-inline" }, h("label", { for: "page-size" }, "Runs per page"), size),
+      searching ? h("a", { href: addressOf(search, limit), class: "view-link",
+        title: "Bookmark or share this link to come back to this search" },
+      "Link to this search") : null),
+    savedViewsPanel(searching ? addressOf(search, limit) : null),
+    h("div", { class: "selection-tools" }, everyMatch, clearSelection),
+    bulk.bar,
+    bulk.results,
+    h("div", { class: "table-scroll", tabindex: 0, role: "region",
+      "aria-labelledby": "runs-caption" }, table),
     h("div", { class: "pager" }, newer, position, older));
   return every(REFRESH_MS, () => (live.checked ? load() : null));
+}
+
+// The agent a search by `agent` finds a run by: its manifest's id, else its name (the
+// store's `agent_of`); the cell links to that search, as a person would type it.
+function agentCell(run, search, limit) {
+  const key = run.agent?.id || run.agent?.name;
+  if (!key || search.agent === key) return agentLabel(run);
+  return h("a", { href: addressOf({ ...search, agent: key }, limit), class: "agent-link",
+    title: `Show the runs of agent ${key}` }, agentLabel(run));
+}
+
+function emptyText(search) {
+  if (search.idPrefix && Object.keys(search).length === 1) {
+    return `No run id starts with ${search.idPrefix}.`;
+  }
+  if (Object.keys(search).length) return "No runs match this search.";
+  return "No runs yet. Start one.";
 }
 
 function waitingFor(run) {

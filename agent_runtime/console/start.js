@@ -1,54 +1,39 @@
 // Start a run: a manifest (pasted, or one of the examples), a variables form
 // built from its declarations, a model override and a token budget.
+//
+// The declarations and the manifest's problems come from the server
+// (POST /manifests/validate), which reads the manifest with the same code as
+// POST /runs: the form and the server never read one manifest differently.
 
 import { api } from "./api.js";
 import { fill, h, jsonText } from "./dom.js";
 import { announce, describeError, navigate } from "./notice.js";
-import { parseManifestText } from "./yaml.js";
 
-const TYPES = new Set(["string", "number", "boolean", "object", "array", "json"]);
-
-/** The declarations the form is built from, or a reason it cannot be. */
-function declarations(text) {
-  if (!text.trim()) return { declared: [] };
-  let manifest;
-  try {
-    manifest = parseManifestText(text);
-  } catch (error) {
-    return { reason: `The form cannot read this manifest here (${error.message}); give the `
-      + "variables as a JSON object. The server checks the manifest when you start it." };
-  }
-  const declared = manifest && typeof manifest === "object" ? manifest.variables : undefined;
-  if (declared === undefined || declared === null) return { declared: [] };
-  if (!Array.isArray(declared) || !declared.every(
-    (item) => item && typeof item.key === "string" && TYPES.has(item.type))) {
-    return { reason: "The manifest's `variables` are not a list of {key, type} declarations; "
-      + "give the variables as a JSON object." };
-  }
-  return { declared };
-}
+// Each edit of the manifest asks the server (POST /manifests/validate) after this pause.
+const CHECK_DELAY_MS = 300;
 
 function variableField(declaration, index) {
   const id = `var-${index}`;
   const hint = `${id}-hint`;
-  const hasDefault = Object.hasOwn(declaration, "value");
-  const required = declaration.requiresOverride === true;
+  const hasDefault = declaration.hasDefault === true;
+  const required = declaration.required === true;
+  const value = declaration.default;
   const common = { id, name: declaration.key, "aria-describedby": hint, required,
     "data-key": declaration.key, "data-type": declaration.type };
   let control;
   if (declaration.type === "boolean") {
     control = h("select", common,
-      h("option", { value: "" }, hasDefault ? `Default (${declaration.value})` : "Not set"),
+      h("option", { value: "" }, hasDefault ? `Default (${value})` : "Not set"),
       h("option", { value: "true" }, "true"), h("option", { value: "false" }, "false"));
-  } else if (declaration.type === "string" && !(hasDefault && String(declaration.value).includes("\n"))) {
+  } else if (declaration.type === "string" && !(hasDefault && String(value).includes("\n"))) {
     control = h("input", { ...common, type: "text", autocomplete: "off",
-      placeholder: hasDefault ? String(declaration.value) : "" });
+      placeholder: hasDefault ? String(value) : "" });
   } else if (declaration.type === "number") {
     control = h("input", { ...common, type: "number", step: "any",
-      placeholder: hasDefault ? String(declaration.value) : "" });
+      placeholder: hasDefault ? String(value) : "" });
   } else {
     control = h("textarea", { ...common, rows: 4, spellcheck: "false",
-      placeholder: hasDefault ? jsonText(declaration.value) : "" });
+      placeholder: hasDefault ? jsonText(value) : "" });
   }
   const notes = [`${declaration.type}`];
   if (required) notes.push("required");
@@ -97,26 +82,72 @@ export function startPage(main) {
     "aria-describedby": "budget-hint" });
   const problem = h("div", { class: "form-error", role: "alert" });
   const submit = h("button", { type: "submit", class: "primary" }, "Start run");
+  // The manifest's problems as the server words them (errors and warnings).
+  const problems = h("div", { id: "manifest-problems", class: "manifest-problems",
+    "aria-live": "polite" });
   let rawVariables = null;  // the JSON textarea, when the form cannot be generated
+  let asked = 0;  // the latest check asked for: an older answer is ignored
 
-  function rebuildVariables() {
-    const found = declarations(manifest.value);
-    rawVariables = null;
-    if (found.reason) {
-      rawVariables = h("textarea", { id: "variables-json", rows: 4, spellcheck: "false" });
-      fill(variables, h("legend", {}, "Variables"), h("p", { class: "hint" }, found.reason),
-        h("label", { for: "variables-json" }, "Variables (a JSON object)"), rawVariables);
+  function variablesAsJson(reason) {
+    rawVariables = h("textarea", { id: "variables-json", rows: 4, spellcheck: "false" });
+    fill(variables, h("legend", {}, "Variables"), h("p", { class: "hint" }, reason),
+      h("label", { for: "variables-json" }, "Variables (a JSON object)"), rawVariables);
+  }
+
+  function showProblems(found) {
+    if (!found.length) {
+      fill(problems);
       return;
     }
+    fill(problems, h("ul", { class: "problems" }, found.map((item) => h("li",
+      { class: `problem problem-${item.severity}` },
+      h("strong", {}, item.severity === "error" ? "Problem: " : "Warning: "), item.message))));
+  }
+
+  async function rebuildVariables() {
+    const text = manifest.value;
+    const ask = ++asked;
+    if (!text.trim()) {
+      rawVariables = null;
+      showProblems([]);
+      fill(variables, h("legend", {}, "Variables"),
+        h("p", { class: "hint" }, "This manifest declares no variables."));
+      return;
+    }
+    let found;
+    try {
+      found = await api.validateManifest(text);
+    } catch (error) {
+      if (ask !== asked) return;
+      showProblems([]);
+      variablesAsJson(`The server could not check this manifest (${describeError(error)}); `
+        + "give the variables as a JSON object.");
+      return;
+    }
+    if (ask !== asked) return;  // the manifest changed meanwhile
+    showProblems(found.problems);
+    if (!found.valid) {
+      variablesAsJson("Fix the manifest's problem to get a form for its variables, "
+        + "or give them as a JSON object.");
+      return;
+    }
+    rawVariables = null;
+    // What was typed into a field the manifest still declares stays typed.
+    const typed = new Map([...variables.querySelectorAll("[data-key]")]
+      .map((control) => [`${control.dataset.key}:${control.dataset.type}`, control.value]));
     fill(variables, h("legend", {}, "Variables"),
-      found.declared.length ? found.declared.map(variableField)
+      found.variables.length ? found.variables.map(variableField)
         : h("p", { class: "hint" }, "This manifest declares no variables."));
+    for (const control of variables.querySelectorAll("[data-key]")) {
+      const earlier = typed.get(`${control.dataset.key}:${control.dataset.type}`);
+      if (earlier) control.value = earlier;
+    }
   }
 
   let timer = null;
   manifest.addEventListener("input", () => {
     clearTimeout(timer);
-    timer = setTimeout(rebuildVariables, 250);
+    timer = setTimeout(rebuildVariables, CHECK_DELAY_MS);
   });
   examples.addEventListener("change", async () => {
     const option = examples.selectedOptions[0];
@@ -135,7 +166,8 @@ export function startPage(main) {
     h("div", { class: "field" }, h("label", { for: "example" }, "Example manifest"), examples),
     h("div", { class: "field" }, h("label", { for: "manifest" }, "Agent manifest (YAML or JSON)"),
       manifest, h("p", { id: "manifest-hint", class: "hint" },
-        "Schema 1.0. Sent as written; the server validates it.")),
+        "Schema 1.0. Sent as written; the server checks it as you type.")),
+    problems,
     variables,
     h("div", { class: "row" },
       h("div", { class: "field" }, h("label", { for: "model" }, "Model override"), model,
@@ -148,6 +180,9 @@ export function startPage(main) {
     problem,
     h("div", { class: "buttons" }, submit));
 
+  // The browser's own checks (a required field left empty) block the submit before
+  // the handler runs: the error of an earlier attempt would stay beside them.
+  form.addEventListener("invalid", () => fill(problem), true);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     fill(problem);

@@ -28,6 +28,7 @@ ROUTES = {
     "/runs/{runId}/effects": {"get"},
     "/runs/{runId}/effects/{key}": {"post"},
     "/whoami": {"get"},
+    "/manifests/validate": {"post"},
     "/openapi.json": {"get"},
 }
 

@@ -4,19 +4,18 @@ And the start form's variables, built from a manifest the browser reads itself."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
-from browser import REPO, TOKEN, PageWatch, open_console, wait_in_page
+from browser import TOKEN, PageWatch, open_console, wait_in_page
 from playwright.sync_api import expect
 
 from tests.api.serve_process import Serve, start, wait_for_status
 
 pytestmark = pytest.mark.slow
 
+BROKEN_MANIFEST = "schemaVersion: '1.0'\nid: broken\nsteps:\n  - id: a\n    type: nonsense\n"
 HOSTILE = ('<img src=x onerror=alert(1)> <img src=x onerror="window.__xss=1"> '
            '<script>window.__xss=2;alert(2)</script> [click](javascript:alert(3)) **bold**')
 
@@ -152,8 +151,7 @@ steps:
 def test_a_manifest_the_server_refuses_is_explained_on_the_form(
         page: Any, server: Serve) -> None:
     open_console(page, server, "#/start")
-    page.get_by_label("Agent manifest (YAML or JSON)").fill(
-        "schemaVersion: '1.0'\nid: broken\nsteps:\n  - id: a\n    type: nonsense\n")
+    page.get_by_label("Agent manifest (YAML or JSON)").fill(BROKEN_MANIFEST)
     page.get_by_label("Model override").fill("scripted/echo")
     page.get_by_role("button", name="Start run").click()
     problem = page.locator(".form-error")
@@ -161,18 +159,21 @@ def test_a_manifest_the_server_refuses_is_explained_on_the_form(
     assert page.evaluate("() => location.hash") == "#/start"
 
 
-MANIFESTS = sorted([*(REPO / "tests" / "fixtures" / "manifests").glob("*.yaml"),
-                    *(REPO / "examples").glob("*.yaml")])
-
-
-def test_the_browser_reads_every_example_manifest_as_the_server_does(
-        page: Any, server: Serve) -> None:
-    open_console(page, server)
-    for path in MANIFESTS:
-        text = path.read_text(encoding="utf-8")
-        read = page.evaluate(
-            "async text => (await import('/console/yaml.js')).parseManifestText(text)", text)
-        assert read == yaml.safe_load(text), Path(path).name
+def test_the_form_reads_no_yaml_itself_the_server_checks_the_manifest(
+        page: Any, server: Serve, client: httpx.Client) -> None:
+    # The browser's own YAML reader is gone: the server reads the manifest once,
+    # for the form (POST /manifests/validate) as for the run (POST /runs).
+    assert client.get("/console/yaml.js").status_code == 404
+    open_console(page, server, "#/start")
+    manifest = page.get_by_label("Agent manifest (YAML or JSON)")
+    manifest.fill("schemaVersion: '1.0'\nid: anchors\nvariables:\n  - &v {key: who, "
+                  "type: string, value: world}\nsteps:\n  - id: a\n    type: prompt\n"
+                  "    prompt: Hello {{ who }}\n")
+    expect(page.get_by_label("who")).to_have_attribute("placeholder", "world")
+    manifest.fill(BROKEN_MANIFEST)
+    problems = page.locator("#manifest-problems")
+    expect(problems).to_contain_text("Problem: manifest: steps[0]")
+    expect(page.get_by_label("Variables (a JSON object)")).to_be_visible()
 
 
 UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')]

@@ -96,3 +96,34 @@ def test_the_same_token_again_asks_nothing(page: Any, server: Serve) -> None:
     wait_in_page(page, "() => !window.location.hash.includes('token')")
     expect(page.get_by_role("heading", name="Start a run")).to_be_visible()
     assert page.evaluate("() => location.hash") == "#/start"
+
+
+def test_a_new_tab_keeps_the_token_and_a_switch_names_both_tenants(
+        page: Any, server: Serve) -> None:
+    open_with(page, server, TOKEN_A)
+    expect(page.locator("header #tenant")).to_have_text("Tenant team-a")
+
+    # A run opened in a new tab (same browser): no sign-in again.
+    second = page.context.new_page()
+    second.goto(f"{server.base_url}/#/start")
+    expect(second.get_by_role("heading", name="Start a run")).to_be_visible()
+    expect(second.locator("header #tenant")).to_have_text("Tenant team-a")
+
+    # A link with another token, in that tab: the choice names the change it makes.
+    open_with(second, server, TOKEN_B)
+    switch = second.get_by_role("button",
+                                name="Use the link's token (switch from tenant team-a to team-b)")
+    expect(switch).to_be_visible()
+    switch.click()
+    expect(second.locator("header #tenant")).to_have_text("Tenant team-b")
+    # The first tab was not switched under its user's feet.
+    page.reload()
+    expect(page.locator("header #tenant")).to_have_text("Tenant team-a")
+    assert page.evaluate(STORED) == TOKEN_A
+
+    # Forgetting the token in one tab forgets it in every tab.
+    second.get_by_role("button", name="Forget token").click()
+    expect(page.get_by_label("Bearer token")).to_be_visible()
+    assert page.evaluate(STORED) is None
+    assert page.evaluate("() => localStorage.getItem('agent-runtime.token')") is None
+    second.close()

@@ -21,7 +21,8 @@ ROUTES = {("POST", "/runs"), ("GET", "/runs"), ("GET", "/runs/{runId}"),
           ("POST", "/runs/{runId}/cancel"), ("POST", "/runs/{runId}/fork"),
           ("POST", "/runs/resume-crash-looped"),
           ("GET", "/runs/{runId}/effects"), ("POST", "/runs/{runId}/effects/{key}"),
-          ("GET", "/whoami"), ("GET", "/openapi.json")}
+          ("GET", "/whoami"), ("GET", "/openapi.json"),
+          ("POST", "/manifests/validate")}
 # The web console's files (agent_runtime/console): served by the same function,
 # public, and not part of the API's OpenAPI document.
 CONSOLE_ROUTES = {("GET", "/"), ("GET", "/console/{asset}"), ("GET", "/console/examples/{name}")}
@@ -142,4 +143,5 @@ def test_the_stack_outputs_the_api_url_and_a_client_policy() -> None:
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert statement["Action"] == "execute-api:Invoke"
     granted = {arn["Fn::Sub"].split("${Api}/*/", 1)[1] for arn in statement["Resource"]}
-    assert granted == {"POST/runs", "GET/runs", "GET/runs/*", "POST/runs/*", "GET/whoami"}
+    assert granted == {"POST/runs", "GET/runs", "GET/runs/*", "POST/runs/*", "GET/whoami",
+                       "POST/manifests/validate"}
