@@ -2,13 +2,16 @@
 // output or error and the step timeline, kept live while the run moves.
 
 import { api, followEvents, TERMINAL } from "./api.js";
-import { fill, formatNumber, h, jsonText, pre, statusBadge, time } from "./dom.js";
-import { EventLog, RunProgress, renderSteps } from "./events.js";
-import { announce, describeError, navigate } from "./notice.js";
+import { comparePanel } from "./checkpoint_diff.js";
+import { fill, formatNumber, h, jsonText, pre, statusBadge } from "./dom.js";
+import { EventLog, progressFromCheckpoints, RunProgress, renderSteps } from "./events.js";
+import { forkForm } from "./fork_form.js";
+import { announce, describeError } from "./notice.js";
 import { renderValue } from "./output.js";
+import { zonedTime } from "./run_time.js";
 import { runLink } from "./runs.js";
 import { suspensionCard } from "./suspension.js";
-import { Checkpoints, renderTimeline } from "./timeline.js";
+import { Timeline } from "./timeline.js";
 
 // Events after which the run's summary or timeline is worth reading again: those that
 // come with a checkpoint or change the run's status. (Events commit with checkpoints,
@@ -37,8 +40,8 @@ function summary(run) {
       ? null : h("span", { class: "live", "aria-hidden": "true" }, " ● live")]],
     ["Attempt", String(run.attempt)],
     ["Agent", run.agent?.name || run.agent?.id || "—"],
-    ["Created", time(run.createdAt)],
-    ["Updated", time(run.updatedAt)],
+    ["Created", zonedTime(run.createdAt)],
+    ["Updated", zonedTime(run.updatedAt)],
   ];
   if (run.forkedFrom) {
     facts.push(["Forked from", [runLink(run.forkedFrom.runId), ` at checkpoint ${run.forkedFrom.seq}`]]);
@@ -72,13 +75,14 @@ export function runPage(main, { runId }) {
   const steps = h("div", { id: "steps" });
   const timeline = h("div", { id: "timeline" });
   const eventLog = h("div", { id: "event-log" });
-  fill(main, head, actions, facts, runningNow, card, result,
-    h("section", { "aria-labelledby": "steps-title" },
+  const forkSlot = h("div", { class: "fork-slot" });
+  const compare = comparePanel(runId);
+  fill(main, head, actions, forkSlot, facts, runningNow, card, result,
+    h("section", { "aria-labelledby": "steps-title", class: "steps-section" },
       h("h2", { id: "steps-title" }, "Steps"), steps),
-    tabs([["timeline", "Timeline", timeline], ["events", "Events", eventLog]]));
+    tabs([["timeline", "Timeline", timeline], ["compare", "Compare", compare.element],
+      ["events", "Events", eventLog]]));
 
-  const checkpoints = new Checkpoints(runId);
-  const opened = new Set();  // loop iterations the person opened
   let shownRun = "";
   let shownCard = "";
   let confirming = false;
@@ -86,6 +90,13 @@ export function runPage(main, { runId }) {
   let shownStatus = null;  // the status the summary shows
   const progress = new RunProgress();
   const log = new EventLog(eventLog);
+  // The waterfall comes from the event log; a run whose log is empty (kept by a store
+  // or a version without one) has it drawn from its latest checkpoints instead.
+  const pages = new Timeline(timeline, runId, {
+    onLatest(items) {
+      if (!progress.steps.size) renderSteps(steps, progressFromCheckpoints(items, shownStatus));
+    },
+  });
 
   function drawActions(run) {
     const buttons = [];
@@ -120,17 +131,21 @@ export function runPage(main, { runId }) {
       }
     }
     if (run.checkpointSeq) {
-      const fork = h("button", { type: "button" }, "Fork from the latest checkpoint");
-      fork.addEventListener("click", async () => {
-        fork.disabled = true;
-        try {
-          const created = await api.fork(runId);
-          announce(`Forked as run ${created.runId}.`);
-          navigate(`#/runs/${encodeURIComponent(created.runId)}`);
-        } catch (error) {
-          announce(describeError(error), "error");
-          fork.disabled = false;
+      const fork = h("button", { type: "button", "aria-expanded": forkSlot.childElementCount
+        ? "true" : "false" }, "Fork…");
+      fork.addEventListener("click", () => {
+        if (forkSlot.childElementCount) {
+          fill(forkSlot);
+          fork.setAttribute("aria-expanded", "false");
+          return;
         }
+        fork.setAttribute("aria-expanded", "true");
+        fill(forkSlot, forkForm(runId, { seq: run.checkpointSeq, latestSeq: run.checkpointSeq,
+          onClose() {
+            fill(forkSlot);
+            fork.setAttribute("aria-expanded", "false");
+            fork.focus();
+          } }));
       });
       buttons.push(fork);
     }
@@ -163,16 +178,8 @@ export function runPage(main, { runId }) {
     const cardKey = run.status === "suspended" ? jsonText(run.suspension) : "";
     if (cardKey !== shownCard) {
       shownCard = cardKey;
-      fill(card, cardKey ? suspensionCard(run, () => refresh(true)) : null);
+      fill(card, cardKey ? suspensionCard(run, () => refresh(true), progress.approvals) : null);
     }
-  }
-
-  let drawn = null;  // the timeline on the page (count, last seq): redrawn only when it grew
-  function drawTimeline(items) {
-    const shape = `${items.length}:${items.at(-1)?.seq}`;
-    if (shape === drawn) return;
-    drawn = shape;
-    renderTimeline(timeline, runId, items, opened);
   }
 
   // One refresh at a time: a forced one (after an action) runs when the current one ends.
@@ -200,12 +207,12 @@ export function runPage(main, { runId }) {
       return;
     }
     draw(run);
+    compare.latest(run.checkpointSeq ?? 0);
     try {
-      // Drawn as each page arrives: a long timeline shows its start at once.
-      await checkpoints.refresh(drawTimeline);
-      if (!checkpoints.items.length) drawTimeline([]);
+      // One page, the latest: a long timeline is paged, never read whole.
+      await pages.update(run.checkpointSeq ?? 0);
     } catch (error) {
-      fill(timeline, h("p", { class: "error" }, describeError(error)));
+      fill(pages.body, h("p", { class: "error" }, describeError(error)));
     }
     // Terminal runs do not change; a suspended one changes when someone answers.
     finished = TERMINAL.has(run.status);
