@@ -92,9 +92,13 @@ export function runPage(main, { runId }) {
   const log = new EventLog(eventLog);
   // The waterfall comes from the event log; a run whose log is empty (kept by a store
   // or a version without one) has it drawn from its latest checkpoints instead.
+  let latestCheckpoints = [];
+  const drawSteps = () => renderSteps(steps, progress.steps.size ? progress
+    : progressFromCheckpoints(latestCheckpoints, shownStatus));
   const pages = new Timeline(timeline, runId, {
     onLatest(items) {
-      if (!progress.steps.size) renderSteps(steps, progressFromCheckpoints(items, shownStatus));
+      latestCheckpoints = items;
+      if (!progress.steps.size) drawSteps();
     },
   });
 
@@ -175,7 +179,9 @@ export function runPage(main, { runId }) {
     }
     // The card is drawn again only when what it answers changes, so a
     // response being typed survives the live refresh.
-    const cardKey = run.status === "suspended" ? jsonText(run.suspension) : "";
+    // With what rejecting does, once the log has said (the approval step's action).
+    const cardKey = run.status === "suspended" ? jsonText(run.suspension)
+      + (progress.approvals.get(run.suspension?.details?.approvalId) ?? "") : "";
     if (cardKey !== shownCard) {
       shownCard = cardKey;
       fill(card, cardKey ? suspensionCard(run, () => refresh(true), progress.approvals) : null);
@@ -271,27 +277,38 @@ export function runPage(main, { runId }) {
   // The page follows the run's event log (long-polled) instead of reading the run
   // every second: the summary and timeline are read again when an event says they
   // changed. A finished run is read once; its log is read to the end once.
+  // The run and its latest checkpoints are read first, then the log is followed: a long
+  // run's log takes longest to read, and is not what a person needs to see first.
   let first = true;
-  const stop = followEvents(runId, {
-    async onPage(page) {
-      progress.add(page.events);
-      log.append(page.events);
-      if (page.events.length || first) renderSteps(steps, progress);
-      const changed = first || page.status !== shownStatus
-        || page.events.some((event) => CHANGES_RUN.test(String(event.type)));
-      first = false;
-      if (changed) await refresh(true);
-      await drawRunning(page.status);
-    },
-    onEnd(error) {
-      if (error) {
-        log.stopped(describeError(error));
-        refresh(true);  // the summary says what went wrong (no such run, say)
-      } else {
-        log.whole();
-      }
-    },
+  let stopFollowing = null;
+  let left = false;
+  refresh(true).finally(() => {
+    if (left) return;
+    stopFollowing = followEvents(runId, {
+      async onPage(page) {
+        progress.add(page.events);
+        log.append(page.events);
+        if (page.events.length || first) drawSteps();
+        const changed = page.status !== shownStatus
+          || page.events.some((event) => CHANGES_RUN.test(String(event.type)));
+        first = false;
+        if (changed) await refresh(true);
+        await drawRunning(page.status);
+      },
+      onEnd(error) {
+        if (error) {
+          log.stopped(describeError(error));
+          refresh(true);  // the summary says what went wrong (no such run, say)
+        } else {
+          log.whole();
+        }
+      },
+    });
   });
+  const stop = () => {
+    left = true;
+    stopFollowing?.();
+  };
   return stop;
 }
 
