@@ -10,7 +10,7 @@ import { announce, describeError } from "./notice.js";
 import { renderValue } from "./output.js";
 import { zonedTime } from "./run_time.js";
 import { runLink } from "./runs.js";
-import { suspensionCard } from "./suspension.js";
+import { showRejectOutcome, suspensionCard } from "./suspension.js";
 import { Timeline } from "./timeline.js";
 
 // Events after which the run's summary or timeline is worth reading again: those that
@@ -179,9 +179,7 @@ export function runPage(main, { runId }) {
     }
     // The card is drawn again only when what it answers changes, so a
     // response being typed survives the live refresh.
-    // With what rejecting does, once the log has said (the approval step's action).
-    const cardKey = run.status === "suspended" ? jsonText(run.suspension)
-      + (progress.approvals.get(run.suspension?.details?.approvalId) ?? "") : "";
+    const cardKey = run.status === "suspended" ? jsonText(run.suspension) : "";
     if (cardKey !== shownCard) {
       shownCard = cardKey;
       fill(card, cardKey ? suspensionCard(run, () => refresh(true), progress.approvals) : null);
@@ -288,6 +286,7 @@ export function runPage(main, { runId }) {
       async onPage(page) {
         progress.add(page.events);
         log.append(page.events);
+        showRejectOutcome(card, progress.approvals);
         if (page.events.length || first) drawSteps();
         const changed = page.status !== shownStatus
           || page.events.some((event) => CHANGES_RUN.test(String(event.type)));

@@ -63,6 +63,16 @@ function asText(parts) {
   return parts.map((part) => (typeof part === "string" ? part : part.textContent)).join("");
 }
 
+/** Say again what rejecting does, in the card inside `slot`, now that the run's log
+ * may have said the approval step's action (the card is not drawn again: a response
+ * being typed stays). */
+export function showRejectOutcome(slot, approvals) {
+  const line = slot.querySelector(".reject-outcome");
+  if (line) {
+    fill(line, "Rejecting ends the run: ", onReject(approvals.get(line.dataset.approval)), ".");
+  }
+}
+
 /** The card for `run` (suspended); `changed` is called after an action succeeded.
  * `approvals`: approval id -> the step's action on rejection, from the run's event log. */
 export function suspensionCard(run, changed, approvals = new Map()) {
@@ -81,9 +91,9 @@ export function suspensionCard(run, changed, approvals = new Map()) {
     showLatestResult(run, context);
     const response = h("textarea", { id: "approval-response", rows: 3,
       "aria-describedby": "approval-response-hint", spellcheck: "true" });
-    const rejecting = onReject(approvals.get(details.approvalId));
+    // Read when answered: the log may say the step's action after the card is drawn.
     const answer = (approved) => done(approved ? "Approved; the run continues."
-      : `Rejected; ${asText(rejecting)}.`,
+      : `Rejected; ${asText(onReject(approvals.get(details.approvalId)))}.`,
     api.answerApproval(run.runId, details.approvalId, approved, valueOf(response.value)));
     card.append(
       h("p", { class: "prompt" }, details.prompt ?? ""),
@@ -92,7 +102,8 @@ export function suspensionCard(run, changed, approvals = new Map()) {
       h("label", { for: "approval-response" }, "Response (optional)"), response,
       h("p", { id: "approval-response-hint", class: "hint" },
         "Recorded with your answer: JSON, or plain text."),
-      h("p", { class: "hint reject-outcome" }, "Rejecting ends the run: ", rejecting, "."),
+      h("p", { class: "hint reject-outcome", "data-approval": details.approvalId },
+        "Rejecting ends the run: ", onReject(approvals.get(details.approvalId)), "."),
       h("div", { class: "buttons" },
         actionButton("Approve", () => answer(true), "primary"),
         actionButton("Reject", () => answer(false), "danger")));
