@@ -136,9 +136,15 @@ export function progressFromCheckpoints(items, status) {
 }
 
 /** The steps as a waterfall: path, kind, how it went, how long it took, and a bar from
- * when it started to when it ended (the running step's to now) on one time scale. */
-export function renderSteps(container, progress, now = Date.now()) {
+ * when it started to when it ended (the running step's to now) on one time scale.
+ * `inFlight`: {path, kind, startedAt} of a step running that `progress` lacks. */
+export function renderSteps(container, progress, now = Date.now(), inFlight = null) {
   const all = [...progress.steps.values()].sort((a, b) => a.order - b.order);
+  // A step the effect ledger shows in flight, which the log does not have yet (its
+  // events commit with the checkpoint after it).
+  if (inFlight && !progress.steps.has(inFlight.path)) {
+    all.push({ ...inFlight, status: "running", durationMs: null, order: all.length });
+  }
   if (!all.length) {
     fill(container, h("p", { class: "muted" }, "No steps have started yet."));
     return;

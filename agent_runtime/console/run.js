@@ -93,8 +93,9 @@ export function runPage(main, { runId }) {
   // The waterfall comes from the event log; a run whose log is empty (kept by a store
   // or a version without one) has it drawn from its latest checkpoints instead.
   let latestCheckpoints = [];
+  let inFlightStep = null;  // a step the ledger shows in flight that the log does not yet
   const drawSteps = () => renderSteps(steps, progress.steps.size ? progress
-    : progressFromCheckpoints(latestCheckpoints, shownStatus));
+    : progressFromCheckpoints(latestCheckpoints, shownStatus), Date.now(), inFlightStep);
   const pages = new Timeline(timeline, runId, {
     onLatest(items) {
       latestCheckpoints = items;
@@ -231,8 +232,14 @@ export function runPage(main, { runId }) {
     const ask = ++asked;
     if (status !== "running") {
       runningNow.hidden = true;
+      if (inFlightStep) {
+        inFlightStep = null;
+        drawSteps();
+      }
       return;
     }
+    const before = inFlightStep;
+    inFlightStep = null;
     const open = progress.running();
     let shown;
     // A step with steps inside (a loop) is open while its children run: what it is
@@ -256,6 +263,8 @@ export function runPage(main, { runId }) {
       const last = [...progress.steps.values()].filter((step) => step.status === "completed")
         .at(-1);
       if (inFlight) {
+        inFlightStep = { path: inFlight.stepPath, startedAt: inFlight.createdAt,
+          kind: inFlight.tool === "webhook" ? "webhook" : "" };
         shown = ["Running now: ", h("code", { class: "step-path" }, inFlight.stepPath),
           h("span", { class: "muted" },
             inFlight.tool === "webhook" ? " (a webhook call in flight)"
@@ -270,6 +279,7 @@ export function runPage(main, { runId }) {
     }
     fill(runningNow, shown);
     runningNow.hidden = false;
+    if (inFlightStep || before) drawSteps();
   }
 
   // The page follows the run's event log (long-polled) instead of reading the run
