@@ -43,8 +43,8 @@ function renderChanges(older, newer) {
   const { variables, results, tokens } = describeChanges(older, newer);
   return h("div", { class: "diff" },
     h("p", {}, `From checkpoint ${older.seq} to ${newer.seq}: `
-      + `${variables.length} variable${variables.length === 1 ? "" : "s"} changed, `
-      + `${results.length} step result${results.length === 1 ? "" : "s"} new or changed, `
+      + `${variables.length} variable${variables.length === 1 ? "" : "s"} and `
+      + `${results.length} step result${results.length === 1 ? "" : "s"} differ, `
       + `${tokens >= 0 ? "+" : ""}${formatNumber(tokens)} tokens.`),
     h("h3", {}, "Variables"),
     variables.length ? h("div", { class: "scroll-x" }, h("table", { class: "diff-table" },

@@ -115,6 +115,7 @@ export const WATERFALL_ROWS = 60;
  * checkpoint summaries, oldest first. */
 export function progressFromCheckpoints(items, status) {
   const progress = new RunProgress();
+  progress.fromCheckpoints = true;
   let previous = null;
   for (const item of items) {
     if (item.stepPath && previous) {
@@ -162,8 +163,12 @@ export function renderSteps(container, progress, now = Date.now(), inFlight = nu
   const span = known.length ? Math.max(Math.max(...known.map(([, end]) => end)) - origin, 1) : 1;
   const hidden = all.length - steps.length;
   fill(container,
-    hidden ? h("p", { class: "muted" }, `The latest ${steps.length} of ${all.length} steps; `
-      + "the timeline below has every checkpoint.") : null,
+    progress.fromCheckpoints ? h("p", { class: "muted waterfall-note" }, "From the latest "
+      + "checkpoints (the run's event log has no steps); the timeline below has every one.")
+      : null,
+    hidden && !progress.fromCheckpoints ? h("p", { class: "muted waterfall-note" },
+      `The latest ${steps.length} of ${all.length} steps; the timeline below has every `
+      + "checkpoint.") : null,
     h("table", { class: "steps waterfall" },
       h("thead", {}, h("tr", {},
         h("th", { scope: "col" }, "Step"), h("th", { scope: "col" }, "Kind"),

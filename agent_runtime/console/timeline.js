@@ -73,7 +73,7 @@ function newGroup(iteration, opened) {
   let tokens = 0;
   const label = h("span", { class: "step-path" }, `${iteration.loop} · iteration ${iteration.iteration}`);
   const names = h("span", { class: "loop-children" });
-  const totals = h("span", { class: "muted" });
+  const totals = h("span", { class: "muted totals" });
   summary.append(label, names, totals);
   return {
     key: iteration.key,
@@ -86,7 +86,7 @@ function newGroup(iteration, opened) {
         children.push(child);
         fill(names, `: ${children.join(", ")}`);
       }
-      fill(totals, ` ${count} checkpoint${count === 1 ? "" : "s"}`
+      fill(totals, ` · ${count} checkpoint${count === 1 ? "" : "s"}`
         + (tokens ? `, ${formatNumber(tokens)} tokens` : ""));
     },
   };
@@ -172,6 +172,10 @@ export class Timeline {
   }
 
   drawNav() {
+    if (!this.latestSeq) {
+      fill(this.nav);  // the body says there are none
+      return;
+    }
     const index = this.current;
     const pages = this.pages;
     const button = (label, target, disabled, extra = {}) => {
@@ -199,10 +203,9 @@ export class Timeline {
     });
     jump.addEventListener("input", () => jump.setCustomValidity(""));
     fill(this.nav,
-      h("p", { class: "range", "aria-live": "polite" }, this.latestSeq
-        ? `Checkpoints ${formatNumber(first)}–${formatNumber(last)} of ${formatNumber(this.latestSeq)}`
-          + (this.page === null ? " (the latest, followed live)" : "")
-        : "No checkpoints"),
+      h("p", { class: "range", "aria-live": "polite" },
+        `Checkpoints ${formatNumber(first)}–${formatNumber(last)} of ${formatNumber(this.latestSeq)}`
+        + (this.page === null && pages > 1 ? " (the latest)" : "")),
       pages > 1 ? h("span", { class: "buttons" },
         button("« First", 0, index === 0, { "aria-label": "First page" }),
         button("‹ Earlier", index - 1, index === 0, { "aria-label": "Earlier page" }),

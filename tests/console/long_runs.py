@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+
 from stores.records import Checkpoint, CheckpointBudget, Frame, RunStatus
 from stores.sqlite import SqliteRunStore
-
 from tests.api.serve_process import Serve, start, wait_for_status
 
 # Two steps in each iteration: a checkpoint in each.
@@ -30,8 +30,8 @@ def loop_manifest(manifest_id: str) -> dict[str, Any]:
             "steps": [{"id": "each", "type": "loop",
                        "loop": {"source": "items", "itemVariable": "item",
                                 "maxIterations": 1_000},
-                       "steps": [{"id": child, "type": "prompt", "prompt": f"{child} {{{{ item }}}}"}
-                                 for child in CHILDREN]}]}
+                       "steps": [{"id": child, "type": "prompt",
+                                  "prompt": f"{child} {{{{ item }}}}"} for child in CHILDREN]}]}
 
 
 def step_path(seq: int) -> str:

@@ -6,7 +6,6 @@ run, and the approve flow by keyboard alone. Screenshots go to build/console-scr
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator
 from typing import Any
 

@@ -125,13 +125,14 @@ def test_edit_then_fork_from_the_run_page_with_a_stated_cost(
     assert EDITED in json.dumps(done["output"])
 
 
-@pytest.mark.parametrize(("action", "outcome", "status", "error"), [
+@pytest.mark.parametrize("case", [
     ("pause", "the run ends failed (approval_rejected)", "failed", "approval_rejected"),
     ("cancel", "the run is cancelled", "cancelled", None),
-])
+], ids=["pause", "cancel"])
 def test_rejecting_an_approval_says_how_the_run_ends(
-        page: Any, server: Serve, client: httpx.Client, action: str, outcome: str,
-        status: str, error: str | None) -> None:
+        page: Any, server: Serve, client: httpx.Client,
+        case: tuple[str, str, str, str | None]) -> None:
+    action, outcome, status, error = case
     manifest = yaml.safe_load(approval_manifest())
     manifest["id"] = f"reject-{action}"
     manifest["steps"][1]["action"] = action

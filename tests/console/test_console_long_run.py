@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from browser import SCREENSHOTS, TOKEN, screenshot, wait_in_page
 from long_runs import seed_long_run, step_path
@@ -26,6 +25,7 @@ from tests.api.serve_process import Serve
 pytestmark = pytest.mark.slow
 
 CHECKPOINTS = 10_000
+DASH = "\u2013"  # the en dash of a range, as the pager writes it
 RUN_ID = "long-run-10000"
 OUTPUT = ["First answer,\nover two lines.", "Second answer:\n- one\n- two"]
 # Generous: what a loaded machine still meets; the figure printed is the measure.
@@ -81,7 +81,7 @@ def test_a_run_with_10000_checkpoints_is_usable_at_once_and_navigable(
     assert rows == 100 and requests == 1, figure
     expect(page.locator("[data-fact=status] .status")).to_have_text("completed")
     expect(page.locator(".timeline-pager .range")).to_contain_text(
-        "Checkpoints 9,901–10,000 of 10,000")
+        f"Checkpoints 9,901{DASH}10,000 of 10,000")
     page.set_viewport_size({"width": 1280, "height": 800})
     screenshot(page, "long-run-1280", full_page=False)
 
@@ -89,7 +89,7 @@ def test_a_run_with_10000_checkpoints_is_usable_at_once_and_navigable(
     pager = page.locator(".timeline-pager")
     pager.get_by_role("button", name="First page").click()
     expect(page.locator("#timeline .checkpoint").first).to_have_attribute("data-seq", "1")
-    expect(pager.locator(".range")).to_have_text("Checkpoints 1–100 of 10,000")
+    expect(pager.locator(".range")).to_have_text(f"Checkpoints 1{DASH}100 of 10,000")
     pager.get_by_role("button", name="Later page").click()
     expect(page.locator("#timeline .checkpoint").first).to_have_attribute("data-seq", "101")
     pager.get_by_label("Go to checkpoint").fill("4321")
@@ -98,14 +98,14 @@ def test_a_run_with_10000_checkpoints_is_usable_at_once_and_navigable(
     expect(target).to_be_visible()
     expect(target).to_have_class(re.compile("highlight"))
     expect(target).to_contain_text(step_path(4321))
-    expect(pager.locator(".range")).to_contain_text("Checkpoints 4,301–4,400 of 10,000")
+    expect(pager.locator(".range")).to_contain_text(f"Checkpoints 4,301{DASH}4,400 of 10,000")
     assert page.locator("#timeline .checkpoint").count() == 100
     assert dom_nodes(page) < DOM_NODES_BOUND
     # A number outside the run is refused by the field, not fetched.
     pager.get_by_label("Go to checkpoint").fill("10001")
     pager.get_by_role("button", name="Go").click()
     assert not page.evaluate("() => document.getElementById('timeline-jump').validity.valid")
-    expect(pager.locator(".range")).to_contain_text("Checkpoints 4,301–4,400 of 10,000")
+    expect(pager.locator(".range")).to_contain_text(f"Checkpoints 4,301{DASH}4,400 of 10,000")
     pager.get_by_role("button", name="Latest page").click()
     expect(page.locator('#timeline .checkpoint[data-seq="10000"]')).to_be_attached()
 
@@ -119,7 +119,7 @@ def test_loop_iterations_stay_closed_until_opened_and_name_their_steps(
     assert page.evaluate("() => document.querySelectorAll('#timeline details[open]').length") == 0
     latest = page.locator('#timeline li.iteration[data-iteration="each/4999"]')
     expect(latest.locator("summary")).to_contain_text("each · iteration 4999: draft, review")
-    expect(latest.locator("summary")).to_contain_text("2 checkpoints, 14 tokens")
+    expect(latest.locator("summary")).to_contain_text("· 2 checkpoints, 14 tokens")
 
     # The person opens one: it stays open when the page is drawn again.
     opened = page.locator('#timeline li.iteration[data-iteration="each/4990"]')
@@ -127,7 +127,7 @@ def test_loop_iterations_stay_closed_until_opened_and_name_their_steps(
     expect(opened.locator("details")).to_have_attribute("open", "")
     pager = page.locator(".timeline-pager")
     pager.get_by_role("button", name="Earlier page").click()
-    expect(pager.locator(".range")).to_contain_text("9,801–9,900")
+    expect(pager.locator(".range")).to_contain_text(f"9,801{DASH}9,900")
     pager.get_by_role("button", name="Latest page").click()
     expect(opened.locator("details")).to_have_attribute("open", "")
 
@@ -138,7 +138,7 @@ def test_loop_iterations_stay_closed_until_opened_and_name_their_steps(
     jumped = page.locator('#timeline li.iteration[data-iteration="each/4900"] details')
     expect(jumped).to_have_attribute("open", "")
     pager.get_by_role("button", name="Latest page").click()
-    expect(pager.locator(".range")).to_contain_text("9,901–10,000")
+    expect(pager.locator(".range")).to_contain_text(f"9,901{DASH}10,000")
     pager.get_by_role("button", name="Earlier page").click()
     expect(page.locator('#timeline .checkpoint[data-seq="9802"]')).to_be_attached()
     expect(jumped).not_to_have_attribute("open", "")
@@ -167,7 +167,8 @@ def test_waterfall_from_checkpoints_zoned_times_and_a_readable_list_output(
         last = waterfall.locator(f"tr[data-step='{step_path(CHECKPOINTS)}']")
         expect(last.locator(".step-status")).to_have_text("completed")
         expect(last.locator(".duration")).to_have_text("1.0 s")
-        expect(page.locator(".steps-section")).to_contain_text("The latest 60 of")
+        expect(page.locator(".steps-section .waterfall-note")).to_contain_text(
+        "From the latest checkpoints")
         bar_width = last.locator(".bar").evaluate("bar => bar.getBoundingClientRect().width")
         assert bar_width > 0
 
