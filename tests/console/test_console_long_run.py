@@ -192,3 +192,46 @@ def test_waterfall_from_checkpoints_zoned_times_and_a_readable_list_output(
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_the_run_page_by_keyboard_alone_with_every_control_labelled(
+        page: Any, server: Serve, long_run: str) -> None:
+    from test_console_safety import UNLABELLED
+
+    open_run_page(page, server, long_run)
+    assert page.evaluate(UNLABELLED) == []
+
+    # Jump: the field, a number, Enter; the checkpoint's link has the focus.
+    page.get_by_label("Go to checkpoint").focus()
+    page.keyboard.type("777")
+    page.keyboard.press("Enter")
+    expect(page.locator('#timeline .checkpoint[data-seq="777"] a')).to_be_focused()
+
+    # An iteration opened from the keyboard counts as opened: it stays open when the
+    # page is drawn again.
+    group = page.locator('#timeline li.iteration[data-iteration="each/390"]')
+    group.locator("summary").focus()
+    page.keyboard.press("Enter")
+    expect(group.locator("details")).to_have_attribute("open", "")
+    page.get_by_role("button", name="Later page").click()
+    page.get_by_role("button", name="Earlier page").click()
+    expect(group.locator("details")).to_have_attribute("open", "")
+
+    # The tabs by arrow keys; Compare's form by Enter.
+    page.get_by_role("tab", name="Timeline").focus()
+    page.keyboard.press("ArrowRight")
+    expect(page.get_by_role("tab", name="Compare")).to_be_focused()
+    page.get_by_label("From checkpoint").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#panel-compare .diff")).to_contain_text("From checkpoint 9999 to 10000")
+    assert page.evaluate(UNLABELLED) == []
+
+    # Fork: the button by Enter opens the form with the focus in it; every field labelled.
+    page.get_by_role("button", name="Fork…").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_label("Fork from checkpoint")).to_be_focused()
+    expect(page.get_by_label("Variables (JSON)")).to_have_value(re.compile("iteration"))
+    assert page.evaluate(UNLABELLED) == []
+    page.get_by_role("button", name="Close").press("Enter")
+    expect(page.locator("form.fork-form")).to_have_count(0)
+    expect(page.get_by_role("button", name="Fork…")).to_be_focused()
