@@ -213,12 +213,9 @@ export function runPage(main, { runId }) {
     }
     draw(run);
     compare.latest(run.checkpointSeq ?? 0);
-    try {
-      // One page, the latest: a long timeline is paged, never read whole.
-      await pages.update(run.checkpointSeq ?? 0);
-    } catch (error) {
-      fill(pages.body, h("p", { class: "error" }, describeError(error)));
-    }
+    // One page, the latest: a long timeline is paged, never read whole (a failed read
+    // is said in the timeline).
+    await pages.update(run.checkpointSeq ?? 0);
     // Terminal runs do not change; a suspended one changes when someone answers.
     finished = TERMINAL.has(run.status);
   }

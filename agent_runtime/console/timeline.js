@@ -4,6 +4,7 @@
 // until the person opens them.
 
 import { fill, formatNumber, h } from "./dom.js";
+import { describeError } from "./notice.js";
 import { checkpointsAfter } from "./run_api.js";
 import { zonedTime } from "./run_time.js";
 
@@ -130,7 +131,8 @@ export class Timeline {
       fill(this.body, h("p", { class: "muted" }, "No checkpoints yet."));
       return;
     }
-    if (grew && (this.page === null || this.page === this.pages - 1)) await this.show(null);
+    if (!this.shown) await this.show(this.page);  // not drawn yet, or its read failed
+    else if (this.page === null || this.page === this.pages - 1) await this.show(null);
     else this.drawNav();
   }
 
@@ -143,7 +145,16 @@ export class Timeline {
     this.body.setAttribute("aria-busy", "true");
     this.drawNav();
     const from = index * PAGE;
-    const items = await checkpointsAfter(this.runId, from);
+    let items;
+    try {
+      items = await checkpointsAfter(this.runId, from);
+    } catch (error) {
+      if (ask !== this.reading) return;
+      this.body.removeAttribute("aria-busy");
+      this.shown = "";
+      fill(this.body, h("p", { class: "error" }, describeError(error)));
+      return;
+    }
     if (ask !== this.reading) return;
     this.body.removeAttribute("aria-busy");
     const inPage = items.filter((item) => item.seq > from && item.seq <= from + PAGE);
