@@ -115,7 +115,7 @@ export const WATERFALL_ROWS = 60;
  * checkpoint summaries, oldest first. */
 export function progressFromCheckpoints(items, status) {
   const progress = new RunProgress();
-  progress.fromCheckpoints = true;
+  progress.fromCheckpoints = items.length > 1;  // said on the page only when it drew any
   let previous = null;
   for (const item of items) {
     if (item.stepPath && previous) {
