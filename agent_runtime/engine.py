@@ -429,7 +429,8 @@ class AgentRuntime(HostServices):
         return await self._execute(execution)
 
     def create_fork(self, run_id: str, *, seq: int | None = None, new_run_id: str | None = None,
-                    budget: Budget | None = None, tenant: str | None = None) -> RunRecord:
+                    budget: Budget | None = None, tenant: str | None = None,
+                    variables: JsonObject | None = None) -> RunRecord:
         """Store a new run that starts from a saved checkpoint of `run_id`; do not execute it.
 
         The new run is `created` with the source's definition, variables and
@@ -452,8 +453,11 @@ class AgentRuntime(HostServices):
             which = "checkpoint" if seq is None else f"checkpoint {seq}"
             raise InvalidInput(f"run {run_id!r} has no {which} to fork from", field="seq")
         now = self.clock.now()
-        options = {**without_origin(source.options),
-                   FORKED_FROM: {"run_id": run_id, "seq": checkpoint.seq}}
+        origin: JsonObject = {"run_id": run_id, "seq": checkpoint.seq}
+        if variables is not None:
+            # Kept with the origin: the first attempt builds seq 1 from both.
+            origin["variables"] = variables
+        options = {**without_origin(source.options), FORKED_FROM: origin}
         limit = budget or Budget(max_total_tokens=checkpoint.budget.max_total_tokens)
         record = RunRecord(run_id=new_run_id or generate_run_id(),
                            manifest_hash=source.manifest_hash, manifest=source.manifest,
@@ -491,6 +495,9 @@ class AgentRuntime(HostServices):
             "run_id": record.run_id, "seq": 1, "attempt": record.attempt, "created_at": now,
             "events": []})  # the source's log is the source's: this run's starts empty
         start.budget.max_total_tokens = record.budget.max_total_tokens
+        edited = origin.get("variables")
+        if isinstance(edited, dict):
+            start.variables = edited
         self.store.save_checkpoint(start, expected_attempt=record.attempt,
                                    lease_expires_at=now + timedelta(seconds=self.lease_seconds))
         return start

@@ -287,10 +287,12 @@ class RunRoutes(RunActions):
             record = self.visible_run(runId)
             services = self.services
             self.check_quota()
+            asked = body or ForkRequest()
             with self.place_for_a_run():
-                fork = services.runtime.create_fork(record.run_id,
-                                                    seq=(body or ForkRequest()).seq,
-                                                    tenant=record.tenant)
+                fork = services.runtime.create_fork(
+                    record.run_id, seq=asked.seq, tenant=record.tenant, variables=asked.variables,
+                    budget=None if asked.max_total_tokens is None
+                    else Budget(max_total_tokens=asked.max_total_tokens))
                 services.launcher.start(fork)
             return self.run_response(201, self.reload(fork.run_id),
                                      headers={"Location": f"/runs/{fork.run_id}"})

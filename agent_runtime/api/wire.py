@@ -101,6 +101,12 @@ class ResumeRequest(WireModel):
 class ForkRequest(WireModel):
     seq: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = Field(
         default=None, description="The checkpoint to start from (default: the latest)")
+    variables: dict[str, Any] | None = Field(
+        default=None, description="Replace the checkpoint's variables in the new run (edit, "
+                                  "then fork; default: the checkpoint's own)")
+    max_total_tokens: TokenLimit | None = Field(
+        default=None, description="The new run's token limit (default: the one in force at "
+                                  "the checkpoint)")
 
 
 class SettleEffectRequest(WireModel):

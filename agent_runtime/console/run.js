@@ -2,13 +2,16 @@
 // output or error and the step timeline, kept live while the run moves.
 
 import { api, followEvents, TERMINAL } from "./api.js";
-import { fill, formatNumber, h, jsonText, pre, statusBadge, time } from "./dom.js";
-import { EventLog, RunProgress, renderSteps } from "./events.js";
-import { announce, describeError, navigate } from "./notice.js";
+import { comparePanel } from "./checkpoint_diff.js";
+import { fill, formatNumber, h, jsonText, pre, statusBadge } from "./dom.js";
+import { EventLog, progressFromCheckpoints, RunProgress, renderSteps } from "./events.js";
+import { forkForm } from "./fork_form.js";
+import { announce, describeError } from "./notice.js";
 import { renderValue } from "./output.js";
+import { zonedTime } from "./run_time.js";
 import { runLink } from "./runs.js";
-import { suspensionCard } from "./suspension.js";
-import { Checkpoints, renderTimeline } from "./timeline.js";
+import { showRejectOutcome, suspensionCard } from "./suspension.js";
+import { Timeline } from "./timeline.js";
 
 // Events after which the run's summary or timeline is worth reading again: those that
 // come with a checkpoint or change the run's status. (Events commit with checkpoints,
@@ -37,8 +40,8 @@ function summary(run) {
       ? null : h("span", { class: "live", "aria-hidden": "true" }, " ● live")]],
     ["Attempt", String(run.attempt)],
     ["Agent", run.agent?.name || run.agent?.id || "—"],
-    ["Created", time(run.createdAt)],
-    ["Updated", time(run.updatedAt)],
+    ["Created", zonedTime(run.createdAt)],
+    ["Updated", zonedTime(run.updatedAt)],
   ];
   if (run.forkedFrom) {
     facts.push(["Forked from", [runLink(run.forkedFrom.runId), ` at checkpoint ${run.forkedFrom.seq}`]]);
@@ -72,13 +75,14 @@ export function runPage(main, { runId }) {
   const steps = h("div", { id: "steps" });
   const timeline = h("div", { id: "timeline" });
   const eventLog = h("div", { id: "event-log" });
-  fill(main, head, actions, facts, runningNow, card, result,
-    h("section", { "aria-labelledby": "steps-title" },
+  const forkSlot = h("div", { class: "fork-slot" });
+  const compare = comparePanel(runId);
+  fill(main, head, actions, forkSlot, facts, runningNow, card, result,
+    h("section", { "aria-labelledby": "steps-title", class: "steps-section" },
       h("h2", { id: "steps-title" }, "Steps"), steps),
-    tabs([["timeline", "Timeline", timeline], ["events", "Events", eventLog]]));
+    tabs([["timeline", "Timeline", timeline], ["compare", "Compare", compare.element],
+      ["events", "Events", eventLog]]));
 
-  const checkpoints = new Checkpoints(runId);
-  const opened = new Set();  // loop iterations the person opened
   let shownRun = "";
   let shownCard = "";
   let confirming = false;
@@ -86,6 +90,18 @@ export function runPage(main, { runId }) {
   let shownStatus = null;  // the status the summary shows
   const progress = new RunProgress();
   const log = new EventLog(eventLog);
+  // The waterfall comes from the event log; a run whose log is empty (kept by a store
+  // or a version without one) has it drawn from its latest checkpoints instead.
+  let latestCheckpoints = [];
+  let inFlightStep = null;  // a step the ledger shows in flight that the log does not yet
+  const drawSteps = () => renderSteps(steps, progress.steps.size ? progress
+    : progressFromCheckpoints(latestCheckpoints, shownStatus), Date.now(), inFlightStep);
+  const pages = new Timeline(timeline, runId, {
+    onLatest(items) {
+      latestCheckpoints = items;
+      if (!progress.steps.size) drawSteps();
+    },
+  });
 
   function drawActions(run) {
     const buttons = [];
@@ -120,17 +136,21 @@ export function runPage(main, { runId }) {
       }
     }
     if (run.checkpointSeq) {
-      const fork = h("button", { type: "button" }, "Fork from the latest checkpoint");
-      fork.addEventListener("click", async () => {
-        fork.disabled = true;
-        try {
-          const created = await api.fork(runId);
-          announce(`Forked as run ${created.runId}.`);
-          navigate(`#/runs/${encodeURIComponent(created.runId)}`);
-        } catch (error) {
-          announce(describeError(error), "error");
-          fork.disabled = false;
+      const fork = h("button", { type: "button", "aria-expanded": forkSlot.childElementCount
+        ? "true" : "false" }, "Fork…");
+      fork.addEventListener("click", () => {
+        if (forkSlot.childElementCount) {
+          fill(forkSlot);
+          fork.setAttribute("aria-expanded", "false");
+          return;
         }
+        fork.setAttribute("aria-expanded", "true");
+        fill(forkSlot, forkForm(runId, { seq: run.checkpointSeq, latestSeq: run.checkpointSeq,
+          onClose() {
+            fill(forkSlot);
+            fork.setAttribute("aria-expanded", "false");
+            fork.focus();
+          } }));
       });
       buttons.push(fork);
     }
@@ -163,16 +183,8 @@ export function runPage(main, { runId }) {
     const cardKey = run.status === "suspended" ? jsonText(run.suspension) : "";
     if (cardKey !== shownCard) {
       shownCard = cardKey;
-      fill(card, cardKey ? suspensionCard(run, () => refresh(true)) : null);
+      fill(card, cardKey ? suspensionCard(run, () => refresh(true), progress.approvals) : null);
     }
-  }
-
-  let drawn = null;  // the timeline on the page (count, last seq): redrawn only when it grew
-  function drawTimeline(items) {
-    const shape = `${items.length}:${items.at(-1)?.seq}`;
-    if (shape === drawn) return;
-    drawn = shape;
-    renderTimeline(timeline, runId, items, opened);
   }
 
   // One refresh at a time: a forced one (after an action) runs when the current one ends.
@@ -200,13 +212,10 @@ export function runPage(main, { runId }) {
       return;
     }
     draw(run);
-    try {
-      // Drawn as each page arrives: a long timeline shows its start at once.
-      await checkpoints.refresh(drawTimeline);
-      if (!checkpoints.items.length) drawTimeline([]);
-    } catch (error) {
-      fill(timeline, h("p", { class: "error" }, describeError(error)));
-    }
+    compare.latest(run.checkpointSeq ?? 0);
+    // One page, the latest: a long timeline is paged, never read whole (a failed read
+    // is said in the timeline).
+    await pages.update(run.checkpointSeq ?? 0);
     // Terminal runs do not change; a suspended one changes when someone answers.
     finished = TERMINAL.has(run.status);
   }
@@ -220,8 +229,14 @@ export function runPage(main, { runId }) {
     const ask = ++asked;
     if (status !== "running") {
       runningNow.hidden = true;
+      if (inFlightStep) {
+        inFlightStep = null;
+        drawSteps();
+      }
       return;
     }
+    const before = inFlightStep;
+    inFlightStep = null;
     const open = progress.running();
     let shown;
     // A step with steps inside (a loop) is open while its children run: what it is
@@ -245,6 +260,8 @@ export function runPage(main, { runId }) {
       const last = [...progress.steps.values()].filter((step) => step.status === "completed")
         .at(-1);
       if (inFlight) {
+        inFlightStep = { path: inFlight.stepPath, startedAt: inFlight.createdAt,
+          kind: inFlight.tool === "webhook" ? "webhook" : "" };
         shown = ["Running now: ", h("code", { class: "step-path" }, inFlight.stepPath),
           h("span", { class: "muted" },
             inFlight.tool === "webhook" ? " (a webhook call in flight)"
@@ -259,32 +276,45 @@ export function runPage(main, { runId }) {
     }
     fill(runningNow, shown);
     runningNow.hidden = false;
+    if (inFlightStep || before) drawSteps();
   }
 
   // The page follows the run's event log (long-polled) instead of reading the run
   // every second: the summary and timeline are read again when an event says they
   // changed. A finished run is read once; its log is read to the end once.
+  // The run and its latest checkpoints are read first, then the log is followed: a long
+  // run's log takes longest to read, and is not what a person needs to see first.
   let first = true;
-  const stop = followEvents(runId, {
-    async onPage(page) {
-      progress.add(page.events);
-      log.append(page.events);
-      if (page.events.length || first) renderSteps(steps, progress);
-      const changed = first || page.status !== shownStatus
-        || page.events.some((event) => CHANGES_RUN.test(String(event.type)));
-      first = false;
-      if (changed) await refresh(true);
-      await drawRunning(page.status);
-    },
-    onEnd(error) {
-      if (error) {
-        log.stopped(describeError(error));
-        refresh(true);  // the summary says what went wrong (no such run, say)
-      } else {
-        log.whole();
-      }
-    },
+  let stopFollowing = null;
+  let left = false;
+  refresh(true).finally(() => {
+    if (left) return;
+    stopFollowing = followEvents(runId, {
+      async onPage(page) {
+        progress.add(page.events);
+        log.append(page.events);
+        showRejectOutcome(card, progress.approvals);
+        if (page.events.length || first) drawSteps();
+        const changed = page.status !== shownStatus
+          || page.events.some((event) => CHANGES_RUN.test(String(event.type)));
+        first = false;
+        if (changed) await refresh(true);
+        await drawRunning(page.status);
+      },
+      onEnd(error) {
+        if (error) {
+          log.stopped(describeError(error));
+          refresh(true);  // the summary says what went wrong (no such run, say)
+        } else {
+          log.whole();
+        }
+      },
+    });
   });
+  const stop = () => {
+    left = true;
+    stopFollowing?.();
+  };
   return stop;
 }
 

@@ -47,8 +47,35 @@ async function showLatestResult(run, slot) {
   }
 }
 
-/** The card for `run` (suspended); `changed` is called after an action succeeded. */
-export function suspensionCard(run, changed) {
+// What rejecting an approval does to the run, by the approval step's `action`: the run
+// does not continue past a rejection (approval.py).
+const ON_REJECT = {
+  pause: () => ["the run ends failed (", h("code", {}, "approval_rejected"), ")"],
+  cancel: () => ["the run is cancelled"],
+  complete: () => ["the run ends completed, without its remaining steps"],
+};
+
+function onReject(action) {
+  return (ON_REJECT[action] ?? ON_REJECT.pause)();
+}
+
+function asText(parts) {
+  return parts.map((part) => (typeof part === "string" ? part : part.textContent)).join("");
+}
+
+/** Say again what rejecting does, in the card inside `slot`, now that the run's log
+ * may have said the approval step's action (the card is not drawn again: a response
+ * being typed stays). */
+export function showRejectOutcome(slot, approvals) {
+  const line = slot.querySelector(".reject-outcome");
+  if (line) {
+    fill(line, "Rejecting ends the run: ", onReject(approvals.get(line.dataset.approval)), ".");
+  }
+}
+
+/** The card for `run` (suspended); `changed` is called after an action succeeded.
+ * `approvals`: approval id -> the step's action on rejection, from the run's event log. */
+export function suspensionCard(run, changed, approvals = new Map()) {
   const { reason, details } = run.suspension;
   const title = h("h2", { id: "suspension-title" }, REASONS[reason] ?? `Suspended: ${reason}`);
   const card = h("section", { class: `card suspension suspension-${reason}`,
@@ -64,8 +91,9 @@ export function suspensionCard(run, changed) {
     showLatestResult(run, context);
     const response = h("textarea", { id: "approval-response", rows: 3,
       "aria-describedby": "approval-response-hint", spellcheck: "true" });
+    // Read when answered: the log may say the step's action after the card is drawn.
     const answer = (approved) => done(approved ? "Approved; the run continues."
-      : "Rejected; the run continues with the rejection.",
+      : `Rejected; ${asText(onReject(approvals.get(details.approvalId)))}.`,
     api.answerApproval(run.runId, details.approvalId, approved, valueOf(response.value)));
     card.append(
       h("p", { class: "prompt" }, details.prompt ?? ""),
@@ -74,6 +102,8 @@ export function suspensionCard(run, changed) {
       h("label", { for: "approval-response" }, "Response (optional)"), response,
       h("p", { id: "approval-response-hint", class: "hint" },
         "Recorded with your answer: JSON, or plain text."),
+      h("p", { class: "hint reject-outcome", "data-approval": details.approvalId },
+        "Rejecting ends the run: ", onReject(approvals.get(details.approvalId)), "."),
       h("div", { class: "buttons" },
         actionButton("Approve", () => answer(true), "primary"),
         actionButton("Reject", () => answer(false), "danger")));

@@ -214,6 +214,28 @@ def test_fork_starts_a_new_run_from_a_chosen_checkpoint(api: Api) -> None:
     assert missing.status == 422 and missing.problem["field"] == "seq"
 
 
+def test_fork_with_edited_variables_and_a_token_limit(api: Api) -> None:
+    run = api.start("prompt-chain.agent.yaml")
+    state = api.get(f"/runs/{run['runId']}/checkpoints/1").body["checkpoint"]
+    edited = {**state["variables"], "articleDraft": "A draft a person rewrote."}
+    reply = api.post(f"/runs/{run['runId']}/fork",
+                     {"seq": 1, "variables": edited, "maxTotalTokens": 77_777})
+    assert reply.status == 201, reply
+    fork = reply.run
+    assert fork["status"] == "completed" and fork["usage"]["maxTotalTokens"] == 77_777
+    first = api.get(f"/runs/{fork['runId']}/checkpoints/1").body["checkpoint"]
+    assert first["variables"] == edited
+    # The steps after the fork point read the edit; the source is unchanged.
+    assert "A draft a person rewrote." in json.dumps(fork["output"])
+    assert "A draft a person rewrote." not in json.dumps(run["output"])
+    source = api.get(f"/runs/{run['runId']}/checkpoints/1").body["checkpoint"]
+    assert source["variables"] == state["variables"]
+    for body, field in (({"variables": [1, 2]}, "variables"), ({"maxTotalTokens": 0},
+                                                                  "maxTotalTokens")):
+        refused = api.post(f"/runs/{run['runId']}/fork", body)
+        assert refused.status == 422 and field in json.dumps(refused.problem), refused
+
+
 def test_sub_runs_belong_to_their_parents_tenant_and_list_under_it(api: Api) -> None:
     parent = {"schemaVersion": "1.0", "id": "parent", "steps": [
         {"id": "child", "type": "sub-run", "manifest": {

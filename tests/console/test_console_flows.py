@@ -5,6 +5,7 @@ run, and the approve flow by keyboard alone. Screenshots go to build/console-scr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,6 +117,11 @@ def test_fork_a_finished_run_from_a_middle_checkpoint(
     expect(page.locator(".variables-table")).to_contain_text("proposal")
     screenshot(page, "checkpoint-view")
     page.get_by_role("button", name="Fork from here").click()
+    # Edit-then-fork: the form, its review, then the fork (tests/console/test_console_fork.py).
+    form = page.locator("form.fork-form")
+    expect(form.get_by_label("Variables (JSON)")).to_have_value(re.compile("proposal"))
+    form.get_by_role("button", name="Review the fork").click()
+    form.get_by_role("button", name="Yes, fork").click()
 
     wait_in_page(page, "id => !location.hash.includes(id)", source)
     fork_id = run_id_on_page(page)
