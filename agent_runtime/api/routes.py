@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from stores.records import Budget
 
 from agent_runtime.api import guard, run_listing
 from agent_runtime.api.event_wire import EventPage
