@@ -85,7 +85,7 @@ from agent_runtime.steps.approval import ApprovalAdapter, StoreApprovals
 from agent_runtime.store_thread import StorePool, store_thread_for
 from agent_runtime.tools import Tool, ToolRegistry
 from agent_runtime.tools.mcp import McpConnections
-from agent_runtime.variables import resolve_variables
+from agent_runtime.variables import check_declared_types, resolve_variables
 from agent_runtime.waves import EXECUTION_OPTION, execution_json, execution_option
 
 if TYPE_CHECKING:
@@ -442,10 +442,12 @@ class AgentRuntime(HostServices):
         """
         self.check_budget(budget)
         source = existing_run(self.store, run_id)
+        manifest = self.stored_manifest(source)
         # The host's policy may have changed since the source started.
-        self.check_runnable(self.stored_manifest(source), source.options,
-                            source=f"run {source.run_id}",
+        self.check_runnable(manifest, source.options, source=f"run {source.run_id}",
                             tenant=source.tenant if tenant is None else tenant)
+        if variables is not None:
+            check_declared_types(manifest, variables)
         # Read whole first: a store failing its checks (CorruptRecord) is not forked from.
         latest, _ = self.store.load_latest_checkpoint(run_id), self.store.list_effects(run_id)
         checkpoint = latest if seq is None else self.store.load_checkpoint(run_id, seq)

@@ -91,6 +91,17 @@ def value_matches_type(value: Any, type_: str) -> bool:
     return isinstance(value, dict | list)  # "json": an object or an array
 
 
+def check_declared_types(manifest: AgentManifest, values: Mapping[str, Any]) -> None:
+    """Refuse `values` (a fork's edited variables) where one the manifest declares is
+    not of its declared type, naming it (`variables.KEY`); the other variables are
+    the run's own (step outputs, loop items) and any JSON value."""
+    for item in manifest.variables:
+        if item.key in values and not value_matches_type(values[item.key], item.type):
+            raise VariableError(f"variable {quote(item.key)} is declared {item.type}: the "
+                                "value given is not", source="the fork's variables",
+                                field=f"variables.{item.key}")
+
+
 VariableKey = Annotated[str, AfterValidator(_variable_key)]
 VariablePath = Annotated[str, AfterValidator(_variable_path)]
 Overrides = Mapping[str, Any] | Sequence["VariableOverride"]

@@ -230,8 +230,10 @@ def test_fork_with_edited_variables_and_a_token_limit(api: Api) -> None:
     assert "A draft a person rewrote." not in json.dumps(run["output"])
     source = api.get(f"/runs/{run['runId']}/checkpoints/1").body["checkpoint"]
     assert source["variables"] == state["variables"]
-    for body, field in (({"variables": [1, 2]}, "variables"), ({"maxTotalTokens": 0},
-                                                                  "maxTotalTokens")):
+    for body, field in (({"variables": [1, 2]}, "variables"),
+                        ({"maxTotalTokens": 0}, "maxTotalTokens"),
+                        # `topic` is declared a string
+                        ({"variables": {**state["variables"], "topic": 7}}, "variables.topic")):
         refused = api.post(f"/runs/{run['runId']}/fork", body)
         assert refused.status == 422 and field in json.dumps(refused.problem), refused
 
