@@ -63,6 +63,7 @@ from agent_runtime.events import (
 )
 from agent_runtime.excerpts import excerpt
 from agent_runtime.execution import Execution
+from agent_runtime.forks import first_checkpoint, fork_origin, forked_record
 from agent_runtime.host_services import HostServices
 from agent_runtime.limits import use_limits
 from agent_runtime.manifest import (
@@ -433,12 +434,11 @@ class AgentRuntime(HostServices):
                     variables: JsonObject | None = None) -> RunRecord:
         """Store a new run that starts from a saved checkpoint of `run_id`; do not execute it.
 
-        The new run is `created` with the source's definition, variables and
-        runtime options, and `options["forked_from"] = {"run_id", "seq"}`. Its
-        first attempt, wherever it executes (`run(resume=True)`, `advance`),
-        copies that checkpoint as its own seq 1 and continues from it. Its
-        token limit is `budget`, else the one in force at the checkpoint.
-        `tenant` defaults to the source's.
+        The new run is `created` (`forks.forked_record`); its first attempt,
+        wherever it executes (`run(resume=True)`, `advance`), copies that
+        checkpoint as its own seq 1 and continues from it. Its token limit is
+        `budget`, else the one in force at the checkpoint; `variables` replace
+        the checkpoint's (an operator's edit); `tenant` defaults to the source's.
         """
         self.check_budget(budget)
         source = existing_run(self.store, run_id)
@@ -454,18 +454,9 @@ class AgentRuntime(HostServices):
         if checkpoint is None:
             which = "checkpoint" if seq is None else f"checkpoint {seq}"
             raise InvalidInput(f"run {run_id!r} has no {which} to fork from", field="seq")
-        now = self.clock.now()
-        origin: JsonObject = {"run_id": run_id, "seq": checkpoint.seq}
-        if variables is not None:
-            # Kept with the origin: the first attempt builds seq 1 from both.
-            origin["variables"] = variables
-        options = {**without_origin(source.options), FORKED_FROM: origin}
-        limit = budget or Budget(max_total_tokens=checkpoint.budget.max_total_tokens)
-        record = RunRecord(run_id=new_run_id or generate_run_id(),
-                           manifest_hash=source.manifest_hash, manifest=source.manifest,
-                           variables=source.variables, budget=limit,
-                           tenant=source.tenant if tenant is None else tenant, options=options,
-                           created_at=now, updated_at=now)
+        record = forked_record(source, checkpoint, run_id=new_run_id or generate_run_id(),
+                               now=self.clock.now(), budget=budget, tenant=tenant,
+                               variables=variables)
         self._store_new(record)
         return record
 
@@ -485,21 +476,11 @@ class AgentRuntime(HostServices):
         return await self.run(run_id=record.run_id, resume=True)
 
     def _start_fork(self, record: RunRecord) -> Checkpoint:
-        """A forked run's first checkpoint: its source checkpoint, saved as this run's seq 1."""
-        origin = record.options[FORKED_FROM]
-        source_id, seq = str(origin.get("run_id")), origin.get("seq")
-        source = self.store.load_checkpoint(source_id, seq) if isinstance(seq, int) else None
-        if source is None:
-            raise ForkSourceMissing(f"run {record.run_id} was forked from checkpoint {seq} of run "
-                                    f"{source_id}, which no longer exists (deleted?)")
+        """A forked run's first checkpoint, saved as this run's seq 1 (`forks`)."""
+        source_id, seq = fork_origin(record)
+        source = self.store.load_checkpoint(source_id, seq) if seq is not None else None
         now = self.clock.now()
-        start = source.model_copy(deep=True, update={
-            "run_id": record.run_id, "seq": 1, "attempt": record.attempt, "created_at": now,
-            "events": []})  # the source's log is the source's: this run's starts empty
-        start.budget.max_total_tokens = record.budget.max_total_tokens
-        edited = origin.get("variables")
-        if isinstance(edited, dict):
-            start.variables = edited
+        start = first_checkpoint(record, source, now)
         self.store.save_checkpoint(start, expected_attempt=record.attempt,
                                    lease_expires_at=now + timedelta(seconds=self.lease_seconds))
         return start
