@@ -417,7 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             select_store(args)
         if argv is None and args.command in _CHECKS:
             return _check_then_exit(_handler, args)
-        return _handler(args.command)(args)
+        handler = _handler(args.command)
+        if argv is None and args.command in _HOSTS:
+            # This process hosts a run from here on: what it imported stays.
+            from agent_runtime.startup_heap import freeze_startup_heap  # noqa: PLC0415
+
+            freeze_startup_heap()
+        return handler(args)
     except Exception as error:
         if not _reported(error):
             raise
@@ -446,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # Commands that read a file, print a verdict and end the process.
 _CHECKS = frozenset({"validate", "config"})
+# Commands whose process goes on to execute runs (`serve` settles its own heap
+# once it has built its server).
+_HOSTS = frozenset({"run", "resume", "fork", "reconcile"})
 
 
 def _check_then_exit(handler: Callable[[str], Callable[[argparse.Namespace], int]],

@@ -259,6 +259,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
     from agent_runtime.cli.serve_runtimes import ServeRuntimes  # noqa: PLC0415
     from agent_runtime.events import JsonlEventSink  # noqa: PLC0415
+    from agent_runtime.startup_heap import freeze_startup_heap  # noqa: PLC0415
     from agent_runtime.store_thread import StorePool  # noqa: PLC0415
 
     _check(args)
@@ -323,6 +324,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     "one tenant's runs may hold all %d places while another tenant's are "
                     "refused; use --tenant-concurrent-runs below --max-concurrent-runs",
                     args.max_concurrent_runs)
+            # Started: what serve built so far lives as long as it does.
+            freeze_startup_heap()
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,
                                        grace_seconds=args.grace_seconds,
                                        access_log=args.access_log, limits=limits)

@@ -28,6 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from agent_runtime import AgentRuntime
 from agent_runtime.api import ApiServices, build_api
 from agent_runtime.api.services import Authenticator
+from agent_runtime.startup_heap import freeze_startup_heap
 from functions import environment
 from functions.api.authenticator import HttpApiAuthenticator
 from functions.api.launcher import AwsLauncher
@@ -94,3 +95,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     count(f"Api{status // 100}xx")
     logger.info("api request", extra={"route": event.get("routeKey"), "status": status})
     return response
+
+
+# Imported: what this container built while starting lives as long as it does.
+freeze_startup_heap()

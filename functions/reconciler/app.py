@@ -57,6 +57,7 @@ from agent_runtime.reconcile import (
     Reconciler,
     ReconcileSummary,
 )
+from agent_runtime.startup_heap import freeze_startup_heap
 from functions import environment
 from functions.capacity import slots_of
 from functions.reconciler.executions import ExecutionLiveness, StartExecution
@@ -142,3 +143,7 @@ class _TimedReconciler(Reconciler):
 def _resumed_from_outbox(summary: ReconcileSummary) -> int:
     return sum(outcome.action is Action.RESUMED and outcome.reason in OUTBOX_REASONS
                for outcome in summary.outcomes)
+
+
+# Imported: what this container built while starting lives as long as it does.
+freeze_startup_heap()

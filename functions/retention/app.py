@@ -27,6 +27,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from agent_runtime.startup_heap import freeze_startup_heap
 from functions.telemetry import count, logger
 from stores.dynamodb.items import META, run_id_of
 from stores.dynamodb.location import open_dynamodb_store
@@ -110,3 +111,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                 raise
     count("RetentionRunsDeleted", expired)
     return {"batchItemFailures": failures}
+
+
+# Imported: what this container built while starting lives as long as it does.
+freeze_startup_heap()

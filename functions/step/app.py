@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 
+from agent_runtime.startup_heap import freeze_startup_heap
 from functions import environment
 from functions.capacity import slots_of
 from functions.executions import start_attempt
@@ -258,3 +259,7 @@ def _why_not_startable(run: RunRecord | None, request: ResumeRequested) -> str |
     if run.status not in (RunStatus.CREATED, RunStatus.SUSPENDED):
         return f"the run is {run.status.value}"
     return None
+
+
+# Imported: what this container built while starting lives as long as it does.
+freeze_startup_heap()
