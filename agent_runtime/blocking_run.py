@@ -11,9 +11,11 @@ the main task of a blocking call, so its cancellation is that interrupt.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import TypeVar
+import functools
+from collections.abc import Callable, Coroutine
+from typing import ParamSpec, TypeVar
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -25,4 +27,14 @@ def run_blocking(call: Coroutine[object, None, T]) -> T:
         raise KeyboardInterrupt from None
 
 
-__all__ = ["run_blocking"]
+def blocking(method: Callable[P, Coroutine[object, None, T]]) -> Callable[P, T]:
+    """An async method for callers without an event loop: runs it in a new one."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_blocking(method(*args, **kwargs))
+
+    return call
+
+
+__all__ = ["blocking", "run_blocking"]

@@ -22,8 +22,6 @@ one `StorePool` between them); the synchronous methods (`create_run`,
 from __future__ import annotations
 
 import functools
-import os
-import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -43,7 +41,7 @@ from stores.records import (
     RunStatus,
 )
 
-from agent_runtime.blocking_run import run_blocking
+from agent_runtime.blocking_run import blocking
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig, empty_config
@@ -74,6 +72,7 @@ from agent_runtime.manifest import (
 )
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
+from agent_runtime.owner_liveness import default_owner
 from agent_runtime.policy import HostPolicy, PolicyHooks
 from agent_runtime.results import TERMINAL, RunResult, finished_result
 from agent_runtime.run_ids import generate_run_id
@@ -100,16 +99,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def blocking(method: Callable[P, Coroutine[object, None, T]]) -> Callable[P, T]:
-    """An async method for callers without an event loop: runs it in a new one."""
-
-    @functools.wraps(method)
-    def call(*args: P.args, **kwargs: P.kwargs) -> T:
-        return run_blocking(method(*args, **kwargs))
-
-    return call
-
-
 def holding_store_thread(
         method: Callable[Concatenate[AgentRuntime, P], Coroutine[object, None, T]],
 ) -> Callable[Concatenate[AgentRuntime, P], Coroutine[object, None, T]]:
@@ -133,11 +122,6 @@ def existing_run(store: RunStore, run_id: str, *, where: str = "this store",
         raise NotFound(f"no run with id {excerpt(run_id)} in {where}", source=source,
                        field=None if source is not None else "run_id")
     return record
-
-
-def default_owner() -> str:
-    """Who holds a lease: host and pid, so the reconciler can tell whether it is alive."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class AgentRuntime(HostServices):

@@ -251,7 +251,8 @@ class EventEmitter:
                  now: Callable[[], datetime], first_sequence: int = 1,
                  common: Mapping[str, JsonValue] | None = None,
                  failure: SinkFailurePolicy | None = None,
-                 log: list[JsonObject] | None = None) -> None:
+                 log: list[JsonObject] | None = None,
+                 stamp: Callable[[], str] | None = None) -> None:
         self._sinks = list(sinks)
         # The run's durable event log (`RunState.events`): every event of this run is
         # appended, as JSON, to be committed with the next checkpoint.
@@ -260,6 +261,8 @@ class EventEmitter:
         self._run_id = run_id
         self._attempt = attempt
         self._now = now
+        # The time as text, for an event only the log keeps (`clock.iso_stamp`).
+        self._stamp = stamp or (lambda: now().isoformat())
         self._sequence = first_sequence - 1
         self._common = dict(common or {})
         self._lock = threading.Lock()
@@ -320,11 +323,15 @@ class EventEmitter:
         kept: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
         if self._common:
             kept = {**self._common, **kept}
-        timestamp = self._now()
-        # An id only for an event a sink hears: the log's own entries are named by
-        # their cursor on reading (`stores.event_log.event_id`), so one the log alone
-        # keeps costs neither the id nor its ~40 stored bytes.
-        event_id = random_id() if self._sinks else None
+        # An id and a datetime only for an event a sink hears: the log's own entries
+        # are named by their cursor on reading (`stores.event_log.event_id`), so one
+        # the log alone keeps costs neither the id nor its ~40 stored bytes.
+        if self._sinks:
+            event_id: str | None = random_id()
+            timestamp = self._now()
+            stamped = timestamp.isoformat()
+        else:
+            event_id, stamped = None, self._stamp()
         log = self._log if run_id == self._run_id else None
         with self._lock:  # numbered and logged in one order
             self._sequence += 1
@@ -333,7 +340,7 @@ class EventEmitter:
                 # Built once here, serialised once with the checkpoint that commits it;
                 # without the run id: the log is the run's own (`stores.event_log`).
                 entry: dict[str, Any] = {"attempt": attempt, "sequence": sequence,
-                                         "timestamp": timestamp.isoformat(), "type": type_}
+                                         "timestamp": stamped, "type": type_}
                 if event_id is not None:
                     entry["id"] = event_id
                 if step_id is not None:

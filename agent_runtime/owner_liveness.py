@@ -1,7 +1,8 @@
 """Is the owner of a running run's lease still there? The reconciler asks before it
 takes a run over (docs/design.md section 7): only an owner confirmed gone is replaced.
 
-`ProcessLiveness` answers for the local engine's owners (`host:pid`); the AWS
+A local engine's owner is its process, named `host:pid` (`default_owner`), and
+`ProcessLiveness` answers for such owners; the AWS
 reconciler asks Step Functions (functions/reconciler/executions.py `ExecutionLiveness`).
 """
 
@@ -14,6 +15,11 @@ from enum import StrEnum
 from typing import Protocol
 
 from stores.records import RunRecord
+
+
+def default_owner() -> str:
+    """Who holds a lease: host and pid, so the reconciler can tell whether it is alive."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Liveness(StrEnum):

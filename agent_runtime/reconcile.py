@@ -9,7 +9,7 @@ on a fresh read:
 
 * `running` runs whose lease expired: taken over only when the owner is
   confirmed gone. The local engine's owner is `host:pid`
-  (`engine.default_owner`); a `LivenessCheck` decides. An owner that is
+  (`owner_liveness.default_owner`); a `LivenessCheck` decides. An owner that is
   alive, or that this host cannot see (another host, another engine, an
   unreadable owner), is left alone: an expired lease alone proves nothing,
   the owner may be stopped or starved. A run already taken over

@@ -57,8 +57,9 @@ from stores.records import Budget, RunRecord, RunStatus
 from agent_runtime.api.run_capacity import DEFAULT_MAX_RUNS, RunPlaces
 from agent_runtime.api.run_loops import RunLoops
 from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.engine import AgentRuntime, default_owner
+from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import AgentRuntimeError
+from agent_runtime.owner_liveness import default_owner
 from agent_runtime.reconcile import DEFAULT_MAX_TAKEOVERS
 from agent_runtime.results import RunResult
 from agent_runtime.store_thread import StorePool, StoreThread, store_thread_for

@@ -16,11 +16,13 @@ third-party server.
   `openai-compatible` — else an instruction in the system prompt and the
   answer text parsed as JSON.
 - Retries: `agent_runtime.models.retry` (the SDK's own are off).
-- One SDK client per model call, closed when the call ends: a runtime may be
-  driven by several event loops (`run_sync`), and a pooled connection must
-  never outlive the loop it belongs to. Its TLS settings are built once per
-  process and shared (`_tls_context`): loading the CA bundle cost ~50 ms of CPU
-  per call, on the event loop that every other run waits on.
+- One SDK client per event loop, shared by the calls in flight on it and
+  closed by the last (`loop_clients.LoopClients`): overlapping calls reuse its
+  keep-alive connections, and no pooled connection outlives its loop. Its
+  connections are not capped (as a client per call was not). Its TLS settings
+  are built once per process and shared (`_tls_context`): loading the CA
+  bundle cost ~50 ms of CPU per client, on the event loop that every other run
+  waits on.
 - Other services that speak Chat Completions (the `xai` and `groq` drivers)
   subclass `OpenAIChatModel` and set what differs as class attributes: the
   default endpoint, whether structured outputs are on by default, the
@@ -33,6 +35,7 @@ import functools
 import json
 import ssl
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 import httpx
@@ -60,6 +63,7 @@ from agent_runtime.models.conversation import (
     tool_arguments,
     tool_result_text,
 )
+from agent_runtime.models.loop_clients import LoopClients
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
@@ -70,6 +74,14 @@ NO_KEY = "no-key"
 _OPTIONS = {"temperature": "temperature", "topP": "top_p", "seed": "seed",
             "stopSequences": "stop", "frequencyPenalty": "frequency_penalty",
             "presencePenalty": "presence_penalty"}
+
+
+# The SDK's own pool limits (its HTTP library's `Limits`), less the cap on open
+# connections: a shared client must not queue the calls of the runs on its loop.
+_POOL_LIMITS = type(openai.DEFAULT_CONNECTION_LIMITS)(
+    max_connections=None,
+    max_keepalive_connections=openai.DEFAULT_CONNECTION_LIMITS.max_keepalive_connections,
+    keepalive_expiry=openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry)
 
 
 @functools.cache
@@ -105,15 +117,21 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         self.structured_outputs = (self.structured_outputs_default if structured is None
                                    else structured)
         self.include_usage = True if settings.include_usage is None else settings.include_usage
+        self._clients = LoopClients(self._new_client)
 
-    def _open_client(self, request: ModelRequest) -> openai.AsyncOpenAI:
+    def _open_client(self, request: ModelRequest,
+                     ) -> AbstractAsyncContextManager[openai.AsyncOpenAI]:
+        return self._clients.lease()
+
+    def _new_client(self) -> openai.AsyncOpenAI:
         # Our retries govern (models/retry.py), so the SDK's own are off. The
-        # SDK's own HTTP client settings, with the process's TLS context.
+        # SDK's own HTTP client settings, with the process's TLS context and
+        # no cap on connections.
         return openai.AsyncOpenAI(api_key=self.settings.api_key or NO_KEY,
                                   base_url=self.settings.base_url or self.default_base_url,
                                   max_retries=0, default_headers=self.settings.headers or None,
                                   http_client=openai.DefaultAsyncHttpxClient(
-                                      verify=_tls_context()))
+                                      verify=_tls_context(), limits=_POOL_LIMITS))
 
     def _stream_usage(self, chunk: Any) -> Any:
         """The usage a streamed chunk carries, if any (the last one, with `include_usage`)."""

@@ -1,0 +1,70 @@
+"""One SDK client per event loop, shared by the model calls in flight on it.
+
+A client per call opens a new connection per call: a TCP and a TLS handshake
+(two round trips to the provider, and the handshake's CPU on the loop every
+run there waits on) before each request, and on a `serve` with many runs
+waiting on models, most calls overlap others. A pooled connection belongs to
+the loop that opened it, and a runtime may be driven by several loops (each
+`run_sync`, each worker loop of `serve`), so a client is never shared across
+loops. On one loop, the calls that overlap share a client and its keep-alive
+connections; the last of them to end closes it, so no client outlives the
+calls that used it, nor its loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+ClientT = TypeVar("ClientT", bound=Closable)
+
+
+@dataclass
+class _Shared(Generic[ClientT]):
+    client: ClientT
+    calls: int = 0
+
+
+class LoopClients(Generic[ClientT]):
+    """The clients of one driver, one per event loop with calls in flight."""
+
+    def __init__(self, open_client: Callable[[], ClientT]) -> None:
+        self._open = open_client
+        # Loops of other threads lease too (serve's worker loops): the table is shared.
+        self._lock = threading.Lock()
+        self._by_loop: dict[asyncio.AbstractEventLoop, _Shared[ClientT]] = {}
+
+    @property
+    def open_clients(self) -> int:
+        """How many clients are open now (for tests and diagnostics)."""
+        with self._lock:
+            return len(self._by_loop)
+
+    @asynccontextmanager
+    async def lease(self) -> AsyncIterator[ClientT]:
+        """This loop's client for one call: opened by the first call, closed by the last."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            shared = self._by_loop.get(loop)
+            if shared is None:
+                shared = self._by_loop[loop] = _Shared(self._open())
+            shared.calls += 1
+        try:
+            yield shared.client
+        finally:
+            with self._lock:
+                shared.calls -= 1
+                last = shared.calls == 0
+                if last:  # a call starting after this opens a client of its own
+                    del self._by_loop[loop]
+            if last:
+                await shared.client.close()
