@@ -20,11 +20,13 @@ SDK (`AsyncAnthropic`).
 - Usage: input tokens include cache reads and writes, since they are billed
   and count against a run's budget.
 - Retries: `agent_runtime.models.retry` (the SDK's own are off). One SDK client
-  per model call, as in the OpenAI driver.
+  per event loop, shared by the calls in flight there, as in the OpenAI driver
+  (`loop_clients`).
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anthropic
@@ -47,6 +49,7 @@ from agent_runtime.models.conversation import (
     tool_result_failed,
     tool_result_text,
 )
+from agent_runtime.models.loop_clients import LoopClients, tls_context, uncapped
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
@@ -70,12 +73,22 @@ class AnthropicModel(SdkDriver[anthropic.AsyncAnthropic]):
     def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None = None) -> None:
         super().__init__(settings, retry=retry)
         self.native_structured_output = bool(settings.supports_structured_outputs)
+        self._clients = LoopClients(self._new_client)
 
-    def _open_client(self, request: ModelRequest) -> anthropic.AsyncAnthropic:
-        # Our retries govern (models/retry.py), so the SDK's own are off.
+    def _open_client(self, request: ModelRequest,
+                     ) -> AbstractAsyncContextManager[anthropic.AsyncAnthropic]:
+        return self._clients.lease()
+
+    def _new_client(self) -> anthropic.AsyncAnthropic:
+        # Our retries govern (models/retry.py), so the SDK's own are off. The
+        # SDK's own HTTP client settings, with the process's TLS context and
+        # no cap on connections.
         return anthropic.AsyncAnthropic(api_key=self.settings.api_key,
                                         base_url=self.settings.base_url, max_retries=0,
-                                        default_headers=self.settings.headers or None)
+                                        default_headers=self.settings.headers or None,
+                                        http_client=anthropic.DefaultAsyncHttpxClient(
+                                            verify=tls_context(),
+                                            limits=uncapped(anthropic.DEFAULT_CONNECTION_LIMITS)))
 
     # -- request ---------------------------------------------------------------
 

@@ -9,16 +9,25 @@ the loop that opened it, and a runtime may be driven by several loops (each
 loops. On one loop, the calls that overlap share a client and its keep-alive
 connections; the last of them to end closes it, so no client outlives the
 calls that used it, nor its loop.
+
+A shared client's pool is not capped (`uncapped`): a client per call was not,
+and a cap would queue the calls of the runs on its loop. Every client of the
+process verifies TLS with one context (`tls_context`): each client building
+its own loaded the CA bundle again, ~50 ms of CPU on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx
 
 
 class Closable(Protocol):
@@ -26,6 +35,22 @@ class Closable(Protocol):
 
 
 ClientT = TypeVar("ClientT", bound=Closable)
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of every model call (an SSLContext is safe to share between
+    threads and loops); as httpx builds it by default, the environment's CA settings
+    (`SSL_CERT_FILE`, `SSL_CERT_DIR`) included."""
+    return httpx.create_ssl_context()
+
+
+def uncapped(limits: Any) -> Any:
+    """An SDK's pool limits (its HTTP library's `Limits`) without the cap on open
+    connections."""
+    return type(limits)(max_connections=None,
+                        max_keepalive_connections=limits.max_keepalive_connections,
+                        keepalive_expiry=limits.keepalive_expiry)
 
 
 @dataclass

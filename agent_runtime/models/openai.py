@@ -18,11 +18,7 @@ third-party server.
 - Retries: `agent_runtime.models.retry` (the SDK's own are off).
 - One SDK client per event loop, shared by the calls in flight on it and
   closed by the last (`loop_clients.LoopClients`): overlapping calls reuse its
-  keep-alive connections, and no pooled connection outlives its loop. Its
-  connections are not capped (as a client per call was not). Its TLS settings
-  are built once per process and shared (`_tls_context`): loading the CA
-  bundle cost ~50 ms of CPU per client, on the event loop that every other run
-  waits on.
+  keep-alive connections, and no pooled connection outlives its loop.
 - Other services that speak Chat Completions (the `xai` and `groq` drivers)
   subclass `OpenAIChatModel` and set what differs as class attributes: the
   default endpoint, whether structured outputs are on by default, the
@@ -31,14 +27,11 @@ third-party server.
 
 from __future__ import annotations
 
-import functools
 import json
-import ssl
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
-import httpx
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -63,7 +56,7 @@ from agent_runtime.models.conversation import (
     tool_arguments,
     tool_result_text,
 )
-from agent_runtime.models.loop_clients import LoopClients
+from agent_runtime.models.loop_clients import LoopClients, tls_context, uncapped
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
 from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
 
@@ -74,22 +67,6 @@ NO_KEY = "no-key"
 _OPTIONS = {"temperature": "temperature", "topP": "top_p", "seed": "seed",
             "stopSequences": "stop", "frequencyPenalty": "frequency_penalty",
             "presencePenalty": "presence_penalty"}
-
-
-# The SDK's own pool limits (its HTTP library's `Limits`), less the cap on open
-# connections: a shared client must not queue the calls of the runs on its loop.
-_POOL_LIMITS = type(openai.DEFAULT_CONNECTION_LIMITS)(
-    max_connections=None,
-    max_keepalive_connections=openai.DEFAULT_CONNECTION_LIMITS.max_keepalive_connections,
-    keepalive_expiry=openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry)
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every model call (an SSLContext is safe to share between
-    threads and loops); as httpx builds it by default, the environment's CA settings
-    (`SSL_CERT_FILE`, `SSL_CERT_DIR`) included."""
-    return httpx.create_ssl_context()
 
 
 def create_adapter(provider: str, config: RuntimeConfig, *,
@@ -131,7 +108,8 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
                                   base_url=self.settings.base_url or self.default_base_url,
                                   max_retries=0, default_headers=self.settings.headers or None,
                                   http_client=openai.DefaultAsyncHttpxClient(
-                                      verify=_tls_context(), limits=_POOL_LIMITS))
+                                      verify=tls_context(),
+                                      limits=uncapped(openai.DEFAULT_CONNECTION_LIMITS)))
 
     def _stream_usage(self, chunk: Any) -> Any:
         """The usage a streamed chunk carries, if any (the last one, with `include_usage`)."""
