@@ -36,9 +36,10 @@ class SystemClock:
         return f"{cached[1]}.{micro:06d}+00:00" if micro else f"{cached[1]}+00:00"
 
 
-def iso_stamp(clock: Clock) -> Callable[[], str]:
-    """A function answering `clock.now().isoformat()`: the system clock's own cheaper
-    one, and any other clock (a test's) read as it is."""
+def iso_stamp(now: Callable[[], datetime]) -> Callable[[], str]:
+    """A function answering `now().isoformat()`: the system clock's own cheaper one
+    when `now` is a system clock's, and any other clock (a test's) read as it is."""
+    clock = getattr(now, "__self__", None)
     if isinstance(clock, SystemClock):
         return clock.iso_now
-    return lambda: clock.now().isoformat()
+    return lambda: now().isoformat()

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from stores.records import JsonObject, JsonValue
 
+from agent_runtime.clock import iso_stamp
 from agent_runtime.errors import StepFailed
 from agent_runtime.excerpts import escape_json_text
 
@@ -251,8 +252,7 @@ class EventEmitter:
                  now: Callable[[], datetime], first_sequence: int = 1,
                  common: Mapping[str, JsonValue] | None = None,
                  failure: SinkFailurePolicy | None = None,
-                 log: list[JsonObject] | None = None,
-                 stamp: Callable[[], str] | None = None) -> None:
+                 log: list[JsonObject] | None = None) -> None:
         self._sinks = list(sinks)
         # The run's durable event log (`RunState.events`): every event of this run is
         # appended, as JSON, to be committed with the next checkpoint.
@@ -261,8 +261,8 @@ class EventEmitter:
         self._run_id = run_id
         self._attempt = attempt
         self._now = now
-        # The time as text, for an event only the log keeps (`clock.iso_stamp`).
-        self._stamp = stamp or (lambda: now().isoformat())
+        # The time as text, for an event only the log keeps.
+        self._stamp = iso_stamp(now)
         self._sequence = first_sequence - 1
         self._common = dict(common or {})
         self._lock = threading.Lock()

@@ -42,7 +42,6 @@ from stores.records import (
     utc_now,
 )
 
-from agent_runtime.clock import iso_stamp
 from agent_runtime.conditions import evaluate_condition
 from agent_runtime.deadlines import SliceDeadline
 from agent_runtime.errors import (
@@ -115,8 +114,7 @@ class Execution(StepContext):
         self.events = EventEmitter(runtime.event_sinks, run_id=run.run_id, attempt=run.attempt,
                                    now=runtime.clock.now,
                                    first_sequence=state.seq * SEQUENCES_PER_CHECKPOINT + 1,
-                                   failure=runtime.sink_failure, log=state.events,
-                                   stamp=iso_stamp(runtime.clock))
+                                   failure=runtime.sink_failure, log=state.events)
         # The lease heartbeat while model and tool calls are in flight (`guarded`).
         self.heartbeat = LeaseHeartbeat(self._renew_lease,
                                         interval=max(runtime.lease_seconds / 3, 0.05),

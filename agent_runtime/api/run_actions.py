@@ -73,15 +73,22 @@ class RunActions(RouteContext):
                              field="Idempotency-Key")
         return self.run_response(200, earlier, headers={"Location": f"/runs/{earlier.run_id}"})
 
-    def answer_approval(self, run_id: str, approval_id: str,
-                        body: ApprovalRequest) -> Response[str]:
+    def _waiting(self, run_id: str, reason: str, detail: str, value: str,
+                 what: str) -> RunRecord:
+        """The caller's run, suspended for `reason` on the `detail` named `value`; else 409
+        saying what the run is doing instead."""
         record = self.visible_run(run_id)
         suspension = record.suspension
         if (record.status is not RunStatus.SUSPENDED or suspension is None
-                or suspension.reason != "approval"
-                or suspension.details.get("approval_id") != approval_id):
-            raise ApiProblem(409, f"run {record.run_id} is not waiting for approval "
-                                  f"{approval_id} ({_state_of(record)})")
+                or suspension.reason != reason or suspension.details.get(detail) != value):
+            raise ApiProblem(409, f"run {record.run_id} is not waiting {what} "
+                                  f"({_state_of(record)})")
+        return record
+
+    def answer_approval(self, run_id: str, approval_id: str,
+                        body: ApprovalRequest) -> Response[str]:
+        record = self._waiting(run_id, "approval", "approval_id", approval_id,
+                               f"for approval {approval_id}")
         with self.place_for_a_run():
             self.services.runtime.approve(record.run_id, approved=body.approved,
                                           response=body.response, responded_by=self.tenant(),
@@ -121,13 +128,7 @@ class RunActions(RouteContext):
         return self.run_response(200, self.reload(record.run_id))
 
     def settle_effect(self, run_id: str, key: str, body: SettleEffectRequest) -> Response[str]:
-        record = self.visible_run(run_id)
-        suspension = record.suspension
-        if (record.status is not RunStatus.SUSPENDED or suspension is None
-                or suspension.reason != "effect-unknown"
-                or suspension.details.get("key") != key):
-            raise ApiProblem(409, f"run {record.run_id} is not waiting on effect {key} "
-                                  f"({_state_of(record)})")
+        record = self._waiting(run_id, "effect-unknown", "key", key, f"on effect {key}")
         given = body.model_fields_set
         if body.action == "result" and "result" not in given:
             raise ApiProblem(422, "action `result` needs the call's `result`", field="result")

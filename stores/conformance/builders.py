@@ -206,3 +206,18 @@ def finish(store: RunStore, kind: str, *, attempt: int = 1, at_: datetime = NOW,
 def assert_utc(value: datetime | None) -> None:
     assert value is not None
     assert value.tzinfo is not None and value.utcoffset() == timedelta(0), value
+
+
+def every_page(store: RunStore, *, limit: int, pages: int, **query: Any) -> list[str]:
+    """The ids of every run `list_runs(**query)` lists, page by page of at most `limit`
+    (each page non-empty), following its cursor: at most `pages` pages."""
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(pages):
+        page = store.list_runs(limit=limit, cursor=cursor, **query)
+        assert 0 < len(page.runs) <= limit
+        seen += [run.run_id for run in page.runs]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    return seen

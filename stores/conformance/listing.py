@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stores.base import RunStore
-from stores.conformance.builders import ERROR, LEASE_SECONDS, NOW, at, make_run
+from stores.conformance.builders import ERROR, LEASE_SECONDS, NOW, at, every_page, make_run
 from stores.records import ParentRef, RunStatus
 
 
@@ -64,16 +64,8 @@ class ListingConformance:
         filters = options[filtered]
         expected = sorted((r for n, r in enumerate(ids) if filtered == "all" or not n % 2),
                           reverse=newest_first)
-        seen: list[str] = []
-        cursor: str | None = None
-        for _ in range(len(ids) + 1):
-            page = store.list_runs(limit=3, cursor=cursor, newest_first=newest_first, **filters)
-            assert 0 < len(page.runs) <= 3
-            seen += [run.run_id for run in page.runs]
-            cursor = page.cursor
-            if cursor is None:
-                break
-        assert seen == expected
+        assert every_page(store, limit=3, pages=len(ids) + 1, newest_first=newest_first,
+                          **filters) == expected
 
     def test_list_runs_cursor_is_none_on_a_single_page(self, store: RunStore) -> None:
         for run_id in ("a", "b", "c"):

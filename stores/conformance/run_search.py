@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stores.base import RunStore
-from stores.conformance.builders import at, make_run
+from stores.conformance.builders import at, every_page, make_run
 from stores.records import JsonObject, ParentRef, RunStatus
 
 WRITER = {"schema_version": "1.0", "id": "writer", "name": "The writer", "steps": []}
@@ -105,16 +105,8 @@ class RunSearchConformance:
                                    "created_before": at(200), "tenant": tenant}
         expected = sorted((f"run-{n:02d}" for n in range(2, 20)
                            if n % 3 and (tenant is None or n % 2)), reverse=newest_first)
-        seen: list[str] = []
-        cursor: str | None = None
-        for _ in range(len(expected) + 1):
-            page = store.list_runs(limit=2, cursor=cursor, newest_first=newest_first, **filters)
-            assert 0 < len(page.runs) <= 2
-            seen += [run.run_id for run in page.runs]
-            cursor = page.cursor
-            if cursor is None:
-                break
-        assert seen == expected
+        assert every_page(store, limit=2, pages=len(expected) + 1, newest_first=newest_first,
+                          **filters) == expected
         page = store.list_runs(run_id_prefix="run-1", limit=4, newest_first=newest_first)
         more = store.list_runs(run_id_prefix="run-1", limit=10, newest_first=newest_first,
                                cursor=page.cursor)

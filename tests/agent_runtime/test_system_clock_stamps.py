@@ -66,5 +66,5 @@ def test_another_clock_is_read_as_it_is() -> None:
         def now(self) -> datetime:
             return datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
-    assert iso_stamp(Fixed())() == "2026-01-02T03:04:05+00:00"
-    assert iso_stamp(SystemClock()).__name__ == "iso_now"
+    assert iso_stamp(Fixed().now)() == "2026-01-02T03:04:05+00:00"
+    assert iso_stamp(SystemClock().now).__name__ == "iso_now"
