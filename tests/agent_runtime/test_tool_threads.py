@@ -172,3 +172,54 @@ def test_a_plain_function_tool_runs_off_the_loop_thread() -> None:
     result = asyncio.run(where.invoke({"item": 3}, context))
     assert result["item"] == 3
     assert result["thread"].startswith(THREAD_NAME)
+
+
+def test_calls_past_a_full_pool_wait_their_turn_and_each_runs_once() -> None:
+    threads = ToolThreads(max_workers=2)
+    ran: list[int] = []
+
+    def record(index: int) -> int:
+        ran.append(index)
+        time.sleep(0.001)  # long enough that calls pile up behind the two workers
+        return index * 10
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(threads.call(record, index) for index in range(40)))
+
+    assert asyncio.run(main()) == [index * 10 for index in range(40)]
+    assert sorted(ran) == list(range(40))
+    assert threads.workers == 2
+    threads.shutdown()
+    assert threads.workers == 0
+
+
+def test_shutdown_runs_the_calls_still_queued_then_ends_every_worker() -> None:
+    threads = ToolThreads(max_workers=2)
+    started, release = threading.Barrier(3, timeout=HANG_DEADLINE), threading.Event()
+    ran: list[str] = []
+
+    def held(name: str) -> None:
+        started.wait()
+        release.wait(HANG_DEADLINE)
+        ran.append(name)
+
+    # Shut down from another thread, as atexit would.
+    stopping = threading.Thread(target=threads.shutdown, daemon=True)
+
+    async def main() -> None:
+        calls = [asyncio.ensure_future(threads.call(held, name)) for name in ("a", "b")]
+        await asyncio.to_thread(started.wait)  # both workers busy: the pool is full
+        queued = [asyncio.ensure_future(threads.call(ran.append, name)) for name in "xyz"]
+        await asyncio.sleep(0)  # x, y and z are submitted, and wait
+        # Shut down while they wait: the pool forgets its workers and queues
+        # their ends behind x, y and z.
+        stopping.start()
+        while threads.workers:
+            await asyncio.sleep(0.001)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*calls, *queued), HANG_DEADLINE)
+
+    asyncio.run(main())
+    stopping.join(HANG_DEADLINE)
+    assert not stopping.is_alive(), "a worker never took its end"
+    assert sorted(ran) == ["a", "b", "x", "y", "z"]
