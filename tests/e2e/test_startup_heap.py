@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_runtime.cli.main import main
+from tests.api.serve_process import start_serve
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,3 +87,17 @@ def test_the_cli_called_in_process_leaves_its_callers_heap_alone(tmp_path: Path)
                  "--store", str(tmp_path / "runs.sqlite"), "--format", "json"])
     assert code == 0
     assert gc.get_freeze_count() == before
+
+
+def test_serve_freezes_what_it_imported_before_it_serves(tmp_path: Path) -> None:
+    # Python imports a `sitecustomize` from the path at start-up: this one writes
+    # down, as serve exits, how many objects the collector holds frozen.
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(
+        "import atexit, gc, pathlib\n"
+        "atexit.register(lambda: pathlib.Path('frozen.txt').write_text("
+        "str(gc.get_freeze_count())))\n")
+    serve = start_serve(tmp_path, pythonpath=[plugin])
+    assert serve.stop() == 0, serve.output()
+    assert int((tmp_path / "frozen.txt").read_text()) > 10_000
