@@ -46,8 +46,10 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, ParamSpec, TypeVar
+
+from agent_runtime.worker_threads import Job, WorkerThreads
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -66,13 +68,17 @@ class StorePool:
         if threads < 1:
             raise ValueError("a store pool needs 1 thread or more")
         self.threads = threads
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self._workers = WorkerThreads(threads, name=name)
+        self._stopped = False
 
-    def submit(self, call: Callable[[], object]) -> None:
-        self._executor.submit(call)
+    def submit(self, job: Job) -> None:
+        if self._stopped:
+            raise RuntimeError("the store pool was shut down")
+        self._workers.submit(job)
 
     def shutdown(self, *, wait: bool = True) -> None:
-        self._executor.shutdown(wait=wait, cancel_futures=False)
+        self._stopped = True
+        self._workers.shutdown(wait=wait)
 
 
 class StoreThread:
@@ -84,7 +90,7 @@ class StoreThread:
         self.inline = inline  # call on the caller's thread: a store that never waits
         self._name = name
         self._lock = threading.Lock()  # runtimes may be shared by threads with loops of their own
-        self._executor: ThreadPoolExecutor | None = None
+        self._thread: WorkerThreads | None = None
         self._holders = 0
         self._pool = pool
         # With a pool: the calls waiting for their turn, and whether one is on the pool.
@@ -106,14 +112,14 @@ class StoreThread:
         finally:
             with self._lock:
                 self._holders -= 1
-                ending = self._executor if self._holders == 0 else None
+                ending = self._thread if self._holders == 0 else None
                 if ending is not None:
-                    self._executor = None
+                    self._thread = None
             if ending is not None:
                 # Every call holds the thread until its caller saw it end, so none
                 # is queued or running: the idle thread ends at once, and is gone
                 # when the last execution returns.
-                ending.shutdown(wait=True)
+                ending.shutdown()
 
     @property
     def running(self) -> bool:
@@ -121,19 +127,20 @@ class StoreThread:
         tests and diagnostics)."""
         if self._pool is not None:
             return self._lane_busy
-        return self._executor is not None
+        return self._thread is not None
 
     def _submit(self, call: Callable[[], T]) -> Future[T]:
-        if self._pool is not None:
-            return self._submit_to_lane(self._pool, call)
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1,
-                                                    thread_name_prefix=self._name)
-            return self._executor.submit(call)
-
-    def _submit_to_lane(self, pool: StorePool, call: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()
+        if self._pool is not None:
+            return self._submit_to_lane(self._pool, future, call)
+        with self._lock:
+            if self._thread is None:
+                self._thread = WorkerThreads(1, name=self._name)
+            self._thread.submit(functools.partial(_make, future, call))
+        return future
+
+    def _submit_to_lane(self, pool: StorePool, future: Future[T],
+                        call: Callable[[], T]) -> Future[T]:
         with self._lock:
             self._lane.append((future, call))
             if self._lane_busy:
@@ -152,18 +159,16 @@ class StoreThread:
                 if future.set_running_or_notify_cancel():
                     future.set_exception(stopped)
 
-    def _next_in_lane(self, pool: StorePool) -> None:
+    def _next_in_lane(self, pool: StorePool) -> Callable[[], object]:
         """Make the lane's next call (on a pool thread), then hand the lane back to the
         pool: one call per turn, so a busy run does not keep a thread from the others."""
         with self._lock:
             future, call = self._lane.popleft()
-        if future.set_running_or_notify_cancel():  # else cancelled before its turn
-            try:
-                result = call()
-            except BaseException as error:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+        return functools.partial(self._turn_ended, pool, _make(future, call))
+
+    def _turn_ended(self, pool: StorePool, settle: Callable[[], object] | None) -> None:
+        if settle is not None:
+            settle()
         with self._lock:
             if not self._lane:
                 self._lane_busy = False
@@ -197,6 +202,18 @@ def store_thread_for(store: object, *, pool: StorePool | None = None) -> StoreTh
     calls never wait on I/O (`waits_on_io = False`), else a thread of its own, or a
     lane on `pool` when the host shares one between its runtimes."""
     return StoreThread(inline=not getattr(store, "waits_on_io", True), pool=pool)
+
+
+def _make(future: Future[T], call: Callable[[], T]) -> Callable[[], object] | None:
+    """The call, on the store's thread, unless it was cancelled before its turn; then,
+    once that thread is free again, what settles its future (and wakes its caller)."""
+    if not future.set_running_or_notify_cancel():
+        return None
+    try:
+        result = call()
+    except BaseException as error:  # the caller's to see, whatever it is
+        return functools.partial(future.set_exception, error)
+    return functools.partial(future.set_result, result)
 
 
 async def _outlast(submitted: Future[T]) -> None:

@@ -17,18 +17,9 @@ returned and raises what it raised (a `BaseException` too); a call cancelled
 before a worker took it never runs, and one cancelled while it runs goes on
 to its end unseen (a thread cannot be stopped), as `to_thread`'s does.
 
-An idle worker sleeps in a read of the pool's wake pipe, and a call wakes
-one with a byte written there: a write lets go of the interpreter lock for
-its system call, so the woken worker takes the lock and starts the call at
-once, where a queue or lock released under the interpreter lock wakes a
-worker only to have it wait for the caller to let go (measured here: a
-quarter to a third of a bare round trip). A byte is written only for a
-worker counted idle, so the pipe never holds more bytes than there are
-workers and a write never waits for room; the calls themselves wait in a
-queue, which a worker that ends a call empties before it sleeps again.
-
-Workers are started as calls need them, up to `max_workers`, and kept for
-the next calls. The pool is the process's, not an event loop's: one bound for
+The workers are an `agent_runtime.worker_threads` pool (woken through a
+pipe): started as calls need them, up to `max_workers`, and kept for the
+next calls. The pool is the process's, not an event loop's: one bound for
 every loop of a `serve` process (at least 32, as many as asyncio gives one
 loop on a host with 28 CPUs). At interpreter exit it waits for the calls
 still running, as `asyncio.run` waits for its default executor's; a forked
@@ -39,22 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import contextlib
 import contextvars
 import functools
 import os
-import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
+
+from agent_runtime.worker_threads import WorkerThreads
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 THREAD_NAME = "agent-runtime-tool"
-
-# A call handed to a worker: the caller's future, its loop, and the call itself.
-_Call = tuple["asyncio.Future[Any]", asyncio.AbstractEventLoop, Callable[[], Any]]
 
 
 class ToolThreads:
@@ -62,93 +50,43 @@ class ToolThreads:
 
     def __init__(self, max_workers: int | None = None) -> None:
         self.max_workers = max_workers or max(32, (os.cpu_count() or 1) + 4)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._calls: collections.deque[_Call | None] = collections.deque()
-        self._lock = threading.Lock()
-        self._workers: list[threading.Thread] = []
-        # Every queued call is promised to one worker, which takes it: a worker
-        # asleep on the pipe (woken by its byte), one started for it, or, when
-        # the pool is full, the first worker to end its call (`_unpromised`).
-        self._idle = 0  # workers asleep, or about to be, with no byte written for them
-        self._unpromised = 0
-        self._wake_read, self._wake_write = os.pipe()
-
-    def _after_fork(self) -> None:
-        """A forked child has none of its parent's workers: the pipe is theirs."""
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-        self._reset()
+        self._pool = WorkerThreads(self.max_workers, name=THREAD_NAME)
 
     @property
     def workers(self) -> int:
         """How many worker threads exist now (for tests and diagnostics)."""
-        return len(self._workers)
+        return self._pool.workers
 
     async def call(self, function: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """`function(*args, **kwargs)` on a worker thread; its result, or what it raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         context = contextvars.copy_context()
-        self._submit((future, loop, functools.partial(context.run, function, *args, **kwargs)))
+        self._pool.submit(functools.partial(
+            _run, future, loop, functools.partial(context.run, function, *args, **kwargs)))
         return await future
-
-    def _submit(self, call: _Call) -> None:
-        with self._lock:
-            self._calls.append(call)
-            wake = self._idle > 0
-            if wake:
-                self._idle -= 1  # the byte below is that worker's
-            elif len(self._workers) < self.max_workers:
-                worker = threading.Thread(target=self._work, daemon=True,
-                                          name=f"{THREAD_NAME}-{len(self._workers)}")
-                self._workers.append(worker)
-                worker.start()
-            else:
-                self._unpromised += 1
-        if wake:
-            os.write(self._wake_write, b"\0")
-
-    def _take(self) -> _Call | None:
-        with self._lock:
-            return self._calls.popleft()
-
-    def _work(self) -> None:
-        call = self._take()  # the call this worker was started for
-        while call is not None:
-            future, loop, function = call
-            del call
-            outcome = _outcome(future, function)
-            del function
-            # Idle before the caller hears: its next call, made at once, finds this
-            # worker rather than starting another.
-            with self._lock:
-                promised = self._unpromised > 0
-                if promised:
-                    self._unpromised -= 1
-                else:
-                    self._idle += 1
-            if outcome is not None:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits
-                    loop.call_soon_threadsafe(_settle, future, *outcome)
-            del future, loop, outcome  # hold nothing of a call while idle
-            if not promised:
-                os.read(self._wake_read, 1)
-            call = self._take()
 
     def shutdown(self) -> None:
         """Let every worker finish its call and end; wait for them."""
-        with self._lock:
-            workers, self._workers = self._workers, []
-            # An end for each worker, queued behind the calls still waiting: the
-            # sleeping ones are woken for theirs, the others take theirs next.
-            self._calls.extend(None for _ in workers)
-            asleep, self._idle = self._idle, 0
-            self._unpromised += len(workers) - asleep
-        os.write(self._wake_write, b"\0" * asleep)
-        for worker in workers:
-            worker.join()
+        self._pool.shutdown()
+
+    def after_fork(self) -> None:
+        self._pool.after_fork()
+
+
+def _run(future: asyncio.Future[Any], loop: asyncio.AbstractEventLoop,
+         function: Callable[[], Any]) -> Callable[[], object] | None:
+    """The call, on a worker; then (once the worker is idle) its outcome to the caller."""
+    outcome = _outcome(future, function)
+    if outcome is None:
+        return None
+    return functools.partial(_hand_back, future, loop, outcome)
+
+
+def _hand_back(future: asyncio.Future[Any], loop: asyncio.AbstractEventLoop,
+               outcome: tuple[Any, bool]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits
+        loop.call_soon_threadsafe(_settle, future, *outcome)
 
 
 def _outcome(future: asyncio.Future[Any],
@@ -178,6 +116,6 @@ def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
 
 TOOL_THREADS = ToolThreads()
 atexit.register(TOOL_THREADS.shutdown)
-os.register_at_fork(after_in_child=TOOL_THREADS._after_fork)
+os.register_at_fork(after_in_child=TOOL_THREADS.after_fork)
 
 __all__ = ["THREAD_NAME", "TOOL_THREADS", "ToolThreads"]
