@@ -35,9 +35,9 @@ from agent_runtime.condition_semantics import (
     to_number,
     truthy,
 )
+from agent_runtime.document_paths import quote
 from agent_runtime.errors import ConditionEvaluationError, ConditionSyntaxError
 from agent_runtime.limits import current_limits
-from agent_runtime.manifest_input import quote
 from agent_runtime.templates import MISSING, PLACEHOLDER, RESERVED_SEGMENTS, resolve_path
 
 __all__ = ["Condition", "compile_condition", "condition_identifiers", "evaluate_condition",

@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from agent_runtime.document_paths import PathPart, format_path, quote
 from agent_runtime.errors import ManifestError
-from agent_runtime.manifest_input import PathPart, describe, format_path, quote
+from agent_runtime.manifest_input import describe
 
 # Tagged unions add their tag to an error's location: ("content", 1, "text",
 # "text"). A content-part tag follows an index into a `content` list; a

@@ -33,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from agent_runtime.document_paths import PathPart, format_path, quote, unique_pairs
 from agent_runtime.errors import InvalidInput, ManifestError, ManifestNotFound
-from agent_runtime.excerpts import excerpt, printable
+from agent_runtime.excerpts import printable
 from agent_runtime.limits import (
     current_limits,
     decode_utf8,
@@ -44,8 +45,6 @@ from agent_runtime.limits import (
 
 JsonObject = dict[str, Any]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-
-PathPart = str | int
 
 
 class SchemaModel(BaseModel):
@@ -77,25 +76,6 @@ def rule_error(reason: str, *at: PathPart) -> PydanticCustomError:
     return PydanticCustomError("manifest_rule", "{reason}", {"reason": reason, "at": at})
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_$][\w$-]*")
-_KEY_SHOWN = 80  # longer keys are shown as an excerpt
-
-
-def format_path(parts: Iterable[PathPart]) -> str:
-    """`("steps", 0, "loop", "maxIterations")` -> `steps[0].loop.maxIterations`."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif len(part) <= _KEY_SHOWN and _IDENTIFIER.fullmatch(part):
-            out += f".{part}" if out else part
-        elif len(part) <= _KEY_SHOWN and part.isprintable():
-            out += f"[{json.dumps(part, ensure_ascii=False)}]"
-        else:  # a hostile key: quoted briefly, escaped
-            out += f"[{excerpt(part, 40)}]"
-    return out
-
-
 def describe(value: Any) -> str:
     """A value as a YAML/JSON user would name it: `a string ('5')`, `a list`."""
     if value is None:
@@ -113,13 +93,6 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return f"a {type(value).__name__}"
-
-
-def quote(text: str, limit: int = 60) -> str:
-    """`'text'` as repr shows it when short and printable, else an escaped excerpt."""
-    if len(text) <= limit and text.isprintable():
-        return repr(text)
-    return excerpt(text, limit)
 
 
 def _digits(value: int) -> int:
@@ -275,16 +248,6 @@ YAML_LOADERS = tuple(_LOADERS)
 """The YAML loaders available here, fastest last: `pure`, and `libyaml` when built in."""
 YAML_LOADER = YAML_LOADERS[-1]
 """The loader `parse_document` uses (tests switch it to prove both refuse the same)."""
-
-
-def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object hook that refuses a key written twice (instead of keeping the last)."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {quote(key)}")
-        result[key] = value
-    return result
 
 
 def _bounded_int(text: str) -> int:

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
+from agent_runtime.document_paths import format_path, quote
 from agent_runtime.errors import ManifestError, VariableError, VariablesNotFound
 from agent_runtime.limits import current_limits, decode_utf8, read_bounded
 from agent_runtime.manifest_input import (
     check_structure,
     describe,
-    format_path,
     parse_document,
-    quote,
     rule_error,
 )
 

@@ -28,7 +28,7 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 )
 
 from agent_runtime.api.problems import ApiProblem
-from agent_runtime.manifest_input import PathPart, format_path, unique_pairs
+from agent_runtime.document_paths import PathPart, format_path, unique_pairs
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver

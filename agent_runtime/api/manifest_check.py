@@ -25,11 +25,9 @@ from pydantic import Field
 
 from agent_runtime.api.problems import problem_schema_responses
 from agent_runtime.api.route_context import RouteContext, json_response
-from agent_runtime.api.submission import SOURCE, agent_from_request
 from agent_runtime.api.wire import WireModel
 from agent_runtime.errors import InvalidInput
 from agent_runtime.limits import use_limits
-from agent_runtime.template_references import undeclared_references
 
 if TYPE_CHECKING:
     from agent_runtime.manifest import AgentManifest
@@ -76,6 +74,11 @@ class ManifestCheck(WireModel):
 
 def check_manifest(manifest: dict[str, Any] | str) -> ManifestCheck:
     """The manifest's problems and declared variables (call it under the host's limits)."""
+    # The manifest's reader and models load with the first manifest checked or run
+    # created: the routes that only read runs (most requests) never need them.
+    from agent_runtime.api.submission import SOURCE, agent_from_request  # noqa: PLC0415
+    from agent_runtime.template_references import undeclared_references  # noqa: PLC0415
+
     try:
         agent = agent_from_request(manifest)
     except InvalidInput as error:
@@ -110,6 +113,6 @@ def register_manifest_routes(routes: RouteContext) -> None:
                               **problem_schema_responses(*common)})
     def validate_manifest(body: Annotated[ValidateManifestRequest, Body()]) -> Response[str]:
         routes.tenant()  # a caller is named (the guard authenticated it)
-        with use_limits(routes.services.runtime.config.limits):  # the host's input limits
+        with use_limits(routes.services.engine().config.limits):  # the host's input limits
             found = check_manifest(body.manifest)
         return json_response(200, found)

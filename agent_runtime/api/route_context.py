@@ -139,5 +139,5 @@ class RouteContext:
 
     def check_quota(self) -> None:
         """429 when the caller's tenant may not start another run now (tenant_quota)."""
-        runtime = self.services.runtime
+        runtime = self.services.engine()
         check_quota(self.services.store, runtime.policy, self.tenant(), runtime.clock.now())

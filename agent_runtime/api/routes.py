@@ -276,7 +276,7 @@ class RunRoutes(RunActions):
                      responses=route_responses(200, RunEnvelope, "The run, cancelled", 409))
         def cancel_run(runId: RunId) -> Response[str]:
             record = self.visible_run(runId)
-            self.services.runtime.cancel(record.run_id)
+            self.services.engine().cancel(record.run_id)
             return self.run_response(200, self.reload(record.run_id))
 
         @self._route("POST", "/runs/<runId>/fork", operation_id="forkRun",
@@ -290,7 +290,7 @@ class RunRoutes(RunActions):
             self.check_quota()
             asked = body or ForkRequest()
             with self.place_for_a_run():
-                fork = services.runtime.create_fork(
+                fork = services.engine().create_fork(
                     record.run_id, seq=asked.seq, tenant=record.tenant, variables=asked.variables,
                     budget=None if asked.max_total_tokens is None
                     else Budget(max_total_tokens=asked.max_total_tokens))

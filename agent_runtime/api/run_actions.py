@@ -12,7 +12,6 @@ from stores.records import Budget, RunRecord, RunStatus
 
 from agent_runtime.api.problems import ApiProblem
 from agent_runtime.api.route_context import RouteContext
-from agent_runtime.api.submission import agent_from_request, request_fingerprint
 from agent_runtime.api.wire import (
     ApprovalRequest,
     CreateRunRequest,
@@ -29,6 +28,13 @@ class RunActions(RouteContext):
     """The run routes' work, on the context every route has."""
 
     def create_run(self, body: CreateRunRequest, key: str | None) -> Response[str]:
+        # The manifest's reader and models load with the first run created: the routes
+        # that only read runs (most requests) never need them.
+        from agent_runtime.api.submission import (  # noqa: PLC0415
+            agent_from_request,
+            request_fingerprint,
+        )
+
         services, tenant = self.services, self.tenant()
         fingerprint = request_fingerprint(self.router.current_event.json_body)
         keyed = None if key is None else run_key(tenant, key)
@@ -38,13 +44,13 @@ class RunActions(RouteContext):
             if earlier is not None:
                 return self._repeat(earlier, tenant, fingerprint)
         self.check_quota()
-        with use_limits(services.runtime.config.limits):  # the host's input limits
+        with use_limits(services.engine().config.limits):  # the host's input limits
             agent = agent_from_request(body.manifest)
         options: dict[str, Any] = {}
         if body.options is not None and body.options.model is not None:
             options["model"] = body.options.model
         limit = None if body.budget is None else body.budget.max_total_tokens
-        record, _ = services.runtime.new_run(
+        record, _ = services.engine().new_run(
             manifest=agent, variables=body.variables,
             budget=None if limit is None else Budget(max_total_tokens=limit),
             options=options, tenant=tenant, variables_source="request")
@@ -90,7 +96,7 @@ class RunActions(RouteContext):
         record = self._waiting(run_id, "approval", "approval_id", approval_id,
                                f"for approval {approval_id}")
         with self.place_for_a_run():
-            self.services.runtime.approve(record.run_id, approved=body.approved,
+            self.services.engine().approve(record.run_id, approved=body.approved,
                                           response=body.response, responded_by=self.tenant(),
                                           approval_id=approval_id)
             self.services.launcher.resume(self.reload(record.run_id),
@@ -103,7 +109,7 @@ class RunActions(RouteContext):
         limit = body.max_total_tokens
         if limit is not None:
             # Refused here, not by the attempt the launcher starts later elsewhere.
-            services.runtime.check_budget(Budget(max_total_tokens=limit),
+            services.engine().check_budget(Budget(max_total_tokens=limit),
                                           field="maxTotalTokens")
         if record.status is RunStatus.SUSPENDED:
             with self.place_for_a_run():
@@ -141,7 +147,7 @@ class RunActions(RouteContext):
         with self.place_for_a_run():
             services.store.resolve_approval(record.run_id, key, approved=True,
                                             response=settlement, responded_by=self.tenant(),
-                                            at=services.runtime.clock.now())
+                                            at=services.engine().clock.now())
             services.launcher.resume(self.reload(record.run_id), reason="effect-settled")
         return self.run_response(200, self.reload(record.run_id))
 

@@ -18,6 +18,7 @@ themselves; what differs between the two places is injected here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -146,10 +147,20 @@ class ApiServices:
     """Everything the routes use. Built once per process (or Lambda container)."""
 
     store: RunStore
-    # Validates manifests and variables, creates runs and forks, records approvals.
-    runtime: AgentRuntime
+    # Validates manifests and variables, creates runs and forks, records approvals:
+    # the runtime, or what builds it, called when a route first needs one (`engine`).
+    # The routes that only read runs need none, so a host that builds its services
+    # per container (the API's Lambda) loads the engine only for a request that does.
+    runtime: AgentRuntime | Callable[[], AgentRuntime]
     launcher: Launcher
     authenticator: Authenticator
     limits: ApiLimits = field(default_factory=ApiLimits)
     # The places of the runs this host executes at once, when it bounds them itself.
     capacity: RunCapacity | None = None
+
+    def engine(self) -> AgentRuntime:
+        """The runtime, built now if it was given as what builds it (then kept)."""
+        runtime = self.runtime
+        if callable(runtime):  # an AgentRuntime is not callable: what builds one
+            runtime = self.runtime = runtime()
+        return runtime

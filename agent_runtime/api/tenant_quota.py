@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from stores.base import RunStore
 from stores.records import RunStatus
 
 from agent_runtime.api.problems import ApiProblem
-from agent_runtime.policy import HostPolicy
+
+if TYPE_CHECKING:  # the runtime's policy: loaded with the runtime, by a route that needs one
+    from agent_runtime.policy import HostPolicy
 
 __all__ = ["check_quota"]
 

@@ -42,10 +42,10 @@ from agent_runtime.cli.reports import print_result, to_json_text
 from agent_runtime.cli.runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli.store import store_flags_text
 from agent_runtime.cli.takeover import owner_status, takeover_refusal
+from agent_runtime.document_paths import quote
 from agent_runtime.engine import AgentRuntime, existing_run
 from agent_runtime.errors import Conflict, InvalidInput, ManifestError
 from agent_runtime.excerpts import excerpt, printable
-from agent_runtime.manifest_input import quote
 from agent_runtime.owner_liveness import Liveness
 from agent_runtime.results import RunResult
 from agent_runtime.run_options import LOCAL_TENANT, TENANT_ENV

@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from agent_runtime.config import EnvReference, McpConnectionConfig, RuntimeConfig
+from agent_runtime.document_paths import format_path
 from agent_runtime.errors import AgentRuntimeError, ConfigError, StepFailed
 from agent_runtime.manifest import AgentManifest
-from agent_runtime.manifest_input import format_path
 from agent_runtime.models.base import ToolSpec
 from agent_runtime.schema_refusals import SchemaInvalid, SchemaRefused
 from agent_runtime.tools.python import ToolContext, check_arguments

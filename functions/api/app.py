@@ -7,7 +7,8 @@ seam (`ApiServices`): the container's store and runtime
 the state machine (`AwsLauncher`), and the tenant API Gateway's authorizer
 verified (`HttpApiAuthenticator`), each tenant's requests counted against its
 per-minute limit (`TenantRequestLimit`). They are built once per container,
-on the first request.
+on the first request; the runtime on the first request that needs one (a request
+that only reads runs never loads the engine).
 
 A run a client cancels is announced with a run-finished event.
 
@@ -18,14 +19,12 @@ Metrics: one count per response class (`Api2xx`, `Api4xx`, `Api5xx`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from agent_runtime import AgentRuntime
 from agent_runtime.api import ApiServices, build_api
 from agent_runtime.api.services import Authenticator
 from agent_runtime.startup_heap import freeze_startup_heap
@@ -40,34 +39,33 @@ from functions.api.tenant_requests import (
 from functions.run_events import announce_record_finished
 from functions.telemetry import LogEventSink, count, logger
 
+if TYPE_CHECKING:
+    from agent_runtime.engine import AgentRuntime
+
 # The resolver of this container, with the services it was built on: built
 # again only when `environment.services()` changes (tests replace it).
 _built: list[tuple[environment.Services, APIGatewayHttpResolver]] = []
-
-
-class AnnouncingRuntime(AgentRuntime):
-    """The routes' runtime: a run a client cancels gets its run-finished event, as a
-    run Advance ends does (functions/run_events.py)."""
-
-    def __init__(self, *args: Any, announce: Callable[[str], object], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._announce = announce
-
-    def cancel(self, run_id: str) -> None:
-        super().cancel(run_id)
-        self._announce(run_id)
 
 
 def build_resolver(services: environment.Services) -> APIGatewayHttpResolver:
     resolver = APIGatewayHttpResolver(enable_validation=True)
     bus = services.settings.event_bus
     launcher = AwsLauncher(services.store, services.events, bus=bus, clock=services.clock)
-    runtime = services.runtime([LogEventSink()], kind=functools.partial(
+    build_api(resolver, ApiServices(store=services.store, runtime=functools.partial(
+        build_runtime, services), launcher=launcher, authenticator=authenticator(services)))
+    return resolver
+
+
+def build_runtime(services: environment.Services) -> AgentRuntime:
+    """The routes' runtime, built when a route first needs one (creating, forking,
+    cancelling, answering a run): a container whose requests only read runs never
+    loads the engine, its config or its steps."""
+    from functions.api.announcing_runtime import AnnouncingRuntime  # noqa: PLC0415
+
+    bus = services.settings.event_bus
+    return services.runtime([LogEventSink()], kind=functools.partial(
         AnnouncingRuntime, announce=lambda run_id: announce_record_finished(
             services.events, services.store, run_id, bus=bus)))
-    build_api(resolver, ApiServices(store=services.store, runtime=runtime,
-                                    launcher=launcher, authenticator=authenticator(services)))
-    return resolver
 
 
 def authenticator(services: environment.Services) -> Authenticator:

@@ -2,10 +2,11 @@
 function too, which never builds a runtime (nor does an Advance that ends
 before it executes), so importing it must not load the engine, its steps,
 providers' HTTP client or JSON Schema (issue 16: a handler loads only what its
-path uses). The API builds the engine for its routes, but runs no step: its
-import loads no JSON Schema, HTTP client, provider or MCP SDK; those load with
-the first schema compiled, webhook sent or model called (issue 34; the time
-itself: bench/layer_cold_import.py)."""
+path uses). The API builds the engine only for a route that needs one (creating,
+forking, cancelling or answering a run), and reads a manifest only for a route
+given one: its import loads neither, nor JSON Schema, an HTTP client, a provider
+or the MCP SDK; those load with the first run created, schema compiled, webhook
+sent or model called (issue 34; the time itself: bench/layer_cold_import.py)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,17 @@ def test_the_reconciler_loads_the_engine_only_to_resume_a_run() -> None:
 
 def test_the_api_loads_no_step_machinery_until_a_step_needs_it() -> None:
     assert _loaded_by("functions.api.app", ("agent_runtime.reconcile", *STEP_MACHINERY)) == []
+
+
+def test_the_api_loads_the_engine_and_the_manifest_reader_only_for_a_route_that_needs_them(
+        ) -> None:
+    # Not among them: asyncio (Powertools' event_handler package loads it) and the
+    # events module (a run's view names its trace, agent_runtime.telemetry).
+    engine = tuple(name for name in ENGINE if name not in ("asyncio", "agent_runtime.events"))
+    assert _loaded_by("functions.api.app", (*engine, "agent_runtime.manifest",
+                                            "agent_runtime.manifest_input",
+                                            "agent_runtime.checkpoint_check",
+                                            "agent_runtime.execution")) == []
 
 
 def test_the_retention_function_loads_no_engine() -> None:
