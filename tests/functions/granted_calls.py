@@ -12,6 +12,7 @@ Query reads, the S3 prefix of a key, the detail-type of an event.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from typing import Any
 import botocore.client
 from grants import Grant, as_list, functions, grants, role_of
 
+from agent_runtime.worker_threads import Job, WorkerThreads
 from tests.stores.aws.aws_template import load_template
 
 SERVICE_PREFIX = {"stepfunctions": "states", "bedrock-runtime": "bedrock"}
@@ -100,13 +102,33 @@ class CallRecorder:
                     recorder._submitted_by.function = None
             return original_submit(pool, on_behalf, *args, **kwargs)
 
+        # The engine's store calls go to its own worker pool (agent_runtime/worker_threads.py).
+        original_job = WorkerThreads.submit
+
+        def submit_job(pool: WorkerThreads, job: Job) -> None:
+            function = recorder._handler()
+            if function is None:
+                return original_job(pool, job)
+            return original_job(pool, functools.partial(on_behalf_of, function, job))
+
+        def on_behalf_of(function: str, job: Callable[[], object]) -> Callable[[], object] | None:
+            recorder._submitted_by.function = function
+            try:
+                then = job()
+            finally:
+                recorder._submitted_by.function = None
+            # What the job leaves to do (settling, the next job) is the handler's too.
+            return None if then is None else functools.partial(on_behalf_of, function, then)
+
         botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
         ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+        WorkerThreads.submit = submit_job  # type: ignore[method-assign]
         try:
             yield
         finally:
             botocore.client.BaseClient._make_api_call = original  # type: ignore[method-assign]
             ThreadPoolExecutor.submit = original_submit  # type: ignore[method-assign]
+            WorkerThreads.submit = original_job  # type: ignore[method-assign]
 
     def ungranted(self) -> list[str]:
         refusals = []
