@@ -85,8 +85,8 @@ from agent_runtime.effect_owners import effect_owners
 class RunRoutes(RunActions):
     """The routes, bound to the services they use (None only to describe them)."""
 
-    def __init__(self, services: ApiServices | None) -> None:
-        super().__init__(services)
+    def __init__(self, services: ApiServices | None, *, in_threads: bool = False) -> None:
+        super().__init__(services, in_threads=in_threads)
         self._register()
 
     # -- the routes ----------------------------------------------------------------
@@ -368,16 +368,20 @@ class RunRoutes(RunActions):
             checkpoints=summaries,
             cursor=encode_cursor(str(page[-1].seq)) if more and page else None))
 
-def build_api(resolver: ApiGatewayResolver, services: ApiServices) -> None:
+def build_api(resolver: ApiGatewayResolver, services: ApiServices, *,
+              in_threads: bool = False) -> None:
     """Register every route (one `Router`), the problem+json error mapping and
     GET /openapi.json on `resolver`, created by the caller with `enable_validation=True`
-    (`HttpResolverLocal` locally, `APIGatewayHttpResolver` on AWS)."""
-    include_routes(resolver, services)
+    (`HttpResolverLocal` locally, `APIGatewayHttpResolver` on AWS). `in_threads`: each
+    route runs on a worker thread, for a resolver served from an event loop (see
+    `route_context.in_worker_thread`)."""
+    include_routes(resolver, services, in_threads=in_threads)
 
 
-def include_routes(resolver: ApiGatewayResolver, services: ApiServices | None) -> RunRoutes:
+def include_routes(resolver: ApiGatewayResolver, services: ApiServices | None, *,
+                   in_threads: bool = False) -> RunRoutes:
     """`build_api`; with `services=None` only to describe the routes (`openapi_document`)."""
-    routes = RunRoutes(services)
+    routes = RunRoutes(services, in_threads=in_threads)
     resolver.include_router(routes.router)
     guard.install(resolver, guard.RequestGuard(lambda: routes.services, routes.protected))
     register_problem_handlers(resolver, routes.allowed_methods)

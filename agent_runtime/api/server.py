@@ -4,7 +4,9 @@
     serve_until_stopped(app, bind_socket("127.0.0.1", 8000), launcher=..., reconcile=...)
 
 The routes are a Powertools `HttpResolverLocal` (an ASGI app) with
-`build_api`, the same routes API Gateway serves on AWS. In front of it,
+`build_api`, the same routes API Gateway serves on AWS, each run on a worker
+thread (`in_threads`), so a route's store work never holds the event loop
+and the other requests behind it. In front of it,
 `ApiGuard` does what API Gateway does there and a bare ASGI app does not:
 
 * refuses a `Host` this server is not bound to (421; DNS rebinding), and
@@ -78,8 +80,9 @@ from agent_runtime.api.services import ApiServices
 logger = logging.getLogger("agent_runtime.serve")
 
 # Powertools runs every sync middleware in a worker thread that blocks until
-# the next one, itself run in another worker thread, has answered: a request
-# holds several pool threads at once. With more requests in flight than the
+# the next one, itself run in another worker thread, has answered, and we run
+# the route itself in another (`in_threads`): a request holds several pool
+# threads at once. With more requests in flight than the
 # pool has threads for, each thread waits for one that can never start (a
 # browser opening six connections deadlocked the default pool of cpu+4). So
 # the event loop gets a pool sized here, and requests wait for a slot in it.
@@ -240,7 +243,7 @@ def build_app(services: ApiServices, hosts: HostCheck,
     from agent_runtime.api.routes import build_api  # noqa: PLC0415 - imports Powertools
 
     resolver = HttpResolverLocal(enable_validation=True)
-    build_api(resolver, services)
+    build_api(resolver, services, in_threads=True)
     public = capture_public_answers(resolver, public_paths())
     return ApiGuard(resolver, max_body_bytes=services.limits.max_body_bytes, hosts=hosts,
                     body_timeout=(limits or ConnectionLimits()).body_timeout, public=public,

@@ -18,6 +18,7 @@ themselves; what differs between the two places is injected here:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -157,10 +158,17 @@ class ApiServices:
     limits: ApiLimits = field(default_factory=ApiLimits)
     # The places of the runs this host executes at once, when it bounds them itself.
     capacity: RunCapacity | None = None
+    # Routes may run on several threads at once (`serve`): one builds the runtime.
+    _building: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                      compare=False)
 
     def engine(self) -> AgentRuntime:
         """The runtime, built now if it was given as what builds it (then kept)."""
         runtime = self.runtime
-        if callable(runtime):  # an AgentRuntime is not callable: what builds one
-            runtime = self.runtime = runtime()
-        return runtime
+        if not callable(runtime):  # an AgentRuntime is not callable: what builds one
+            return runtime
+        with self._building:
+            runtime = self.runtime
+            if callable(runtime):
+                runtime = self.runtime = runtime()
+            return runtime

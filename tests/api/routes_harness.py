@@ -127,10 +127,12 @@ class Api:
         self.resolver: HttpResolverLocal | APIGatewayHttpResolver = (
             HttpResolverLocal(enable_validation=True) if kind == "local"
             else APIGatewayHttpResolver(enable_validation=True))
+        # Locally each route runs on a worker thread, as `serve` has it.
         build_api(self.resolver, ApiServices(store=store, runtime=self.runtime,
                                              launcher=self.launcher,
                                              authenticator=TokenAuthenticator(),
-                                             limits=limits or ApiLimits()))
+                                             limits=limits or ApiLimits()),
+                  in_threads=kind == "local")
 
     # -- requests ------------------------------------------------------------------
 
