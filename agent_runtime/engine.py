@@ -70,6 +70,7 @@ from agent_runtime.manifest import (
     manifest_json,
     parse_agent_manifest,
 )
+from agent_runtime.models.adapters import ModelAdapters
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.owner_liveness import default_owner
@@ -146,7 +147,8 @@ class AgentRuntime(HostServices):
                  event_sink_failure_policy: str = CONTINUE,
                  on_event_sink_error: Callable[[Exception, Event], None] | None = None,
                  store_pool: StorePool | None = None,
-                 sandbox: SandboxAdapter | None = None) -> None:
+                 sandbox: SandboxAdapter | None = None,
+                 adapters: ModelAdapters | None = None) -> None:
         self.store: RunStore = store if store is not None else MemoryRunStore()
         # Where this runtime's executions call the store, off the event loop: a thread
         # of its own, or a lane on the threads a host shares between its runtimes.
@@ -159,7 +161,12 @@ class AgentRuntime(HostServices):
         # `fail-run`: a step whose event a sink cannot take fails the run (events.py).
         self.sink_failure = SinkFailurePolicy(event_sink_failure_policy, on_event_sink_error)
         self.clock: Clock = clock or SystemClock()
-        self.config = config or empty_config()
+        if adapters is not None and config is not None and config is not adapters.config:
+            raise ValueError("adapters= were built from another config than config=")
+        self.config = config or (adapters.config if adapters is not None else empty_config())
+        # The config's providers' adapters: given (shared with the host's other
+        # runtimes of this config), else this runtime's own.
+        self.adapters = adapters or ModelAdapters(self.config)
         self.steps = steps or default_steps()
         # Where code steps run: given, else the config's `sandbox:` (agent_runtime.sandbox).
         self.sandbox = sandbox or build_sandbox(self.config.sandbox)

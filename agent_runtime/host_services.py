@@ -27,7 +27,7 @@ from agent_runtime.manifest import (
     WebhookStep,
     iter_steps,
 )
-from agent_runtime.models import build_adapter
+from agent_runtime.models.adapters import ModelAdapters
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
 from agent_runtime.policy import HostPolicy, PolicyHooks
@@ -47,6 +47,7 @@ class HostServices:
     """Models, tools and connections of one runtime, resolved for a run's steps."""
 
     models: dict[str, ModelAdapter]
+    adapters: ModelAdapters  # the config's providers' (shared by runtimes of one config)
     tools: ToolRegistry
     config: RuntimeConfig
     scripted: ScriptedModel
@@ -58,14 +59,13 @@ class HostServices:
 
     def adapter_for(self, provider: str) -> ModelAdapter:
         """The adapter serving `provider`: given in `models=`, the scripted model, or a
-        driver from the runtime config, built once per runtime."""
+        driver from the runtime config, built once per `adapters` (a runtime's own, or
+        shared by the runtimes a host builds from one config)."""
         if provider in self.models:
             return self.models[provider]
         if self.config.driver_of(provider) == "scripted":
             return self.scripted
-        adapter = build_adapter(provider, self.config)
-        self.models[provider] = adapter
-        return adapter
+        return self.adapters.adapter(provider)
 
     def resolve_model(self, step_model: ModelRef | None, manifest: AgentManifest,
                       options: Mapping[str, JsonValue]) -> ResolvedModel:

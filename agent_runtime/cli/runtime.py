@@ -23,6 +23,7 @@ from agent_runtime.config import RuntimeConfig
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import InvalidInput
 from agent_runtime.events import CallbackEventSink, EventSink, JsonlEventSink
+from agent_runtime.models.adapters import ModelAdapters
 from agent_runtime.policy import HostPolicy
 from agent_runtime.store_thread import StorePool
 from agent_runtime.stream import StreamView
@@ -46,13 +47,15 @@ def build_runtime(
         extra_sinks: Sequence[EventSink] = (), *,
         prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
         default_policy: HostPolicy | None = None, store_pool: StorePool | None = None,
+        adapters: ModelAdapters | None = None,
 ) -> tuple[AgentRuntime, list[JsonlEventSink]]:
     """A runtime for a run's options, and the event files it writes (to close after).
 
     `prepared` is the config and tools already loaded for these options (a
     tools file is imported once). `default_policy` is the host policy when the
     config has none (`serve`'s safe defaults; the CLI's is permissive).
-    `store_pool`: the store-call threads a host shares between its runtimes."""
+    `store_pool`: the store-call threads a host shares between its runtimes;
+    `adapters`: the model adapters it shares between runtimes of this config."""
     if prepared is None:
         config = runtime_config(options)
         prepared = config, load_tools(options, config)
@@ -86,7 +89,7 @@ def build_runtime(
                            text_sink=None if view is None else view.text,
                            reasoning_sink=view.reasoning if view is not None and reasoning
                            else None,
-                           store_pool=store_pool,
+                           store_pool=store_pool, adapters=adapters,
                            artifacts=None if artifacts in (None, "none")
                            else LocalArtifactStore(artifacts))
     return runtime, files

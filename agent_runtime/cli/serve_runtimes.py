@@ -7,6 +7,11 @@ other run waits on, and kept a copy of the tools module per run. So the config
 and tools of each distinct set of files are loaded once and shared, and loaded
 again when one of the files changes (its size or modification time), as a
 runtime built afresh would have seen it.
+
+The model adapters of a config are shared too, by the runtimes of one tenant
+(`ModelAdapters`): an adapter keeps its SDK clients and their connections
+while calls are in flight, and one run's calls never overlap, so adapters per
+attempt opened a client and a connection for every model call.
 """
 
 from __future__ import annotations
@@ -22,15 +27,19 @@ from stores.records import RunRecord
 
 from agent_runtime.cli.options import run_options, runtime_config
 from agent_runtime.cli.runtime import build_runtime, load_tools
-from agent_runtime.config import RuntimeConfig
+from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.events import EventSink
+from agent_runtime.models.adapters import ModelAdapters
 from agent_runtime.policy import HostPolicy
 from agent_runtime.store_thread import StorePool
 from agent_runtime.tools import Tool
 
 # Distinct (config, tools) sets kept loaded; a server sees a handful.
 MAX_PREPARED = 32
+# Adapter sets kept, one per (config state, tenant): a set pushed out is only
+# rebuilt (its clients close once their calls end).
+MAX_ADAPTER_SETS = 256
 
 Prepared = tuple[RuntimeConfig | None, list[Tool]]
 # A file as loaded: its path, size and modification time (ns).
@@ -50,13 +59,36 @@ class ServeRuntimes:
         self.store_pool = store_pool
         self._lock = threading.Lock()
         self._prepared: OrderedDict[_FilesKey, Prepared] = OrderedDict()
+        self._adapters: OrderedDict[tuple[_FilesKey, str | None], ModelAdapters] = \
+            OrderedDict()
 
     def __call__(self, record: RunRecord | None) -> AgentRuntime:
         options = run_options(self.run_args, None if record is None else record.options)
+        prepared = self.prepared(options)
+        adapters = self.adapters(options, prepared, None if record is None else record.tenant)
         # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
         return build_runtime(self.run_args, self.store, options, extra_sinks=self.sinks,
-                             prepared=self.prepared(options), default_policy=HostPolicy(),
-                             store_pool=self.store_pool)[0]
+                             prepared=prepared, default_policy=HostPolicy(),
+                             store_pool=self.store_pool, adapters=adapters)[0]
+
+    def adapters(self, options: dict[str, Any], prepared: Prepared,
+                 tenant: str | None) -> ModelAdapters | None:
+        """The model adapters `tenant`'s runtimes of this config share (None: a runtime's
+        own, when a file the options name cannot be read)."""
+        files = _files_key(options)
+        if files is None:
+            return None
+        key = files, tenant
+        with self._lock:
+            found = self._adapters.get(key)
+            # The config as loaded now: a file changed since makes a new key.
+            if found is not None and found.config is (prepared[0] or found.config):
+                self._adapters.move_to_end(key)
+                return found
+            adapters = self._adapters[key] = ModelAdapters(prepared[0] or empty_config())
+            while len(self._adapters) > MAX_ADAPTER_SETS:
+                self._adapters.popitem(last=False)
+            return adapters
 
     def prepared(self, options: dict[str, Any]) -> Prepared:
         """The config and tools `options` name, loaded once per state of their files."""
@@ -94,4 +126,4 @@ def _state(path: str) -> _FileState:
     return path, stat.st_size, stat.st_mtime_ns
 
 
-__all__ = ["MAX_PREPARED", "ServeRuntimes"]
+__all__ = ["MAX_ADAPTER_SETS", "MAX_PREPARED", "ServeRuntimes"]

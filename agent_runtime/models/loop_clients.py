@@ -1,4 +1,4 @@
-"""One SDK client per event loop, shared by the model calls in flight on it.
+"""SDK clients per event loop, shared by the model calls in flight on it.
 
 A client per call opens a new connection per call: a TCP and a TLS handshake
 (two round trips to the provider, and the handshake's CPU on the loop every
@@ -9,6 +9,14 @@ the loop that opened it, and a runtime may be driven by several loops (each
 loops. On one loop, the calls that overlap share a client and its keep-alive
 connections; the last of them to end closes it, so no client outlives the
 calls that used it, nor its loop.
+
+A client takes at most `CALLS_PER_CLIENT` calls at once; the calls past that
+on one loop open more clients. The HTTP library's connection pool looks at
+each of its connections and waiting requests whenever a request starts or
+ends, so one pool under a thousand calls at once (a `serve` whose runs share
+their adapters) spent more CPU finding connections than the calls took, and
+calls timed out waiting. Small pools keep that cost flat; each keeps its
+connections alive for the calls that follow on it.
 
 A shared client's pool is not capped (`uncapped`): a client per call was not,
 and a cap would queue the calls of the runs on its loop. Every client of the
@@ -28,6 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
+
+# The calls one client takes at once (see the module's doc).
+CALLS_PER_CLIENT = 16
 
 
 class Closable(Protocol):
@@ -60,28 +71,35 @@ class _Shared(Generic[ClientT]):
 
 
 class LoopClients(Generic[ClientT]):
-    """The clients of one driver, one per event loop with calls in flight."""
+    """The clients of one driver: on each event loop with calls in flight, one per
+    `calls_per_client` of its calls at once."""
 
-    def __init__(self, open_client: Callable[[], ClientT]) -> None:
+    def __init__(self, open_client: Callable[[], ClientT], *,
+                 calls_per_client: int = CALLS_PER_CLIENT) -> None:
         self._open = open_client
+        self.calls_per_client = calls_per_client
         # Loops of other threads lease too (serve's worker loops): the table is shared.
         self._lock = threading.Lock()
-        self._by_loop: dict[asyncio.AbstractEventLoop, _Shared[ClientT]] = {}
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[_Shared[ClientT]]] = {}
 
     @property
     def open_clients(self) -> int:
         """How many clients are open now (for tests and diagnostics)."""
         with self._lock:
-            return len(self._by_loop)
+            return sum(len(clients) for clients in self._by_loop.values())
 
     @asynccontextmanager
     async def lease(self) -> AsyncIterator[ClientT]:
-        """This loop's client for one call: opened by the first call, closed by the last."""
+        """A client of this loop for one call: the first with room, else a new one;
+        closed by the last call it took."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            shared = self._by_loop.get(loop)
+            clients = self._by_loop.setdefault(loop, [])
+            shared = next((client for client in clients
+                           if client.calls < self.calls_per_client), None)
             if shared is None:
-                shared = self._by_loop[loop] = _Shared(self._open())
+                shared = _Shared(self._open())
+                clients.append(shared)
             shared.calls += 1
         try:
             yield shared.client
@@ -89,7 +107,9 @@ class LoopClients(Generic[ClientT]):
             with self._lock:
                 shared.calls -= 1
                 last = shared.calls == 0
-                if last:  # a call starting after this opens a client of its own
-                    del self._by_loop[loop]
+                if last:  # a call starting after this takes another client, or a new one
+                    clients.remove(shared)
+                    if not clients:
+                        del self._by_loop[loop]
             if last:
                 await shared.client.close()

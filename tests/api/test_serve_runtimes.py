@@ -1,5 +1,6 @@
 """The runtimes `serve` builds per attempt (`ServeRuntimes`): the config and tools files
-a run's options name are loaded once, not per attempt, and again when they change."""
+a run's options name are loaded once, not per attempt, and again when they change; the
+model adapters are shared by the runs of one tenant."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from agent_runtime.api.submission import agent_from_request
 from agent_runtime.cli.serve_runtimes import ServeRuntimes
 from agent_runtime.errors import ConfigError
 from stores.memory import MemoryRunStore
+from stores.records import RunRecord
 
 TOOLS = '''
 from pathlib import Path
@@ -65,3 +68,44 @@ def test_a_missing_config_is_refused_by_name_every_time(tmp_path: Path) -> None:
     for _ in range(2):
         with pytest.raises(ConfigError, match=r"gone\.yaml"):
             runtime_for(None)
+
+
+CONFIG = """version: '1.0'
+providers:
+  local:
+    driver: openai-compatible
+    baseURL: http://127.0.0.1:9/v1
+"""
+MANIFEST = """schemaVersion: '1.0'
+id: hello
+steps:
+  - id: greet
+    type: prompt
+    prompt: hi
+    model: {provider: local, model: test-model}
+"""
+
+
+def test_the_runs_of_one_tenant_share_model_adapters_and_other_tenants_never_do(
+        tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS.replace("VERSION", "1"), encoding="utf-8")
+    config = tmp_path / "runtime.config.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    runtime_for = runtimes(tmp_path, tools=tools, config=config)
+
+    def run_of(tenant: str) -> RunRecord:
+        record, _ = runtime_for(None).new_run(manifest=agent_from_request(MANIFEST),
+                                              tenant=tenant)
+        return record
+
+    alice, bob = run_of("alice"), run_of("bob")
+    first, second = runtime_for(alice), runtime_for(run_of("alice"))
+    assert first is not second  # a runtime per attempt, as before
+    # One adapter (its clients and their connections) for every run of a tenant...
+    assert first.adapter_for("local") is second.adapter_for("local")
+    # ...never one another tenant's runs use: an adapter may remember what a
+    # provider answered a run.
+    assert runtime_for(bob).adapter_for("local") is not first.adapter_for("local")
+    config.write_text(CONFIG + "# changed\n", encoding="utf-8")
+    assert runtime_for(alice).adapter_for("local") is not first.adapter_for("local")

@@ -56,6 +56,33 @@ def test_calls_that_overlap_share_one_client_which_the_last_one_closes() -> None
     assert [client.closed for client in opened] == [1, 1]
 
 
+def test_a_client_takes_at_most_its_calls_at_once_and_more_calls_open_more_clients() -> None:
+    opened: list[Client] = []
+    clients = LoopClients(lambda: Client(opened), calls_per_client=3)
+
+    async def main() -> list[Client]:
+        release = asyncio.Event()
+        seen: list[Client] = []
+
+        async def call() -> None:
+            async with clients.lease() as client:
+                seen.append(client)
+                await release.wait()
+
+        calls = [asyncio.create_task(call()) for _ in range(7)]
+        while len(seen) < 7:
+            await asyncio.sleep(0)
+        assert clients.open_clients == 3
+        release.set()
+        await asyncio.gather(*calls)
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen == [opened[0]] * 3 + [opened[1]] * 3 + [opened[2]]
+    assert [client.closed for client in opened] == [1, 1, 1]
+    assert clients.open_clients == 0
+
+
 def test_a_call_that_fails_still_gives_its_client_back() -> None:
     opened: list[Client] = []
     clients = LoopClients(lambda: Client(opened))
