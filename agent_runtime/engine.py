@@ -44,13 +44,9 @@ from stores.records import (
 from agent_runtime.blocking_run import blocking
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
-from agent_runtime.config import RuntimeConfig, empty_config
+from agent_runtime.config import RuntimeConfig
 from agent_runtime.continuations import migrated
-from agent_runtime.errors import (
-    InvalidInput,
-    ManifestMismatch,
-    NotFound,
-)
+from agent_runtime.errors import InvalidInput, ManifestMismatch, NotFound
 from agent_runtime.events import (
     CONTINUE,
     Event,
@@ -64,12 +60,7 @@ from agent_runtime.execution import Execution
 from agent_runtime.forks import first_checkpoint, fork_origin, forked_record
 from agent_runtime.host_services import HostServices
 from agent_runtime.limits import use_limits
-from agent_runtime.manifest import (
-    AgentManifest,
-    manifest_hash,
-    manifest_json,
-    parse_agent_manifest,
-)
+from agent_runtime.manifest import AgentManifest, manifest_hash, manifest_json, parse_agent_manifest
 from agent_runtime.models.adapters import ModelAdapters
 from agent_runtime.models.base import ModelAdapter
 from agent_runtime.models.scripted import ScriptedModel
@@ -161,12 +152,10 @@ class AgentRuntime(HostServices):
         # `fail-run`: a step whose event a sink cannot take fails the run (events.py).
         self.sink_failure = SinkFailurePolicy(event_sink_failure_policy, on_event_sink_error)
         self.clock: Clock = clock or SystemClock()
-        if adapters is not None and config is not None and config is not adapters.config:
-            raise ValueError("adapters= were built from another config than config=")
-        self.config = config or (adapters.config if adapters is not None else empty_config())
         # The config's providers' adapters: given (shared with the host's other
         # runtimes of this config), else this runtime's own.
-        self.adapters = adapters or ModelAdapters(self.config)
+        self.adapters = ModelAdapters.matching(config, adapters)
+        self.config = self.adapters.config
         self.steps = steps or default_steps()
         # Where code steps run: given, else the config's `sandbox:` (agent_runtime.sandbox).
         self.sandbox = sandbox or build_sandbox(self.config.sandbox)

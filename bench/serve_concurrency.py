@@ -25,6 +25,10 @@ Figures (issue 34, acceptance 1 and 2):
   over every step of every completed run.
 - start delay: from the run's submission answered (ours) or made (peers) to
   its first model request: how long a run waits for the engine to take it.
+- runs in flight, peak: the most runs at once between their first model
+  request and their completion, i.e. how many the engine really held side by
+  side (a server that admits runs only as fast as it completes them holds
+  few, and its added time per step looks small).
 - POST /runs latency p50/p99 (every answer, 429/503 included; their count is
   shown), each timed from sending to the answer read.
 - peak RSS of the serve process (its process tree, sampled, and its own
@@ -79,6 +83,7 @@ class Figures:
     runs_per_second: float = math.nan
     added_ms: list[float] = field(default_factory=list)
     start_delay_s: list[float] = field(default_factory=list)
+    peak_in_flight: int = 0
     idle_rss_kb: int = 0
     peak_rss_kb: int = 0
     model_lag_ms: float = math.nan
@@ -98,6 +103,7 @@ def timing_figures(figures: Figures, calls: dict[str, list[list[float]]],
     each run's requests (`[arrived, answered]`) and each completed run's
     `[submitted, finished]`."""
     figures.completed = len(runs)
+    spans: list[tuple[float, int]] = []
     if runs:
         last = max(finished for _, finished in runs.values())
         figures.runs_per_second = len(runs) / max(last - first_submit, 1e-9)
@@ -106,10 +112,23 @@ def timing_figures(figures: Figures, calls: dict[str, list[list[float]]],
         if not requests:
             continue
         figures.start_delay_s.append(requests[0][0] - submitted)
+        spans += [(requests[0][0], 1), (finished, -1)]
         answered = [answer for _, answer in requests]
         arrived = [arrival for arrival, _ in requests[1:]] + [finished]
         figures.added_ms.extend((next_start - answer) * 1000
                                 for answer, next_start in zip(answered, arrived, strict=True))
+    figures.peak_in_flight = peak_overlap(spans)
+
+
+def peak_overlap(changes: list[tuple[float, int]]) -> int:
+    """The highest running sum of `(time, +1 | -1)` changes taken in time order;
+    at equal times an end counts before a start, so back-to-back spans do not
+    overlap."""
+    peak = current = 0
+    for _, change in sorted(changes):
+        current += change
+        peak = max(peak, current)
+    return peak
 
 
 def model_calls(model_url: str, engine: str) -> dict[str, list[list[float]]]:
@@ -233,6 +252,7 @@ def report(args: argparse.Namespace, engines: list[Figures], load: Load,
     for name, fraction in (("p50", 0.5), ("p99", 0.99)):
         row(f"start delay {name} (s)",
             [_cell(percentile(f.start_delay_s, fraction), 3) for f in present])
+    row("runs in flight, peak", [str(f.peak_in_flight) for f in present])
     blank = ["-"] * (len(present) - 1)
     for name, fraction in (("p50", 0.5), ("p99", 0.99)):
         row(f"POST /runs {name} (ms)", [_cell(percentile(load.post_ms, fraction)), *blank],

@@ -27,6 +27,11 @@ what is missing (`ConnectionLimits`, each a setting with a safe default):
   fixed at `send_buffer_bytes`, so a client that reads nothing is noticed after
   a few hundred KiB rather than megabytes.
 
+A connection checks its deadlines every `check_interval` and closes it for a
+read deadline only when two checks in a row found that deadline passed: the
+event loop polls the socket between them, so a loop that ran late never takes
+bytes the kernel already holds for silence.
+
 The request body's timeout is `ApiGuard`'s (`agent_runtime.api.server`), which
 reads the body; it also tells the connection when a request begins and ends
 (`connection_of(scope)`), since only the app sees a request's head complete.
@@ -39,7 +44,7 @@ import logging
 import socket
 from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from agent_runtime.api.problems import PROBLEM_JSON, PROBLEM_TYPE, Problem
 
@@ -146,6 +151,8 @@ class GuardedConnection(asyncio.Protocol, Connection):
         self.read_deadline: float | None = None
         self.idle = False  # the deadline is the idle one (no byte since the last answer)
         self.received = False  # bytes of a request arrived since it became idle
+        # The read deadline a check found passed: the next check expires it if it holds.
+        self.overdue: float | None = None
         self.write_paused = False
         self.stalled_size = 0  # the transport's buffer when the write stall was last seen
         self.stalled_since = 0.0
@@ -155,7 +162,9 @@ class GuardedConnection(asyncio.Protocol, Connection):
     # -- asyncio.Protocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport, though not always a subclass of asyncio.Transport
+        # (uvloop's, which uvicorn picks when it is installed, is not).
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         opened = self._open
         if opened.count >= self.limits.max_connections:
@@ -264,7 +273,14 @@ class GuardedConnection(asyncio.Protocol, Connection):
                 self._abort("its client read nothing of the answer")
                 return
         elif self.active == 0 and self.read_deadline is not None and now >= self.read_deadline:
-            self._expire_read(transport)
+            # Expired at the next check, if this deadline still holds then: a loop that
+            # ran late may have passed the deadline after its last poll of the socket,
+            # with the awaited bytes already received by the kernel. Between two checks
+            # the loop polls the socket, delivering them (which moves or clears it).
+            if self.overdue == self.read_deadline:
+                self._expire_read(transport)
+            else:
+                self.overdue = self.read_deadline
         self._schedule()
 
     def _expire_read(self, transport: asyncio.Transport) -> None:

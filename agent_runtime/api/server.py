@@ -75,6 +75,7 @@ from agent_runtime.api.local_launcher import LocalLauncher
 from agent_runtime.api.local_reconcile import ReconcileLoop
 from agent_runtime.api.problems import excerpt
 from agent_runtime.api.public_pages import capture_public_answers, public_paths
+from agent_runtime.api.run_loops import loop_kind
 from agent_runtime.api.services import ApiServices
 
 logger = logging.getLogger("agent_runtime.serve")
@@ -305,8 +306,10 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
     hide_query_strings()  # a `?token=` must not reach the access log
     # h11 always (never httptools, even when installed): `GuardedConnection`
     # wraps it, and its limits are the ones its module describes. No WebSockets
-    # (the API has none): an upgraded connection would leave the wrapper.
+    # (the API has none): an upgraded connection would leave the wrapper. The
+    # loop is of the run loops' kind (`run_loops.loop_kind`).
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=access_log,
+                            loop=loop_kind(),
                             server_header=False, timeout_graceful_shutdown=math.ceil(grace_seconds),
                             log_config=None, http=guarded_protocol(limits), ws="none",
                             timeout_keep_alive=max(1, math.ceil(limits.idle_timeout)))

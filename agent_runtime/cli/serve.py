@@ -16,7 +16,8 @@ Auth: every request carries `Authorization: Bearer <token>`. Without
 written to `.agent-runtime/serve.token` (mode 0600); the token itself is
 never printed or logged, only where to read it.
 
-Runs execute as asyncio tasks on `--workers` event loops (default 1), up to
+Runs execute as asyncio tasks on `--workers` event loops (default 1; uvloop's
+when it is installed, as the server's own: `agent_runtime.api.run_loops`), up to
 `--max-concurrent-runs` at once and `--tenant-concurrent-runs` of one tenant;
 past either bound a request that would start or resume a run is answered 429
 with Retry-After and creates nothing (`agent_runtime.api.local_launcher`,
@@ -254,6 +255,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     from agent_runtime.api.local_launcher import LocalLauncher  # noqa: PLC0415
     from agent_runtime.api.local_reconcile import ReconcileLoop  # noqa: PLC0415
+    from agent_runtime.api.run_loops import loop_kind  # noqa: PLC0415
     from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
     from agent_runtime.api.services import ApiServices  # noqa: PLC0415
     from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
@@ -312,9 +314,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             store_label = "memory" if args.store_driver == "memory" \
                 else f"{args.store_driver}:{args.store or DEFAULT_STORE}"
             lines = [f"agent-runtime serve: listening on {url} ({args.max_concurrent_runs} "
-                     f"runs at once, {tenant_runs} per tenant, on {args.workers} event "
-                     f"loop(s), {args.store_threads} store threads, store {store_label}, "
-                     f"reconcile every {args.reconcile_interval:g}s)", auth_line]
+                     f"runs at once, {tenant_runs} per tenant, on {args.workers} "
+                     f"{loop_kind()} event loop(s), {args.store_threads} store threads, "
+                     f"store {store_label}, reconcile every {args.reconcile_interval:g}s)",
+                     auth_line]
             if args.token is None and args.tokens is None:
                 lines.append('  try: curl -H "Authorization: Bearer '
                              f'$(cat {DEFAULT_TOKEN_FILE})" {url}/runs')

@@ -58,55 +58,54 @@ class ServeRuntimes:
         self.sinks = sinks
         self.store_pool = store_pool
         self._lock = threading.Lock()
-        self._prepared: OrderedDict[_FilesKey, Prepared] = OrderedDict()
-        self._adapters: OrderedDict[tuple[_FilesKey, str | None], ModelAdapters] = \
+        self._prepared_kept: OrderedDict[_FilesKey, Prepared] = OrderedDict()
+        self._adapters_kept: OrderedDict[tuple[_FilesKey, str | None], ModelAdapters] = \
             OrderedDict()
 
     def __call__(self, record: RunRecord | None) -> AgentRuntime:
         options = run_options(self.run_args, None if record is None else record.options)
-        prepared = self.prepared(options)
-        adapters = self.adapters(options, prepared, None if record is None else record.tenant)
+        files = _files_key(options)
+        prepared = self._prepared(options, files)
+        adapters = None if files is None else self._adapters(
+            files, prepared[0], None if record is None else record.tenant)
         # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
         return build_runtime(self.run_args, self.store, options, extra_sinks=self.sinks,
                              prepared=prepared, default_policy=HostPolicy(),
                              store_pool=self.store_pool, adapters=adapters)[0]
 
-    def adapters(self, options: dict[str, Any], prepared: Prepared,
-                 tenant: str | None) -> ModelAdapters | None:
-        """The model adapters `tenant`'s runtimes of this config share (None: a runtime's
-        own, when a file the options name cannot be read)."""
-        files = _files_key(options)
-        if files is None:
-            return None
+    def _adapters(self, files: _FilesKey, config: RuntimeConfig | None,
+                  tenant: str | None) -> ModelAdapters:
+        """The model adapters `tenant`'s runtimes of `config` (as loaded from `files`) share."""
         key = files, tenant
         with self._lock:
-            found = self._adapters.get(key)
-            # The config as loaded now: a file changed since makes a new key.
-            if found is not None and found.config is (prepared[0] or found.config):
-                self._adapters.move_to_end(key)
+            found = self._adapters_kept.get(key)
+            # Built from this very config: the same files loaded again (their set
+            # pushed out of `_prepared`) are another config, which these adapters'
+            # runtime would refuse.
+            if found is not None and (config is None or found.config is config):
+                self._adapters_kept.move_to_end(key)
                 return found
-            adapters = self._adapters[key] = ModelAdapters(prepared[0] or empty_config())
-            while len(self._adapters) > MAX_ADAPTER_SETS:
-                self._adapters.popitem(last=False)
+            adapters = self._adapters_kept[key] = ModelAdapters(config or empty_config())
+            while len(self._adapters_kept) > MAX_ADAPTER_SETS:
+                self._adapters_kept.popitem(last=False)
             return adapters
 
-    def prepared(self, options: dict[str, Any]) -> Prepared:
-        """The config and tools `options` name, loaded once per state of their files."""
-        key = _files_key(options)
-        if key is None:  # a file is missing: the loaders say which, by name
+    def _prepared(self, options: dict[str, Any], files: _FilesKey | None) -> Prepared:
+        """The config and tools `options` name, loaded once per state of their `files`."""
+        if files is None:  # a file is missing: the loaders say which, by name
             config = runtime_config(options)
             return config, load_tools(options, config)
         with self._lock:
-            found = self._prepared.get(key)
+            found = self._prepared_kept.get(files)
             if found is not None:
-                self._prepared.move_to_end(key)
+                self._prepared_kept.move_to_end(files)
                 return found
         config = runtime_config(options)
         loaded = config, load_tools(options, config)
         with self._lock:
-            self._prepared[key] = loaded
-            while len(self._prepared) > MAX_PREPARED:
-                self._prepared.popitem(last=False)
+            self._prepared_kept[files] = loaded
+            while len(self._prepared_kept) > MAX_PREPARED:
+                self._prepared_kept.popitem(last=False)
         return loaded
 
 

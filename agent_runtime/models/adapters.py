@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 
-from agent_runtime.config import RuntimeConfig
+from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.models import build_adapter
 from agent_runtime.models.base import ModelAdapter
 
@@ -27,6 +27,17 @@ class ModelAdapters:
         self.config = config
         self._lock = threading.Lock()
         self._built: dict[str, ModelAdapter] = {}
+
+    @classmethod
+    def matching(cls, config: RuntimeConfig | None, given: ModelAdapters | None) -> ModelAdapters:
+        """A runtime's adapters: `given` (shared), else new ones for `config` (else
+        an empty config). ValueError when `given` was built from another config
+        than `config`: its runs would call providers that config does not name."""
+        if given is None:
+            return cls(config or empty_config())
+        if config is not None and config is not given.config:
+            raise ValueError("adapters= were built from another config than config=")
+        return given
 
     def adapter(self, provider: str) -> ModelAdapter:
         """`provider`'s adapter (`StepFailed` when the config cannot build one)."""

@@ -38,6 +38,9 @@ TERMINAL = ("completed", "failed", "cancelled")
 TEST_TOKEN = "test-token-of-serve-0123456789abcdef"
 # Webhook steps may call the test's receiver on 127.0.0.1.
 ALLOW_LOOPBACK_WEBHOOKS = "version: '1.0'\nwebhooks:\n  allowPrivateNetworks: true\n"
+# Lifts the per-tenant bounds on concurrent runs and runs per minute, for tests
+# that post many runs back to back (on a slow machine many are still running).
+UNMETERED_POLICY = "policy:\n  maxConcurrentRuns: null\n  runsPerMinute: null\n"
 
 T = TypeVar("T")
 

@@ -18,14 +18,20 @@ from typing import Any
 import httpx
 import pytest
 from fake_chat_model import MODEL, FakeChatModel, fake_chat_model
-from serve_process import Serve, assert_problem, run_of, running_serve, wait_until
+from serve_process import (
+    UNMETERED_POLICY,
+    Serve,
+    assert_problem,
+    run_of,
+    running_serve,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
 RUNS = 200
 # The tenant's own quota (policy) must not be what stops it here; unset, it also
 # costs nothing per request (each check reads up to its limit of runs).
-POLICY = "policy:\n  maxConcurrentRuns: null\n  runsPerMinute: null\n"
 
 
 def ask(name: str = "ask") -> dict[str, Any]:
@@ -61,7 +67,7 @@ def model() -> Iterator[FakeChatModel]:
 
 def test_one_event_loop_keeps_200_runs_waiting_on_their_model_at_once(
         tmp_path: Path, model: FakeChatModel) -> None:
-    config = model.config_file(tmp_path, policy=POLICY)
+    config = model.config_file(tmp_path, policy=UNMETERED_POLICY)
     args = ["--config", str(config), "--workers", "1"]
     with running_serve(tmp_path, args=args) as serve, serve.client() as http:
         with ThreadPoolExecutor(16) as pool:
@@ -83,7 +89,7 @@ def test_one_event_loop_keeps_200_runs_waiting_on_their_model_at_once(
 
 def test_past_the_bound_a_new_run_is_refused_429_with_retry_after_and_nothing_is_created(
         tmp_path: Path, model: FakeChatModel) -> None:
-    config = model.config_file(tmp_path, policy=POLICY)
+    config = model.config_file(tmp_path, policy=UNMETERED_POLICY)
     args = ["--config", str(config), "--max-concurrent-runs", "3"]
     with running_serve(tmp_path, args=args) as serve, serve.client() as http:
         held = [create(http, f"held-{n}") for n in range(3)]
@@ -114,7 +120,7 @@ def test_one_tenant_at_its_share_is_refused_while_another_tenant_starts(
     from serve_process import write_tokens_file
 
     write_tokens_file(tokens, {alice: "alice", bob: "bob"})
-    config = model.config_file(tmp_path, policy=POLICY)
+    config = model.config_file(tmp_path, policy=UNMETERED_POLICY)
     args = ["--tokens", str(tokens), "--config", str(config), "--max-concurrent-runs", "4"]
     with running_serve(tmp_path, token=None, args=args) as serve, \
             serve.client(alice) as alices, serve.client(bob) as bobs:

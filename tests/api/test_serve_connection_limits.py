@@ -23,8 +23,8 @@ from agent_runtime.api.connections import (
 
 LIMITS = ConnectionLimits(max_connections=2, header_timeout=10.0, idle_timeout=5.0,
                           write_timeout=30.0)
-# A deadline is noticed at the connection's next check: at most this long after it passed.
-LATE = 0.5 + LIMITS.check_interval
+# A read deadline is acted on at the second check past it: at most this long after it passed.
+LATE = 0.5 + 2 * LIMITS.check_interval
 
 
 class FakeTimer:
@@ -132,6 +132,43 @@ def test_past_the_cap_a_connection_is_answered_503_and_closed(server: Server) ->
     first.connection_lost(None)  # one closes: the next is served
     _, served = server.connect()
     assert not served.closing and served.written == b""
+
+
+class OtherLoopTransport:
+    """A stream transport that is not an `asyncio.Transport` subclass, as uvloop's are
+    (uvicorn runs on uvloop when it is installed)."""
+
+    def __init__(self) -> None:
+        self.fake = FakeTransport()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fake, name)
+
+
+def test_a_transport_of_another_loop_kind_is_guarded_too(server: Server) -> None:
+    connection = server.protocol(server.config, server.state, {},
+                                 _loop=server.loop)  # type: ignore[arg-type]
+    transport = OtherLoopTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.data_received(b"GET /runs HTTP/1.1\r\n")
+    server.loop.advance(LIMITS.header_timeout + LATE)
+    assert transport.fake.written.startswith(b"HTTP/1.1 408")
+
+
+def test_a_request_that_arrived_while_the_loop_ran_late_is_served(server: Server) -> None:
+    connection, transport = server.connect()
+    connection.request_began()
+    connection.request_ended()  # idle: the next head is due within the idle timeout
+    # The loop runs late: its check finds the deadline passed, though the client's
+    # next request is already in the kernel, read at the loop's next poll.
+    server.loop.now += LIMITS.idle_timeout + 3.0
+    server.loop.advance(0.0001)
+    assert not transport.closing
+    connection.data_received(b"GET /runs HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
+    server.loop.advance(LATE)
+    assert not transport.closing  # its head's time runs from that byte on
+    server.loop.advance(LIMITS.header_timeout)
+    assert transport.written.startswith(b"HTTP/1.1 408")
 
 
 def test_a_silent_connection_is_closed_after_the_header_timeout(server: Server) -> None:

@@ -15,7 +15,14 @@ from typing import Any
 import httpx
 import pytest
 from fake_chat_model import MODEL, FakeChatModel, fake_chat_model
-from serve_process import run_of, running_serve, start_serve, wait_for_status, wait_until
+from serve_process import (
+    UNMETERED_POLICY,
+    run_of,
+    running_serve,
+    start_serve,
+    wait_for_status,
+    wait_until,
+)
 from slow_receiver import SlowReceiver
 
 from stores.records import RunRecord, RunStatus
@@ -24,8 +31,7 @@ from stores.sqlite import SqliteRunStore
 pytestmark = pytest.mark.slow
 
 RUNS = 20
-POLICY = ("webhooks:\n  allowPrivateNetworks: true\n"
-          "policy:\n  maxConcurrentRuns: null\n  runsPerMinute: null\n")
+POLICY = "webhooks:\n  allowPrivateNetworks: true\n" + UNMETERED_POLICY
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_concurrency import Figures, timing_figures
+from serve_concurrency import Figures, peak_overlap, timing_figures
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -26,7 +26,8 @@ BENCH = REPO / "bench"
 NUMBER = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"
 OURS_ONLY = ("POST /runs p50 (ms)", "POST /runs p99 (ms)")
 EVERY_ENGINE = ("runs/s", "added per step p50 (ms)", "added per step p99 (ms)",
-                "start delay p50 (s)", "start delay p99 (s)", "idle RSS (MiB)",
+                "start delay p50 (s)", "start delay p99 (s)", "runs in flight, peak",
+                "idle RSS (MiB)",
                 "peak RSS (MiB)", "RSS per waiting run (KiB)", "model loop lag p99 (ms)")
 
 
@@ -42,6 +43,20 @@ def test_added_time_is_read_between_a_runs_answers_and_its_next_request() -> Non
     assert figures.runs_per_second == pytest.approx(2 / (21.5 - 9.5))
     assert sorted(figures.added_ms) == pytest.approx([250.0, 500.0, 1500.0])
     assert sorted(figures.start_delay_s) == pytest.approx([1.0, 1.0])
+    assert figures.peak_in_flight == 1  # a ran 11-14.25, b 20-21.5: never together
+
+
+def test_runs_in_flight_counts_the_runs_between_first_request_and_completion() -> None:
+    figures = Figures("ours", runs=3)
+    calls = {"bench-run-ours-000000": [[1.0, 2.0]], "bench-run-ours-000001": [[1.5, 2.5]],
+             "bench-run-ours-000002": [[3.0, 4.0]]}
+    # a: 1-3, b: 1.5-2.8, c: 3-4.5; a ends as c starts, so at most two at once.
+    runs = {"bench-run-ours-000000": [0.5, 3.0], "bench-run-ours-000001": [0.5, 2.8],
+            "bench-run-ours-000002": [0.5, 4.5]}
+    timing_figures(figures, calls, runs, first_submit=0.5)
+    assert figures.peak_in_flight == 2
+    assert peak_overlap([(0.0, 1), (1.0, 1), (2.0, 1), (3.0, -1), (3.0, -1), (3.0, 1)]) == 3
+    assert peak_overlap([]) == 0
 
 
 def test_a_run_the_model_never_saw_adds_no_step() -> None:

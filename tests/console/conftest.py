@@ -10,7 +10,12 @@ import httpx
 import pytest
 from browser import TIMEOUT_MS, TOKEN, PageWatch, chromium_path, unavailable
 
-from tests.api.serve_process import ALLOW_LOOPBACK_WEBHOOKS, Serve, running_serve
+from tests.api.serve_process import (
+    ALLOW_LOOPBACK_WEBHOOKS,
+    UNMETERED_POLICY,
+    Serve,
+    running_serve,
+)
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +24,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     config = workdir / "runtime.config.yaml"
     # Tests start runs back to back; on a slow machine more than the default 8 per
     # tenant are still running when the next is posted. Quotas are tested in tests/api.
-    config.write_text(ALLOW_LOOPBACK_WEBHOOKS + "policy:\n  maxConcurrentRuns: null\n",
-                      encoding="utf-8")
+    config.write_text(ALLOW_LOOPBACK_WEBHOOKS + UNMETERED_POLICY, encoding="utf-8")
     with running_serve(workdir, token=TOKEN,
                        args=["--config", str(config), "--no-access-log"]) as serve:
         yield serve

@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from tests.api.serve_process import (
     ALLOW_LOOPBACK_WEBHOOKS,
     FIXTURES,
+    UNMETERED_POLICY,
     Serve,
     approval_manifest,
     run_of,
@@ -29,7 +30,6 @@ ROWS = "table.runs tbody tr[data-run-id]"
 # This module starts about 80 runs in a minute, past the default per-tenant rate, and
 # 45 of them back to back: on a slow machine more than the default 8 are still running
 # towards their approval when the next is posted.
-UNMETERED = "policy:\n  maxConcurrentRuns: null\n  runsPerMinute: null\n"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
 
     workdir = tmp_path_factory.mktemp("console-bulk")
     config = workdir / "runtime.config.yaml"
-    config.write_text(ALLOW_LOOPBACK_WEBHOOKS + UNMETERED, encoding="utf-8")
+    config.write_text(ALLOW_LOOPBACK_WEBHOOKS + UNMETERED_POLICY, encoding="utf-8")
     with running_serve(workdir, token=TOKEN,
                        args=["--config", str(config), "--no-access-log"]) as serve:
         yield serve
