@@ -30,7 +30,9 @@ Figures (issue 34, acceptance 1 and 2):
   side (a server that admits runs only as fast as it completes them holds
   few, and its added time per step looks small).
 - POST /runs latency p50/p99 (every answer, 429/503 included; their count is
-  shown), each timed from sending to the answer read.
+  shown), each timed from sending to the answer read. Each POST carries an
+  Idempotency-Key, and one whose connection failed (e.g. the server closed it
+  as idle as the request was sent) is sent again; how many is shown.
 - peak RSS of the serve process (its process tree, sampled, and its own
   VmHWM), its idle RSS after one warm-up run, and (peak - idle) / N: the
   memory of a waiting run. Peers' the same, from their own process.
@@ -259,6 +261,9 @@ def report(args: argparse.Namespace, engines: list[Figures], load: Load,
             f"   (target p99 <= {POST_P99_TARGET_MS:g} ms)" if name == "p99" else "")
     rejected = ", ".join(f"{count} x {status}" for status, count in sorted(load.rejected.items()))
     row("POST /runs rejected", [rejected or "0", *blank])
+    failed = ", ".join(f"{count} x {name}" for name, count in sorted(load.transport_errors.items()))
+    row("POST /runs connection failed", [failed or "0", *blank],
+        "   (each sent again with its Idempotency-Key)" if failed else "")
     row("idle RSS (MiB)", [_cell(f.idle_rss_kb / 1024) for f in present])
     row("peak RSS (MiB)", [_cell(f.peak_rss_kb / 1024) for f in present])
     row("RSS per waiting run (KiB)", [_cell(f.rss_per_run_kb) for f in present])

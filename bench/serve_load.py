@@ -34,6 +34,8 @@ START_TIMEOUT = 120.0
 # Retry-After, and the most it waits whatever the answer says.
 DEFAULT_RETRY_AFTER = 1.0
 MAX_RETRY_AFTER = 5.0
+# A POST whose connection failed is sent again, with its Idempotency-Key, this often.
+MAX_TRANSPORT_RETRIES = 3
 POLL_EVERY = 0.5
 RSS_EVERY = 0.25
 
@@ -163,6 +165,8 @@ class Load:
 
     post_ms: list[float] = field(default_factory=list)
     rejected: dict[int, int] = field(default_factory=dict)
+    # POSTs whose connection failed (and were retried), by the error's name.
+    transport_errors: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     # tag -> [POST answered (wall clock), finished (the run's updatedAt)]
     runs: dict[str, list[float]] = field(default_factory=dict)
@@ -204,13 +208,21 @@ async def drive(serve: ServeProcess, tags: list[str], *, connections: int,
 async def _submit(http: httpx.AsyncClient, gate: asyncio.Semaphore, tag: str,
                   load: Load) -> str | None:
     body = {"manifest": MANIFEST, "variables": {"tag": tag}}
+    # As a careful client does: a repeat of the same key answers the run it made,
+    # so a POST whose connection failed (the server may have made the run) is retried.
+    headers = {"Idempotency-Key": tag}
+    failures = 0
     while True:
         async with gate:
             started = time.perf_counter()
             try:
-                response = await http.post("/runs", json=body)
-            except httpx.HTTPError as error:
-                # Not retried: the run may exist, and a second POST would start another.
+                response = await http.post("/runs", json=body, headers=headers)
+            except httpx.TransportError as error:
+                failures += 1
+                load.transport_errors[type(error).__name__] = \
+                    load.transport_errors.get(type(error).__name__, 0) + 1
+                if failures < MAX_TRANSPORT_RETRIES:
+                    continue
                 load.errors.append(f"{tag}: POST /runs: {type(error).__name__}: {error}")
                 return None
             load.post_ms.append((time.perf_counter() - started) * 1000)

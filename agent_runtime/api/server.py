@@ -56,7 +56,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runtime.api.access_log import hide_query_strings
 from agent_runtime.api.answers import (
@@ -78,6 +78,9 @@ from agent_runtime.api.public_pages import capture_public_answers, public_paths
 from agent_runtime.api.run_loops import loop_kind
 from agent_runtime.api.services import ApiServices
 
+if TYPE_CHECKING:
+    import uvicorn
+
 logger = logging.getLogger("agent_runtime.serve")
 
 # Powertools runs every sync middleware in a worker thread that blocks until
@@ -91,6 +94,9 @@ logger = logging.getLogger("agent_runtime.serve")
 # it, to a client that may never read, happens after the slot is free.
 CONCURRENT_REQUESTS = 16
 THREADS_PER_REQUEST = 4
+# How much longer than the guard's idle timeout uvicorn's keep-alive timeout is
+# (seconds): the guard closes idle connections (`uvicorn_config`).
+KEEP_ALIVE_MARGIN = 3600
 
 
 class _TooLarge(Exception):
@@ -293,6 +299,26 @@ class _Stop:
             self.server.should_exit = True
 
 
+def uvicorn_config(app: AsgiApp, host: str, port: int, *, limits: ConnectionLimits,
+                   access_log: bool, grace_seconds: float) -> uvicorn.Config:
+    """How `serve` runs uvicorn."""
+    import uvicorn  # noqa: PLC0415 - the serve extra
+
+    # h11 always (never httptools, even when installed): `GuardedConnection`
+    # wraps it, and its limits are the ones its module describes. No WebSockets
+    # (the API has none): an upgraded connection would leave the wrapper. The
+    # loop is of the run loops' kind (`run_loops.loop_kind`). The guard closes
+    # idle connections (`idle_timeout`), so uvicorn's keep-alive timer is set
+    # past any deadline: it fires on time only, and on a loop running late it
+    # closed connections whose next request had arrived (on uvloop a timer
+    # runs before the socket is polled), which a client sees reset.
+    return uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=access_log,
+                          loop=loop_kind(), server_header=False,
+                          timeout_graceful_shutdown=math.ceil(grace_seconds),
+                          log_config=None, http=guarded_protocol(limits), ws="none",
+                          timeout_keep_alive=math.ceil(limits.idle_timeout) + KEEP_ALIVE_MARGIN)
+
+
 def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLauncher,
                         reconcile: ReconcileLoop | None,
                         grace_seconds: float,
@@ -304,15 +330,8 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
     limits = limits or ConnectionLimits()
     host, port = sock.getsockname()[:2]
     hide_query_strings()  # a `?token=` must not reach the access log
-    # h11 always (never httptools, even when installed): `GuardedConnection`
-    # wraps it, and its limits are the ones its module describes. No WebSockets
-    # (the API has none): an upgraded connection would leave the wrapper. The
-    # loop is of the run loops' kind (`run_loops.loop_kind`).
-    config = uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=access_log,
-                            loop=loop_kind(),
-                            server_header=False, timeout_graceful_shutdown=math.ceil(grace_seconds),
-                            log_config=None, http=guarded_protocol(limits), ws="none",
-                            timeout_keep_alive=max(1, math.ceil(limits.idle_timeout)))
+    config = uvicorn_config(app, host, port, limits=limits, access_log=access_log,
+                            grace_seconds=grace_seconds)
     stop = _Stop(launcher)
 
     class Server(uvicorn.Server):

@@ -20,6 +20,8 @@ from agent_runtime.api.connections import (
     connection_of,
     guarded_protocol,
 )
+from agent_runtime.api.run_loops import loop_kind
+from agent_runtime.api.server import uvicorn_config
 
 LIMITS = ConnectionLimits(max_connections=2, header_timeout=10.0, idle_timeout=5.0,
                           write_timeout=30.0)
@@ -267,3 +269,18 @@ def test_a_request_finds_its_connection_in_its_scope(server: Server) -> None:
 def test_limits_are_checked(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         ConnectionLimits(**bad)
+
+
+def test_idle_connections_are_closed_by_the_guard_not_by_uvicorns_keep_alive_timer() -> None:
+    # uvicorn's timer does not wait for a loop running late to poll the socket
+    # (on uvloop it runs before the poll), so it must never be the one that fires.
+    limits = ConnectionLimits(idle_timeout=7.5)
+    config = uvicorn_config(_no_app, "127.0.0.1", 0, limits=limits,
+                            access_log=False, grace_seconds=1.0)
+    assert config.timeout_keep_alive >= limits.idle_timeout + 3600
+    assert issubclass(config.http, GuardedConnection)  # type: ignore[arg-type]
+    assert config.loop == loop_kind()
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("never called")

@@ -105,6 +105,8 @@ def test_the_quick_bench_prints_every_figure(tmp_path: Path) -> None:
     for label in OURS_ONLY:
         assert re.fullmatch(NUMBER, _figure(output, label)[0]), label
     assert _figure(output, "POST /runs rejected")[0] == "0"
+    # A count, "0" on a quiet machine (or "N x ReadError, ..."): each was sent again.
+    assert re.fullmatch(NUMBER, _figure(output, "POST /runs connection failed")[0])
     for peer in ("langgraph", "dbos"):
         if peer in peers:
             assert re.search(rf"ratio runs/s ours / {peer}: +{NUMBER} +\(target >= 1\)",
