@@ -3,7 +3,9 @@ read up to a cap, killed (its whole group) at the cap, the timeout or a cancella
 
 The limits are set in the child between fork and exec (`preexec_fn`), so
 they hold for bwrap and everything the code starts: inherited, never raised
-(the hard limit is set too).
+(the hard limit is set too). The user to run as is set there too, first, as
+`subprocess` does for `user=`: uvloop (the loop of `serve`'s runs when it is
+installed) refuses the `user`, `group` and `extra_groups` arguments.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class ProcessLimits:
     timeout_seconds: float
 
 
-def _limit_setter(limits: ProcessLimits) -> Callable[[], None]:
+def _child_setup(limits: ProcessLimits, user: int | None) -> Callable[[], None]:
+    """What the child does before exec: become `user` (its group too, and no
+    supplementary groups), then set the limits."""
     pairs = ((resource.RLIMIT_AS, limits.address_space_bytes),
              (resource.RLIMIT_CPU, limits.cpu_seconds),
              (resource.RLIMIT_NPROC, limits.processes),
@@ -39,6 +43,10 @@ def _limit_setter(limits: ProcessLimits) -> Callable[[], None]:
              (resource.RLIMIT_CORE, 0))
 
     def apply() -> None:
+        if user is not None:
+            os.setgroups([])
+            os.setregid(user, user)
+            os.setreuid(user, user)
         for kind, value in pairs:
             resource.setrlimit(kind, (value, value))
 
@@ -74,8 +82,7 @@ async def run_limited(argv: Sequence[str], *, env: Mapping[str, str], limits: Pr
     process = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=dict(env), pass_fds=tuple(pass_fds),
-        start_new_session=True, close_fds=True, preexec_fn=_limit_setter(limits),
-        user=user, group=user, extra_groups=[] if user is not None else None)
+        start_new_session=True, close_fds=True, preexec_fn=_child_setup(limits, user))
     stdout, stderr = bytearray(), bytearray()
     assert process.stdout is not None and process.stderr is not None
     ended_by: list[str] = []
