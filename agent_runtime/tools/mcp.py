@@ -311,6 +311,11 @@ class McpSession:
         definition = self.definition
         async with AsyncExitStack() as stack:
             if definition.transport == "stdio":
+                if definition.cwd is not None and not os.path.isdir(definition.cwd):
+                    # Named here: the loop's own error may not say which (uvloop's does not).
+                    raise McpConnectionError(
+                        f"connection {self.name!r} failed to open: its cwd "
+                        f"{definition.cwd} is not a directory")
                 env = {key: _resolve(value, f"connection {self.name!r} env.{key}")
                        for key, value in (definition.env or {}).items()}
                 params = StdioServerParameters(command=definition.command or "",
