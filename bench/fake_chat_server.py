@@ -7,7 +7,7 @@
 bench/concurrency_workload.py says: a call of `lookup_item` while the request
 carries fewer than TOOL_ITERATIONS tool results, then text. One asyncio loop
 holds every waiting request, so thousands can wait at once; the HTTP is the
-little the OpenAI SDK and httpx speak (HTTP/1.1, Content-Length bodies,
+little the Chat Completions drivers and httpx speak (HTTP/1.1, Content-Length bodies,
 keep-alive), on 127.0.0.1 only.
 
 `GET /calls?prefix=P` answers, for every run tag starting with P, the wall

@@ -1,6 +1,5 @@
 """The `groq` driver: models hosted by Groq through its OpenAI-compatible Chat
-Completions endpoint, with the official `openai` SDK
-(`pip install 'agent-runtime-durable[groq]'`).
+Completions endpoint (`pip install 'agent-runtime-durable[groq]'`).
 
 Everything but the following is the `openai` driver's (`models/openai.py`):
 - the key is `GROQ_API_KEY` (or the variable `apiKey: {env}` names), so an
@@ -16,8 +15,6 @@ Everything but the following is the `openai` driver's (`models/openai.py`):
 from __future__ import annotations
 
 from typing import Any
-
-from openai.types import CompletionUsage
 
 from agent_runtime.config import RuntimeConfig
 from agent_runtime.models.openai import OpenAIChatModel
@@ -37,17 +34,15 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
 class GroqChatModel(OpenAIChatModel):
     service = "the Groq API"
     default_base_url = DEFAULT_BASE_URL
+    openai_environment = False
     structured_outputs_default = False
 
     def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None = None) -> None:
         super().__init__(settings, retry=retry)
         self.include_usage = False  # Groq reports it in x_groq without being asked
 
-    def _stream_usage(self, chunk: Any) -> Any:
-        if chunk.usage is not None:
-            return chunk.usage
-        # An extension field: the SDK keeps it as the JSON it was, and builds
-        # its own models unvalidated too (`construct`), as here.
-        extension = getattr(chunk, "x_groq", None)
-        usage = extension.get("usage") if isinstance(extension, dict) else None
-        return CompletionUsage.model_construct(**usage) if isinstance(usage, dict) else None
+    def _stream_usage(self, chunk: dict[str, Any]) -> Any:
+        if chunk.get("usage") is not None:
+            return chunk["usage"]
+        extension = chunk.get("x_groq")
+        return extension.get("usage") if isinstance(extension, dict) else None

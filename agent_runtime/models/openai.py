@@ -1,10 +1,12 @@
-"""The `openai` and `openai-compatible` drivers: Chat Completions through the
-official `openai` SDK (`AsyncOpenAI`).
+"""The `openai` and `openai-compatible` drivers: Chat Completions over HTTP
+(`chat_http.ChatCompletionsClient`).
 
 `openai-compatible` is the same API at another `baseURL` (Ollama, vLLM, LM
 Studio, a gateway). It sends a key only when its `providers` entry names one,
 and never falls back to `OPENAI_API_KEY`, so an OpenAI key is not sent to a
-third-party server.
+third-party server. Only the `openai` driver reads the environment variables
+of OpenAI's own clients: `OPENAI_BASE_URL` (without a `baseURL`),
+`OPENAI_ORG_ID` and `OPENAI_PROJECT_ID` (its organization and project headers).
 
 - Streaming: when the request asks for it (`ModelRequest.stream`: the model
   profile's `capabilities.streaming`, else whether someone watches the text
@@ -15,25 +17,25 @@ third-party server.
   `supportsStructuredOutputs`, default true for `openai`, false for
   `openai-compatible` — else an instruction in the system prompt and the
   answer text parsed as JSON.
-- Retries: `agent_runtime.models.retry` (the SDK's own are off).
-- One SDK client per event loop, shared by the calls in flight on it and
+- Retries: `agent_runtime.models.retry`.
+- One HTTP client per event loop, shared by the calls in flight on it and
   closed by the last (`loop_clients.LoopClients`): overlapping calls reuse its
   keep-alive connections, and no pooled connection outlives its loop.
 - Other services that speak Chat Completions (the `xai` and `groq` drivers)
   subclass `OpenAIChatModel` and set what differs as class attributes: the
   default endpoint, whether structured outputs are on by default, the
   maximum-tokens field, and where a streamed answer's usage arrives.
+- Answers are read as the JSON they are: a field a server leaves out, or sends
+  as null, is absent (no text, no calls, no usage), never an error.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Any, ClassVar
-
-import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from agent_runtime.config import RuntimeConfig
 from agent_runtime.excerpts import excerpt
@@ -44,6 +46,7 @@ from agent_runtime.models.base import (
     ToolCallRequest,
     Usage,
 )
+from agent_runtime.models.chat_http import ChatCompletionsClient, translate_client_error
 from agent_runtime.models.conversation import (
     WRAPPED_ANSWER,
     finish_reason,
@@ -56,13 +59,12 @@ from agent_runtime.models.conversation import (
     tool_arguments,
     tool_result_text,
 )
-from agent_runtime.models.loop_clients import LoopClients, tls_context, uncapped
+from agent_runtime.models.loop_clients import LoopClients
 from agent_runtime.models.provider_settings import ProviderSettings, provider_settings
-from agent_runtime.models.retry import RetryPolicy, SdkDriver, SdkErrors, TextRelay
+from agent_runtime.models.retry import ClientDriver, RetryPolicy, TextRelay
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-# The SDK insists on a key; a local server without auth ignores this one.
-NO_KEY = "no-key"
+OPENAI_ENDPOINT = "https://api.openai.com/v1"
 # Manifest options (camelCase, as the reference implementation) -> request fields.
 _OPTIONS = {"temperature": "temperature", "topP": "top_p", "seed": "seed",
             "stopSequences": "stop", "frequencyPenalty": "frequency_penalty",
@@ -77,12 +79,12 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
                            retry=retry)
 
 
-class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
-    errors = SdkErrors(timeout=openai.APITimeoutError, connection=openai.APIConnectionError,
-                       status=openai.APIStatusError, base=openai.OpenAIError)
+class OpenAIChatModel(ClientDriver[ChatCompletionsClient]):
     service = "the OpenAI API"
-    # The endpoint without a `baseURL`; None: the SDK's own (OpenAI's).
-    default_base_url: ClassVar[str | None] = None
+    # The endpoint without a `baseURL`.
+    default_base_url: ClassVar[str] = OPENAI_ENDPOINT
+    # Whether OPENAI_BASE_URL, OPENAI_ORG_ID and OPENAI_PROJECT_ID apply (OpenAI's own only).
+    openai_environment: ClassVar[bool] = True
     # `response_format: json_schema` unless `supportsStructuredOutputs` says otherwise.
     structured_outputs_default: ClassVar[bool] = True
     # OpenAI's reasoning models refuse `max_tokens`; many other servers know only it.
@@ -97,23 +99,28 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         self._clients = LoopClients(self._new_client)
 
     def _open_client(self, request: ModelRequest,
-                     ) -> AbstractAsyncContextManager[openai.AsyncOpenAI]:
+                     ) -> AbstractAsyncContextManager[ChatCompletionsClient]:
         return self._clients.lease()
 
-    def _new_client(self) -> openai.AsyncOpenAI:
-        # Our retries govern (models/retry.py), so the SDK's own are off. The
-        # SDK's own HTTP client settings, with the process's TLS context and
-        # no cap on connections.
-        return openai.AsyncOpenAI(api_key=self.settings.api_key or NO_KEY,
-                                  base_url=self.settings.base_url or self.default_base_url,
-                                  max_retries=0, default_headers=self.settings.headers or None,
-                                  http_client=openai.DefaultAsyncHttpxClient(
-                                      verify=tls_context(),
-                                      limits=uncapped(openai.DEFAULT_CONNECTION_LIMITS)))
+    def _new_client(self) -> ChatCompletionsClient:
+        base_url = self.settings.base_url
+        headers: dict[str, str] = {}
+        if self.openai_environment:
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+            for header, variable in (("OpenAI-Organization", "OPENAI_ORG_ID"),
+                                     ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+                if os.environ.get(variable):
+                    headers[header] = os.environ[variable]
+        headers.update(self.settings.headers)
+        return ChatCompletionsClient(base_url or self.default_base_url,
+                                     api_key=self.settings.api_key, headers=headers)
 
-    def _stream_usage(self, chunk: Any) -> Any:
+    def _translate(self, error: Exception) -> ModelError | None:
+        return translate_client_error(error, where=self.settings.base_url or self.service)
+
+    def _stream_usage(self, chunk: dict[str, Any]) -> Any:
         """The usage a streamed chunk carries, if any (the last one, with `include_usage`)."""
-        return chunk.usage
+        return chunk.get("usage")
 
     # -- request ---------------------------------------------------------------
 
@@ -143,37 +150,39 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         max_tokens = request.max_output_tokens or request.options.get("maxOutputTokens")
         if max_tokens is not None:
             extra[self.max_tokens_field] = max_tokens
-        if extra:
-            params["extra_body"] = extra
         if request.stream:
             params["stream"] = True
             if self.include_usage:
                 params["stream_options"] = {"include_usage": True}
-        if request.timeout_seconds is not None:
-            params["timeout"] = request.timeout_seconds
+        # Options are passed through as they are, and win over the named fields.
+        params.update(extra)
         return params, wrapped
 
     # -- response --------------------------------------------------------------
 
-    async def _call(self, client: openai.AsyncOpenAI, params: dict[str, Any],
+    async def _call(self, client: ChatCompletionsClient, params: dict[str, Any],
                     request: ModelRequest, relay: TextRelay, *, wrapped: bool) -> ModelResponse:
         if request.stream:
             return await self._streamed(client, params, request, relay, wrapped=wrapped)
-        completion: Any = await _create(client, params)
-        if not completion.choices:
+        completion = await client.complete(params)
+        choices = _objects(completion.get("choices"))
+        if not choices:
             raise ModelError("empty_response", "the provider returned no choices")
-        choice = completion.choices[0]
-        message = choice.message
-        if getattr(message, "refusal", None) and not message.content:
-            raise ModelError("refusal", f"the model refused: {excerpt(message.refusal)}")
-        calls = [(call.id, call.function.name, call.function.arguments)
-                 for call in message.tool_calls or [] if getattr(call, "function", None)]
+        choice = choices[0]
+        message = _object(choice.get("message"))
+        if message.get("refusal") and not message.get("content"):
+            raise ModelError("refusal", f"the model refused: {excerpt(str(message['refusal']))}")
+        calls = [(_text(call.get("id")), _text(function.get("name")) or "",
+                  function.get("arguments"))
+                 for call in _objects(message.get("tool_calls"))
+                 if (function := _object(call.get("function")))]
         _relay_reasoning(request, message)
-        return _response(request, text=message.content, raw_calls=calls,
-                         raw_finish=choice.finish_reason, usage=completion.usage,
-                         model=completion.model, wrapped=wrapped)
+        return _response(request, text=_text(message.get("content")), raw_calls=calls,
+                         raw_finish=_text(choice.get("finish_reason")),
+                         usage=completion.get("usage"), model=_text(completion.get("model")),
+                         wrapped=wrapped)
 
-    async def _streamed(self, client: openai.AsyncOpenAI, params: dict[str, Any],
+    async def _streamed(self, client: ChatCompletionsClient, params: dict[str, Any],
                         request: ModelRequest, relay: TextRelay, *,
                         wrapped: bool) -> ModelResponse:
         text: list[str] = []
@@ -181,57 +190,54 @@ class OpenAIChatModel(SdkDriver[openai.AsyncOpenAI]):
         finish: str | None = None
         usage: Any = None
         model: str | None = None
-        stream: Any = await _create(client, params)
-        async with stream:
-            async for chunk in stream:
-                model = chunk.model or model
+        async with aclosing(client.stream(params)) as chunks:
+            async for chunk in chunks:
+                model = _text(chunk.get("model")) or model
                 usage = self._stream_usage(chunk) or usage
-                for choice in chunk.choices or []:
-                    delta = choice.delta
+                for choice in _objects(chunk.get("choices")):
+                    delta = _object(choice.get("delta"))
                     _relay_reasoning(request, delta)
-                    if delta is not None and delta.content:
-                        text.append(delta.content)
-                        relay(delta.content)
-                    for call in (delta.tool_calls if delta is not None else None) or []:
-                        index = call.index if call.index is not None else len(slots)
+                    content = _text(delta.get("content"))
+                    if content:
+                        text.append(content)
+                        relay(content)
+                    for call in _objects(delta.get("tool_calls")):
+                        index = call.get("index")
+                        if not isinstance(index, int):
+                            index = len(slots)
                         slot = slots.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = call.id or slot["id"]
-                        if call.function is not None:
-                            slot["name"] = slot["name"] or call.function.name or ""
-                            slot["arguments"] += call.function.arguments or ""
-                    finish = choice.finish_reason or finish
+                        slot["id"] = _text(call.get("id")) or slot["id"]
+                        function = _object(call.get("function"))
+                        slot["name"] = slot["name"] or _text(function.get("name")) or ""
+                        slot["arguments"] += _text(function.get("arguments")) or ""
+                    finish = _text(choice.get("finish_reason")) or finish
         calls = [(slot["id"], slot["name"], slot["arguments"])
                  for _, slot in sorted(slots.items())]
         return _response(request, text="".join(text) or None, raw_calls=calls,
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
 
 
-async def _create(client: openai.AsyncOpenAI, params: dict[str, Any]) -> Any:
-    """`client.chat.completions.create(**params)`, less the SDK's typed transform of
-    the request. Our parameters are plain JSON already; the transform walks every
-    message of the conversation against the SDK's TypedDicts and changes nothing
-    in them, and on a busy `serve` it held the interpreter a fifth of the time
-    (sampled with 1,000 runs waiting on models). The SDK's own request path
-    otherwise: its auth, headers, errors and response types. `extra_body` wins
-    over the named fields, as in `create`."""
-    body = dict(params)
-    extra = body.pop("extra_body", None)
-    timeout = body.pop("timeout", None)
-    if extra:
-        body.update(extra)
-    options: Any = {} if timeout is None else {"timeout": timeout}
-    return await client.post("/chat/completions", body=body, options=options,
-                             cast_to=ChatCompletion, stream=bool(body.get("stream")),
-                             stream_cls=openai.AsyncStream[ChatCompletionChunk])
+def _object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one (a field left out or null)."""
+    return value if isinstance(value, dict) else {}
 
 
-def _relay_reasoning(request: ModelRequest, message: Any) -> None:
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list field (none when it is left out or null)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _relay_reasoning(request: ModelRequest, message: dict[str, Any]) -> None:
     """Reasoning a chat completion carries beside its content: `reasoning_content`
     (DeepSeek, xAI, vLLM) or `reasoning` (Groq, OpenRouter); OpenAI's own keeps it."""
-    if request.on_reasoning is None or message is None:
+    if request.on_reasoning is None:
         return
     for name in ("reasoning_content", "reasoning"):
-        text = getattr(message, name, None)
+        text = message.get(name)
         if isinstance(text, str) and text:
             request.on_reasoning(text)
             return
@@ -243,11 +249,12 @@ class OpenAICompatibleChatModel(OpenAIChatModel):
     says so, and `max_tokens`, which every compatible server knows."""
 
     service = "the OpenAI-compatible server"
+    openai_environment = False
     structured_outputs_default = False
     max_tokens_field = "max_tokens"
 
 def _response(request: ModelRequest, *, text: str | None,
-              raw_calls: Sequence[tuple[str, str, str | None]], raw_finish: str | None,
+              raw_calls: Sequence[tuple[str | None, str, Any]], raw_finish: str | None,
               usage: Any, model: str | None, wrapped: bool) -> ModelResponse:
     calls = [ToolCallRequest(call_id=call_id or f"call_{index}", name=name,
                              arguments=tool_arguments(arguments, tool=name))
@@ -264,11 +271,16 @@ def _response(request: ModelRequest, *, text: str | None,
 
 
 def _usage(usage: Any) -> Usage | None:
-    if usage is None:
+    if not isinstance(usage, dict):
         return None
-    return Usage(input_tokens=getattr(usage, "prompt_tokens", None),
-                 output_tokens=getattr(usage, "completion_tokens", None),
-                 total_tokens=getattr(usage, "total_tokens", None))
+    return Usage(input_tokens=_count(usage.get("prompt_tokens")),
+                 output_tokens=_count(usage.get("completion_tokens")),
+                 total_tokens=_count(usage.get("total_tokens")))
+
+
+def _count(value: Any) -> int | None:
+    """A token count as reported: a whole number, else none reported."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -185,7 +185,7 @@ class ClientDriver(ABC, Generic[ClientT]):
 
 @dataclass(frozen=True)
 class SdkErrors:
-    """The exception classes of an SDK generated in the OpenAI style (openai, anthropic)."""
+    """The exception classes of an SDK generated in the OpenAI style (anthropic's)."""
 
     timeout: type[Exception]
     connection: type[Exception]
@@ -194,7 +194,7 @@ class SdkErrors:
 
 
 class SdkDriver(ClientDriver[ClientT]):
-    """A `ClientDriver` over an SDK generated in the OpenAI style (openai, anthropic),
+    """A `ClientDriver` over an SDK generated in the OpenAI style (anthropic's),
     whose exceptions translate alike: a driver names its SDK's `errors` and the
     `service` its failures name when no `baseURL` is set."""
 

@@ -1,6 +1,6 @@
 """The `xai` driver (provider names `xai` and `grok`): xAI's Grok models through
-their OpenAI-compatible Chat Completions endpoint, with the official `openai`
-SDK (`pip install 'agent-runtime-durable[xai]'`).
+their OpenAI-compatible Chat Completions endpoint
+(`pip install 'agent-runtime-durable[xai]'`).
 
 Everything but the following is the `openai` driver's (`models/openai.py`):
 - the key is `XAI_API_KEY` (or the variable `apiKey: {env}` names), so an
@@ -31,3 +31,4 @@ def create_adapter(provider: str, config: RuntimeConfig, *,
 class XaiChatModel(OpenAIChatModel):
     service = "the xAI API"
     default_base_url = DEFAULT_BASE_URL
+    openai_environment = False

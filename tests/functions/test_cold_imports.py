@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # What no handler's import needs: executing a step loads them.
 STEP_MACHINERY = ("httpx", "jsonschema", "referencing", "re2", "agent_runtime.schemas",
-                  "openai", "anthropic", "mcp")
+                  "aiohttp", "anthropic", "mcp")
 # What only a path that builds a runtime (or runs a reconcile pass) needs.
 ENGINE = ("agent_runtime.engine", "agent_runtime.steps", "agent_runtime.config",
           "agent_runtime.reconcile", "agent_runtime.events", "asyncio", "yaml",

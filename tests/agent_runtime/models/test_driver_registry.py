@@ -71,11 +71,12 @@ models:
 
 @pytest.mark.parametrize(("driver", "module", "extra"), [
     ("google", "google.genai", "google"), ("cohere", "cohere", "cohere"),
-    ("xai", "openai", "xai"), ("groq", "openai", "groq"), ("openai", "openai", "openai"),
+    ("xai", "aiohttp", "xai"), ("groq", "aiohttp", "groq"), ("openai", "aiohttp", "openai"),
     ("anthropic", "anthropic", "anthropic")])
 def test_a_missing_sdk_is_named_with_the_extra_to_install(
         driver: str, module: str, extra: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [DRIVER_MODULES[driver], "agent_runtime.models.openai"]:
+    for name in [DRIVER_MODULES[driver], "agent_runtime.models.openai",
+                 "agent_runtime.models.chat_http"]:
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     config = parse_config({"version": "1.0", "providers": {"house": {"driver": driver}}},
