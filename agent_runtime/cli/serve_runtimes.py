@@ -80,7 +80,7 @@ class ServeRuntimes:
         with self._lock:
             found = self._adapters_kept.get(key)
             # Built from this very config: the same files loaded again (their set
-            # pushed out of `_prepared`) are another config, which these adapters'
+            # pushed out of `_prepared_kept`) are another config, which these adapters'
             # runtime would refuse.
             if found is not None and (config is None or found.config is config):
                 self._adapters_kept.move_to_end(key)

@@ -7,8 +7,11 @@ waiting on models, most calls overlap others. A pooled connection belongs to
 the loop that opened it, and a runtime may be driven by several loops (each
 `run_sync`, each worker loop of `serve`), so a client is never shared across
 loops. On one loop, the calls that overlap share a client and its keep-alive
-connections; the last of them to end closes it, so no client outlives the
-calls that used it, nor its loop.
+connections. A client no call uses is kept `LINGER_SECONDS` for the calls
+that follow (a run's next model call, made once its tools answer, reuses the
+connection rather than opening another), then closed; a loop that ends
+first (`asyncio.run` at a run's end, `serve` stopping) cancels the wait, and
+the client is closed then, so no client outlives its loop.
 
 A client takes at most `CALLS_PER_CLIENT` calls at once; the calls past that
 on one loop open more clients. The HTTP library's connection pool looks at
@@ -39,6 +42,8 @@ import httpx
 
 # The calls one client takes at once (see the module's doc).
 CALLS_PER_CLIENT = 16
+# Seconds a client no call uses stays open for the next call on its loop.
+LINGER_SECONDS = 10.0
 
 
 class Closable(Protocol):
@@ -68,16 +73,20 @@ def uncapped(limits: Any) -> Any:
 class _Shared(Generic[ClientT]):
     client: ClientT
     calls: int = 0
+    # While no call uses the client: the task that closes it after the linger.
+    closer: asyncio.Task[None] | None = None
 
 
 class LoopClients(Generic[ClientT]):
-    """The clients of one driver: on each event loop with calls in flight, one per
-    `calls_per_client` of its calls at once."""
+    """The clients of one driver: on each event loop with calls in flight (or
+    lately), one per `calls_per_client` of its calls at once."""
 
     def __init__(self, open_client: Callable[[], ClientT], *,
-                 calls_per_client: int = CALLS_PER_CLIENT) -> None:
+                 calls_per_client: int = CALLS_PER_CLIENT,
+                 linger_seconds: float = LINGER_SECONDS) -> None:
         self._open = open_client
         self.calls_per_client = calls_per_client
+        self.linger_seconds = linger_seconds
         # Loops of other threads lease too (serve's worker loops): the table is shared.
         self._lock = threading.Lock()
         self._by_loop: dict[asyncio.AbstractEventLoop, list[_Shared[ClientT]]] = {}
@@ -90,8 +99,8 @@ class LoopClients(Generic[ClientT]):
 
     @asynccontextmanager
     async def lease(self) -> AsyncIterator[ClientT]:
-        """A client of this loop for one call: the first with room, else a new one;
-        closed by the last call it took."""
+        """A client of this loop for one call: the first with room (an idle one
+        included), else a new one."""
         loop = asyncio.get_running_loop()
         with self._lock:
             clients = self._by_loop.setdefault(loop, [])
@@ -101,15 +110,30 @@ class LoopClients(Generic[ClientT]):
                 shared = _Shared(self._open())
                 clients.append(shared)
             shared.calls += 1
+            closer, shared.closer = shared.closer, None
+        if closer is not None:
+            closer.cancel()  # it finds itself replaced, and leaves the client open
         try:
             yield shared.client
         finally:
             with self._lock:
                 shared.calls -= 1
-                last = shared.calls == 0
-                if last:  # a call starting after this takes another client, or a new one
-                    clients.remove(shared)
+                if shared.calls == 0:
+                    shared.closer = loop.create_task(self._close_idle(loop, shared))
+
+    async def _close_idle(self, loop: asyncio.AbstractEventLoop,
+                          shared: _Shared[ClientT]) -> None:
+        """Close `shared` once it has had no call for the linger, or when its loop
+        cancels this task first (the loop is ending); not when a call took it."""
+        try:
+            await asyncio.sleep(self.linger_seconds)
+        finally:
+            with self._lock:
+                idle = shared.closer is asyncio.current_task()
+                if idle:
+                    clients = self._by_loop[loop]
+                    clients.remove(shared)  # a call starting now opens another
                     if not clients:
                         del self._by_loop[loop]
-            if last:
+            if idle:
                 await shared.client.close()

@@ -1,5 +1,6 @@
 """Model calls that overlap on one event loop share a client and its connections;
-loops never share one; the last call closes it (agent_runtime/models/loop_clients.py)."""
+loops never share one; a client no call uses lingers for the next call, then is
+closed, and is closed when its loop ends (agent_runtime/models/loop_clients.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class Client:
         self.closed += 1
 
 
-def test_calls_that_overlap_share_one_client_which_the_last_one_closes() -> None:
+def test_calls_that_overlap_share_one_client_which_a_later_call_reuses_until_the_loop_ends(
+        ) -> None:
     opened: list[Client] = []
     clients = LoopClients(lambda: Client(opened))
 
@@ -45,14 +47,37 @@ def test_calls_that_overlap_share_one_client_which_the_last_one_closes() -> None
         assert clients.open_clients == 1
         release.set()
         await asyncio.gather(*calls)
-        assert clients.open_clients == 0
-        async with clients.lease() as later:  # after the last call ended: a new client
+        assert clients.open_clients == 1  # lingering for the next call
+        async with clients.lease() as later:  # after the last call ended: the same client
             seen.append(later)
+        assert opened[0].closed == 0
         return seen
 
     seen = asyncio.run(main())
-    assert len(opened) == 2
-    assert seen[:5] == [opened[0]] * 5 and seen[5] is opened[1]
+    assert seen == [opened[0]] * 6 and len(opened) == 1
+    # asyncio.run cancelled the wait of the idle client: it was closed with the loop.
+    assert opened[0].closed == 1
+    assert clients.open_clients == 0
+
+
+def test_a_client_no_call_uses_is_closed_after_the_linger_and_the_next_call_opens_another(
+        ) -> None:
+    opened: list[Client] = []
+    clients = LoopClients(lambda: Client(opened), linger_seconds=0.0)
+
+    async def main() -> None:
+        async with clients.lease():
+            pass
+        for _ in range(10_000):  # a bound on loop turns, not on time
+            if opened[0].closed:
+                break
+            await asyncio.sleep(0)
+        assert opened[0].closed == 1
+        assert clients.open_clients == 0
+        async with clients.lease() as later:
+            assert later is opened[1]
+
+    asyncio.run(main())
     assert [client.closed for client in opened] == [1, 1]
 
 
