@@ -66,7 +66,6 @@ import io
 import json
 import os
 import resource
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -78,6 +77,7 @@ from pathlib import Path
 from typing import Any, ClassVar, overload
 
 from engine_peers import ENTRY_TEXT, measure_dbos, measure_langgraph
+from sqlite_floor import CommitLog, replay_commits, stored_bytes, written_by_sqlite
 
 SUBJECTS = ("engine", "sqlite", "sqlite_normal", "floor", "busy_floor", "langgraph", "dbos")
 BASELINE = "baseline"  # the `engine` subject on another revision's code (--baseline)
@@ -194,44 +194,6 @@ def _run_engine(store: Any, size: int, variant: str) -> float:
     return elapsed
 
 
-class _CommitLog:
-    """How many commits one SQLite connection made, from its statement trace.
-
-    The connection is in autocommit mode, so a write outside BEGIN ... COMMIT
-    is a commit of its own. SQLite traces a statement again for each trigger
-    program it runs; an identical consecutive line is that, not a new write."""
-
-    def __init__(self) -> None:
-        self.commits = 0
-        self._in_transaction = False
-        self._previous = ""
-
-    def trace(self, statement: str) -> None:
-        if statement == self._previous:
-            return
-        self._previous = statement
-        head = statement.lstrip()[:7].upper()
-        if head.startswith("BEGIN"):
-            self._in_transaction = True
-        elif head.startswith(("COMMIT", "END")):
-            self._in_transaction = False
-            self.commits += 1
-        elif not self._in_transaction and head.startswith(("INSERT", "UPDATE", "REPLACE",
-                                                            "DELETE")):
-            self.commits += 1
-
-
-def _stored_bytes(path: Path) -> int:
-    """The bytes of run state our store keeps: checkpoint bodies and effect records."""
-    conn = sqlite3.connect(path)
-    try:
-        bodies = conn.execute("SELECT coalesce(sum(length(body)), 0) FROM checkpoints")
-        records = conn.execute("SELECT coalesce(sum(length(record)), 0) FROM effects")
-        return int(bodies.fetchone()[0]) + int(records.fetchone()[0])
-    finally:
-        conn.close()
-
-
 def measure_engine(size: int, variant: str, _directory: Path) -> dict[str, Any]:
     from stores.memory import MemoryRunStore
 
@@ -253,48 +215,17 @@ def measure_sqlite_normal(size: int, variant: str, directory: Path) -> dict[str,
 def _run_on_sqlite(size: int, variant: str, path: Path, synchronous: str) -> dict[str, Any]:
     from stores.sqlite import SqliteRunStore
 
-    log = _CommitLog()
+    log = CommitLog()
     with SqliteRunStore(path, synchronous=synchronous) as store:
         # The bench reads the store's own connection to learn what the floor must write.
         store._conn.set_trace_callback(log.trace)
         elapsed = _run_engine(store, size, variant)
-    return {"seconds": elapsed, "bytes": _stored_bytes(path), "commits": log.commits}
-
-
-def _written(directory: Path) -> dict[str, int]:
-    """The bytes and commits `sqlite` made (it runs first and writes commits.json)."""
-    found: dict[str, int] = json.loads((directory / "commits.json").read_text())
-    return found
-
-
-def _replay_commits(directory: Path, name: str, written: dict[str, int],
-                    work_seconds: float = 0.0) -> dict[str, Any]:
-    """`sqlite`'s commits with its bytes as bare INSERTs, each after `work_seconds` of
-    busy CPU."""
-    share, extra = divmod(written["bytes"], max(1, written["commits"]))
-    conn = sqlite3.connect(directory / name, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE writes (id INTEGER PRIMARY KEY, body TEXT)")
-    bodies = ["b" * (share + (1 if index < extra else 0)) for index in range(written["commits"])]
-    clock = time.perf_counter
-    started = clock()
-    for body in bodies:
-        if work_seconds:
-            until = clock() + work_seconds
-            while clock() < until:
-                pass
-        conn.execute("BEGIN")
-        conn.execute("INSERT INTO writes (body) VALUES (?)", (body,))
-        conn.execute("COMMIT")
-    elapsed = clock() - started
-    conn.close()
-    return {"seconds": elapsed, **written}
+    return {"seconds": elapsed, "bytes": stored_bytes(path), "commits": log.commits}
 
 
 def measure_floor(_size: int, _variant: str, directory: Path) -> dict[str, Any]:
     """The same commits with the same bytes, back to back."""
-    return _replay_commits(directory, "floor.sqlite", _written(directory))
+    return replay_commits(directory, "floor.sqlite", written_by_sqlite(directory))
 
 
 def measure_busy_floor(size: int, variant: str, directory: Path) -> dict[str, Any]:
@@ -307,9 +238,9 @@ def measure_busy_floor(size: int, variant: str, directory: Path) -> dict[str, An
     `sqlite` over it is what the store and the commits' placement cost."""
     from stores.memory import MemoryRunStore
 
-    written = _written(directory)
+    written = written_by_sqlite(directory)
     engine = _run_engine(MemoryRunStore(), size, variant)
-    return _replay_commits(directory, "busy-floor.sqlite", written,
+    return replay_commits(directory, "busy-floor.sqlite", written,
                            work_seconds=engine / max(1, written["commits"]))
 
 

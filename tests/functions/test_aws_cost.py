@@ -11,17 +11,8 @@ import boto3
 import pytest
 from aws_stack import Deployment
 
-from bench.aws_cost import (
-    Bill,
-    Meter,
-    item_size,
-    measure,
-    prompts,
-    read_units,
-    report,
-    value_size,
-    write_units,
-)
+from bench.aws_billing import Bill, item_size, read_units, value_size, write_units
+from bench.aws_cost import Meter, measure, prompts, report
 from tests.stores.aws.aws_template import REGION
 
 pytestmark = pytest.mark.slow
