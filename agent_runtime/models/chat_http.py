@@ -120,7 +120,13 @@ def environment_proxy(url: str) -> tuple[URL | None, dict[str, str] | None]:
 
 
 def translate_client_error(error: Exception, *, where: str) -> ModelError | None:
-    """A transport failure (aiohttp's) as a `ModelError`; None: not one."""
+    """A transport failure (aiohttp's) as a `ModelError`; None: not one. A certificate
+    that fails verification is not retried: trying again cannot change it."""
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        cause = error.certificate_error
+        reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None)
+        return ModelError("connection_error", f"cannot reach {where}: the certificate of "
+                          f"{error.host} failed verification ({excerpt(str(reason or cause))})")
     if isinstance(error, aiohttp.ClientError):
         return ModelError("connection_error", f"cannot reach {where}: "
                           f"{excerpt(str(error) or type(error).__name__)}", retryable=True)

@@ -9,6 +9,7 @@ to the provider (tool results and their ids). Nothing leaves the machine.
 from __future__ import annotations
 
 import json
+import ssl
 import struct
 import threading
 import zlib
@@ -93,19 +94,25 @@ class Received:
 
 
 class FakeProviderServer:
-    def __init__(self) -> None:
+    """`tls`: a server-side context, to answer over HTTPS."""
+
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
         self.requests: list[Received] = []
         self._replies: list[Reply] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._scheme = "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
                                         daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def add(self, *replies: Reply) -> None:
         with self._lock:
