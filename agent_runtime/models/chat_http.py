@@ -21,7 +21,9 @@ What the call does, as the SDK did:
 - an HTTP error status raises the provider's code and message
   (`retry.http_error`: retryable for throttling and server errors, with its
   `Retry-After`); a chunk of a stream that carries an `error` raises it; a
-  body that is not a JSON object raises `invalid_response`.
+  body that is not a JSON object raises `invalid_response`, and so does an
+  answer (or one line of a stream) over `MAX_ANSWER_BYTES`: a server that
+  sends without end does not take the process's memory with it.
 
 A transport failure propagates as aiohttp's `ClientError` for the driver to
 translate (`translate_client_error`). Error bodies are read up to
@@ -47,6 +49,8 @@ from agent_runtime.models.retry import error_body_details, http_error
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 600.0
 ERROR_BODY_LIMIT = 64 * 1024
+# A completion, or one event of a stream, is kilobytes: this is far past any.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
 USER_AGENT = f"agent-runtime-durable/{__version__}"
 
 
@@ -81,7 +85,7 @@ class ChatCompletionsClient:
         """The completion the server answered `body` with."""
         async with self._post(body) as response:
             await _raise_for_status(response)
-            return _json_object(await response.read(), what="the response")
+            return _json_object(await _bounded_body(response.content), what="the response")
 
     async def stream(self, body: Mapping[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """The chunks of a streamed completion, in order, until `[DONE]` or the end
@@ -162,25 +166,51 @@ def _json_object(raw: bytes, *, what: str) -> dict[str, Any]:
     return value
 
 
+async def _bounded_body(content: aiohttp.StreamReader) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for block in content.iter_any():
+        size += len(block)
+        if size > MAX_ANSWER_BYTES:
+            raise _too_large("the response")
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _too_large(what: str) -> ModelError:
+    return ModelError("invalid_response", f"{what} is larger than {MAX_ANSWER_BYTES} bytes")
+
+
 async def _event_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
     """The `data` of each server-sent event in `content` (its `data:` lines joined
     by newlines); comments and other fields are skipped. Lines are split here,
     not by the reader's `readline`, which refuses a line longer than its buffer
-    (a long tool-call argument arrives as one)."""
-    pending = b""
+    (a long tool-call argument arrives as one); a block without a line's end is
+    only appended, so a long line costs one split, not one per block."""
+    pending = bytearray()
     data: list[str] = []
+    size = 0
     async for block in content.iter_any():
         pending += block
-        *lines, pending = pending.split(b"\n")
+        if b"\n" not in block:
+            if len(pending) > MAX_ANSWER_BYTES:
+                raise _too_large("a line of the stream")
+            continue
+        *lines, rest = bytes(pending).split(b"\n")
+        pending = bytearray(rest)
         for line in lines:
             text = line.rstrip(b"\r").decode()
             if not text:
                 if data:
                     yield "\n".join(data)
-                    data = []
+                    data, size = [], 0
             elif text.startswith("data:"):
                 data.append(text[5:].removeprefix(" "))
-    if pending.strip().startswith(b"data:"):
-        data.append(pending.strip().decode()[5:].removeprefix(" "))
+                size += len(line)
+                if size > MAX_ANSWER_BYTES:
+                    raise _too_large("an event of the stream")
+    last = bytes(pending).strip()
+    if last.startswith(b"data:"):
+        data.append(last.decode()[5:].removeprefix(" "))
     if data:
         yield "\n".join(data)

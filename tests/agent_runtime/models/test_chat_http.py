@@ -13,6 +13,7 @@ from chat_completions_wire import chunk, completion
 from fake_provider_server import PROMPT, FakeProviderServer, Reply, driver_run, json_reply
 
 from agent_runtime import RunStatus
+from agent_runtime.models import chat_http
 
 MODEL = {"provider": "local", "model": "test-model"}
 
@@ -173,3 +174,27 @@ def test_an_error_inside_a_stream_fails_the_run_with_the_providers_message(
     assert "the model crashed" in result.error["message"]
     assert run.text == [("ask", "Hel")]
     assert len(server.requests) == 1  # text was shown: not repeated
+
+
+def test_an_answer_past_the_size_bound_fails_the_run_instead_of_filling_memory(
+        server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chat_http, "MAX_ANSWER_BYTES", 4096)
+    server.add(json_reply(completion("x" * 10_000)))
+    result = driver_run(compatible(server)).run(PROMPT, model=MODEL)
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["details"] == {"code": "invalid_response"}
+    assert "the response is larger than 4096 bytes" in result.error["message"]
+
+
+@pytest.mark.parametrize("line_end", [b"\n\n", b""], ids=["one-event", "no-line-end"])
+def test_a_stream_line_past_the_size_bound_fails_the_run(
+        server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch, line_end: bytes) -> None:
+    monkeypatch.setattr(chat_http, "MAX_ANSWER_BYTES", 4096)
+    line = f"data: {json.dumps(chunk({'content': 'y' * 10_000}))}".encode() + line_end
+    server.add(streamed([line[start:start + 1000] for start in range(0, len(line), 1000)]))
+    result = driver_run(compatible(server), watch_text=True).run(PROMPT, model=MODEL)
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["details"] == {"code": "invalid_response"}
+    assert "of the stream is larger than 4096 bytes" in result.error["message"]
