@@ -1,4 +1,4 @@
-"""SDK clients per event loop, shared by the model calls in flight on it.
+"""Model clients (an SDK's, or `chat_http`'s) per event loop, shared by the calls in flight on it.
 
 A client per call opens a new connection per call: a TCP and a TLS handshake
 (two round trips to the provider, and the handshake's CPU on the loop every

@@ -44,13 +44,13 @@ def _cli(workdir: Path, env: dict[str, str], *args: str) -> subprocess.Completed
 
 def test_a_missing_sdk_names_the_extra_and_the_manifests_model(tmp_path: Path) -> None:
     (tmp_path / "top.agent.yaml").write_text(TOP_LEVEL)
-    env = _without(tmp_path, "openai", "anthropic")
+    env = _without(tmp_path, "aiohttp", "anthropic")
     for command in (["run", "top.agent.yaml", "--events", "none"],
                     ["validate", "top.agent.yaml", "--model", "openai/gpt-5.6"]):
         done = _cli(tmp_path, env, *command)
         assert done.returncode == 2, done.stderr
         error = json.loads(done.stderr)["error"]
-        assert "model provider 'openai' (driver openai) needs the package 'openai', which is " \
+        assert "model provider 'openai' (driver openai) needs the package 'aiohttp', which is " \
                "not installed: pip install 'agent-runtime-durable[openai]'" in error["message"]
         # The manifest's model, not a step's; --model overrides each step's.
         assert error["field"] == ("model" if command[0] == "run" else "steps[0].model"), command
