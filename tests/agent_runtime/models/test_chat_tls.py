@@ -84,11 +84,13 @@ def fresh_tls_context(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 class ConnectProxy:
     """An HTTPS proxy on 127.0.0.1: answers a CONNECT by opening the tunnel it asks
-    for and relaying bytes both ways; records each CONNECT's head."""
+    for and relaying bytes both ways; records each CONNECT's head. Leaving it ends
+    every thread it started (a thread left running would refuse later tests' forks)."""
 
     def __init__(self) -> None:
         self.heads: list[str] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._sockets: list[socket.socket] = []
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
 
     @property
@@ -100,33 +102,47 @@ class ConnectProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._listener.close()
+        # A shutdown wakes a thread blocked in accept or recv; a close alone does not.
+        for each in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                each.shutdown(socket.SHUT_RDWR)
+        for thread in list(self._threads):
+            thread.join(timeout=60)
+        for each in [self._listener, *self._sockets]:
+            each.close()
+
+    def _start(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _accept(self) -> None:
         while True:
             try:
                 client, _ = self._listener.accept()
             except OSError:
-                return  # closed
-            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
+                return  # shut down
+            self._sockets.append(client)
+            self._start(self._tunnel, client)
 
     def _tunnel(self, client: socket.socket) -> None:
         head = b""
         while b"\r\n\r\n" not in head:
-            received = client.recv(4096)
+            try:
+                received = client.recv(4096)
+            except OSError:
+                return
             if not received:
-                client.close()
                 return
             head += received
         text = head.decode("latin-1")
         self.heads.append(text)
         host, port = text.split(" ", 2)[1].rsplit(":", 1)
-        with client, socket.create_connection((host, int(port))) as upstream:
-            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            back = threading.Thread(target=_relay, args=(upstream, client), daemon=True)
-            back.start()
-            _relay(client, upstream)
-            back.join()
+        upstream = socket.create_connection((host, int(port)))
+        self._sockets.append(upstream)
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self._start(_relay, upstream, client)
+        _relay(client, upstream)
 
 
 def _relay(source: socket.socket, sink: socket.socket) -> None:
