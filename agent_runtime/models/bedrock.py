@@ -61,6 +61,7 @@ from agent_runtime.models.retry import (
     TextRelay,
     http_error,
     timeout_error,
+    unreachable,
 )
 
 # Without limits.providerTimeoutMs: botocore's 60 s default is short for a long answer.
@@ -294,8 +295,7 @@ def _translate_aws(error: Exception) -> ModelError | None:
         return timeout_error(None)
     if isinstance(error, aws.EndpointConnectionError | aws.ConnectionClosedError
                   | aws.ConnectTimeoutError | aws.HTTPClientError):
-        return ModelError("connection_error", f"cannot reach Bedrock: {excerpt(str(error))}",
-                          retryable=True)
+        return unreachable("Bedrock", excerpt(str(error)))
     if isinstance(error, aws.BotoCoreError):
         return ModelError("aws_error", f"{type(error).__name__}: {excerpt(str(error))}")
     return None

@@ -44,7 +44,7 @@ from agent_runtime import __version__
 from agent_runtime.excerpts import excerpt
 from agent_runtime.models.base import ModelError
 from agent_runtime.models.loop_clients import tls_context
-from agent_runtime.models.retry import error_body_details, http_error
+from agent_runtime.models.retry import error_body_details, http_error, unreachable
 
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 600.0
@@ -95,7 +95,7 @@ class ChatCompletionsClient:
             async for data in _event_data(response.content):
                 if data == "[DONE]":
                     return
-                chunk = _json_object(data.encode(), what="a streamed chunk")
+                chunk = _json_object(data, what="a streamed chunk")
                 if chunk.get("error"):
                     code, message = error_body_details(chunk)
                     raise ModelError(code or "stream_error", "the provider failed the "
@@ -129,11 +129,10 @@ def translate_client_error(error: Exception, *, where: str) -> ModelError | None
     if isinstance(error, aiohttp.ClientConnectorCertificateError):
         cause = error.certificate_error
         reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None)
-        return ModelError("connection_error", f"cannot reach {where}: the certificate of "
-                          f"{error.host} failed verification ({excerpt(str(reason or cause))})")
+        return unreachable(where, f"the certificate of {error.host} failed verification "
+                                  f"({excerpt(str(reason or cause))})", retryable=False)
     if isinstance(error, aiohttp.ClientError):
-        return ModelError("connection_error", f"cannot reach {where}: "
-                          f"{excerpt(str(error) or type(error).__name__)}", retryable=True)
+        return unreachable(where, excerpt(str(error) or type(error).__name__))
     return None
 
 
@@ -155,14 +154,14 @@ async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
                      message=message or response.reason)
 
 
-def _json_object(raw: bytes, *, what: str) -> dict[str, Any]:
+def _json_object(raw: str | bytes, *, what: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        raise ModelError("invalid_response", f"{what} is not a JSON object: "
-                         f"{excerpt(raw.decode(errors='replace'))}")
+        text = raw if isinstance(raw, str) else raw.decode(errors="replace")
+        raise ModelError("invalid_response", f"{what} is not a JSON object: {excerpt(text)}")
     return value
 
 

@@ -106,6 +106,19 @@ def timeout_error(timeout_seconds: float | None) -> ModelError:
                       "(limits.providerTimeoutMs)")
 
 
+def unreachable(where: str, reason: str, *, retryable: bool = True) -> ModelError:
+    """The provider could not be reached (`connection_error`), naming where and why:
+    retried unless trying again cannot change it (a certificate that fails)."""
+    return ModelError("connection_error", f"cannot reach {where}: {reason}",
+                      retryable=retryable)
+
+
+def _no_answer() -> ModelError:
+    """A transport's own timeout, as an SDK or httpx raises it."""
+    return ModelError("timeout", "the provider did not answer in time "
+                      "(limits.providerTimeoutMs)")
+
+
 def error_body_details(body: Any) -> tuple[str | None, str | None]:
     """`(code, message)` of an error body in the shapes providers use: OpenAI's
     `{"error": {message, type, code}}` (or that inner object alone), Anthropic's
@@ -209,11 +222,9 @@ class SdkDriver(ClientDriver[ClientT]):
 def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> ModelError | None:
     """An SDK exception as a `ModelError` (None: not the provider's failure)."""
     if isinstance(error, errors.timeout):
-        return ModelError("timeout", "the provider did not answer in time "
-                          "(limits.providerTimeoutMs)")
+        return _no_answer()
     if isinstance(error, errors.connection):
-        return ModelError("connection_error", f"cannot reach {where}: {excerpt(str(error))}",
-                          retryable=True)
+        return unreachable(where, excerpt(str(error)))
     if isinstance(error, errors.status):
         status: Any = error
         code, message = error_body_details(status.body)
@@ -229,9 +240,7 @@ def translate_httpx_error(error: Exception, *, where: str) -> ModelError | None:
     own exceptions through (google-genai and cohere, given the driver's client);
     None: not a transport failure."""
     if isinstance(error, httpx.TimeoutException):
-        return ModelError("timeout", "the provider did not answer in time "
-                          "(limits.providerTimeoutMs)")
+        return _no_answer()
     if isinstance(error, httpx.TransportError):
-        return ModelError("connection_error", f"cannot reach {where}: {excerpt(str(error))}",
-                          retryable=True)
+        return unreachable(where, excerpt(str(error)))
     return None
