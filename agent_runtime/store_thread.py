@@ -46,10 +46,9 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from typing import Any, ParamSpec, TypeVar
 
-from agent_runtime.worker_threads import Job, WorkerThreads
+from agent_runtime.worker_threads import Job, LoopCall, WorkerThreads
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -94,7 +93,7 @@ class StoreThread:
         self._holders = 0
         self._pool = pool
         # With a pool: the calls waiting for their turn, and whether one is on the pool.
-        self._lane: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
+        self._lane: deque[LoopCall[Any]] = deque()
         self._lane_busy = False
 
     @contextlib.contextmanager
@@ -129,25 +128,22 @@ class StoreThread:
             return self._lane_busy
         return self._thread is not None
 
-    def _submit(self, call: Callable[[], T]) -> Future[T]:
-        future: Future[T] = Future()
+    def _submit(self, handed: LoopCall[Any]) -> None:
         if self._pool is not None:
-            return self._submit_to_lane(self._pool, future, call)
+            self._submit_to_lane(self._pool, handed)
+            return
         with self._lock:
             if self._thread is None:
                 self._thread = WorkerThreads(1, name=self._name)
-            self._thread.submit(functools.partial(_make, future, call))
-        return future
+            self._thread.submit(handed.job)
 
-    def _submit_to_lane(self, pool: StorePool, future: Future[T],
-                        call: Callable[[], T]) -> Future[T]:
+    def _submit_to_lane(self, pool: StorePool, handed: LoopCall[Any]) -> None:
         with self._lock:
-            self._lane.append((future, call))
+            self._lane.append(handed)
             if self._lane_busy:
-                return future  # the call on the pool takes this one after it
+                return  # the call on the pool takes this one after it
             self._lane_busy = True
         self._hand_to(pool)
-        return future
 
     def _hand_to(self, pool: StorePool) -> None:
         try:
@@ -155,16 +151,15 @@ class StoreThread:
         except RuntimeError as stopped:  # the pool was shut down: no call will be made
             with self._lock:
                 waiting, self._lane, self._lane_busy = list(self._lane), deque(), False
-            for future, _ in waiting:
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(stopped)
+            for handed in waiting:
+                handed.fail(stopped)
 
     def _next_in_lane(self, pool: StorePool) -> Callable[[], object]:
         """Make the lane's next call (on a pool thread), then hand the lane back to the
         pool: one call per turn, so a busy run does not keep a thread from the others."""
         with self._lock:
-            future, call = self._lane.popleft()
-        return functools.partial(self._turn_ended, pool, _make(future, call))
+            handed = self._lane.popleft()
+        return functools.partial(self._turn_ended, pool, handed.job())
 
     def _turn_ended(self, pool: StorePool, settle: Callable[[], object] | None) -> None:
         if settle is not None:
@@ -188,12 +183,14 @@ class StoreThread:
         with self.held():
             # In the caller's context, as on the loop thread (the host's input limits).
             context = contextvars.copy_context()
-            submitted = self._submit(functools.partial(context.run, method, *args, **kwargs))
+            handed = LoopCall(functools.partial(context.run, method, *args, **kwargs),
+                              asyncio.get_running_loop())
+            self._submit(handed)
             try:
-                return await asyncio.wrap_future(submitted)
+                return await handed.answer
             except asyncio.CancelledError:
-                if not submitted.cancel():  # it had started (or ended): see it end
-                    await _outlast(submitted)
+                if not handed.withdraw():  # it had started (or ended): see it end
+                    await handed.outlast()
                 raise
 
 
@@ -202,37 +199,6 @@ def store_thread_for(store: object, *, pool: StorePool | None = None) -> StoreTh
     calls never wait on I/O (`waits_on_io = False`), else a thread of its own, or a
     lane on `pool` when the host shares one between its runtimes."""
     return StoreThread(inline=not getattr(store, "waits_on_io", True), pool=pool)
-
-
-def _make(future: Future[T], call: Callable[[], T]) -> Callable[[], object] | None:
-    """The call, on the store's thread, unless it was cancelled before its turn; then,
-    once that thread is free again, what settles its future (and wakes its caller)."""
-    if not future.set_running_or_notify_cancel():
-        return None
-    try:
-        result = call()
-    except BaseException as error:  # the caller's to see, whatever it is
-        return functools.partial(future.set_exception, error)
-    return functools.partial(future.set_result, result)
-
-
-async def _outlast(submitted: Future[T]) -> None:
-    """Wait until a store call that started has ended, however often cancelled
-    meanwhile; what it returned or raised goes to no one (its caller was cancelled)."""
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[None] = loop.create_future()
-
-    def end() -> None:
-        if not ended.done():
-            ended.set_result(None)
-
-    def wake(_: Future[T]) -> None:
-        loop.call_soon_threadsafe(end)
-
-    submitted.add_done_callback(wake)
-    while not ended.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(ended)
 
 
 __all__ = ["POOL_THREAD_NAME", "THREAD_NAME", "StorePool", "StoreThread", "store_thread_for"]

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import contextvars
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
-from agent_runtime.worker_threads import WorkerThreads
+from agent_runtime.worker_threads import LoopCall, WorkerThreads
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -59,12 +58,15 @@ class ToolThreads:
 
     async def call(self, function: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """`function(*args, **kwargs)` on a worker thread; its result, or what it raised."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
         context = contextvars.copy_context()
-        self._pool.submit(functools.partial(
-            _run, future, loop, functools.partial(context.run, function, *args, **kwargs)))
-        return await future
+        handed = LoopCall(functools.partial(context.run, function, *args, **kwargs),
+                          asyncio.get_running_loop())
+        self._pool.submit(handed.job)
+        try:
+            return await handed.answer
+        except asyncio.CancelledError:
+            handed.withdraw()  # not started: it never runs; else it ends unseen
+            raise
 
     def shutdown(self) -> None:
         """Let every worker finish its call and end; wait for them."""
@@ -72,46 +74,6 @@ class ToolThreads:
 
     def after_fork(self) -> None:
         self._pool.after_fork()
-
-
-def _run(future: asyncio.Future[Any], loop: asyncio.AbstractEventLoop,
-         function: Callable[[], Any]) -> Callable[[], object] | None:
-    """The call, on a worker; then (once the worker is idle) its outcome to the caller."""
-    outcome = _outcome(future, function)
-    if outcome is None:
-        return None
-    return functools.partial(_hand_back, future, loop, outcome)
-
-
-def _hand_back(future: asyncio.Future[Any], loop: asyncio.AbstractEventLoop,
-               outcome: tuple[Any, bool]) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits
-        loop.call_soon_threadsafe(_settle, future, *outcome)
-
-
-def _outcome(future: asyncio.Future[Any],
-             function: Callable[[], Any]) -> tuple[Any, bool] | None:
-    """(what the call returned or raised, whether it raised); None for a call
-    cancelled before it started, which never runs."""
-    if future.cancelled():
-        return None
-    try:
-        return function(), False
-    except BaseException as error:  # the caller's to see, whatever it is
-        return error, True
-
-
-def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
-    if future.done():  # cancelled while it ran
-        return
-    if failed:
-        if isinstance(outcome, StopIteration):  # a future refuses it, as a coroutine does
-            error = RuntimeError("the tool raised StopIteration")
-            error.__cause__ = outcome
-            outcome = error
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 TOOL_THREADS = ToolThreads()
