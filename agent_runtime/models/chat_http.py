@@ -1,27 +1,34 @@
-"""Chat Completions over HTTP: the one call the `openai`, `openai-compatible`,
-`xai` and `groq` drivers make, on aiohttp.
+"""JSON over HTTP on aiohttp: the one call the Chat Completions drivers
+(`openai`, `openai-compatible`, `xai`, `groq`) and the `anthropic` driver make.
 
 The drivers need one endpoint, JSON in and JSON (or server-sent events) out.
-Through the `openai` SDK, a call cost ~2 ms of the interpreter (its request
-options and response models over httpx, httpcore and anyio), and on a `serve`
-with a thousand runs waiting on models the SDK's request path held the
-interpreter a third of the time; the same call here costs a fraction of that.
+Through the providers' SDKs (`openai`, `anthropic`), a call cost ~2 ms of the
+interpreter (their request options and response models over httpx, httpcore
+and anyio), and on a `serve` with a thousand runs waiting on models the SDK's
+request path held the interpreter a third of the time; the same call here
+costs a fraction of that.
 
-What the call does, as the SDK did:
-- `Authorization: Bearer KEY` when there is a key, the provider's `headers`
-  over ours;
+`JsonEndpointClient` is the transport, given the endpoint's full URL and the
+driver's headers (its credentials among them); `ChatCompletionsClient` is it
+at `{base_url}/chat/completions` with `Authorization: Bearer KEY`, and the
+anthropic driver's `messages_client` (`models/anthropic.py`) at
+`{base}/v1/messages` with `x-api-key`. What every call does, as the SDKs did:
+- a `User-Agent`, JSON `Accept` and `Content-Type`, the driver's headers over
+  them and the provider's `headers` over the driver's (names compared
+  without case);
 - the process's TLS context (`loop_clients.tls_context`) and the environment's
   proxy for the endpoint (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`; credentials
   in its URL), read when the client is made: aiohttp's own `trust_env` looks
   them up again in a worker thread on every request, and lets a `~/.netrc`
   entry replace the provider's key;
 - a connection may take at most `CONNECT_TIMEOUT` seconds to open and a read
-  may wait at most `READ_TIMEOUT` (the SDK's defaults); the call as a whole is
+  may wait at most `READ_TIMEOUT` (the SDKs' defaults); the call as a whole is
   bounded by its `timeout_seconds` (`retry.call_with_retries`);
 - an HTTP error status raises the provider's code and message
   (`retry.http_error`: retryable for throttling and server errors, with its
-  `Retry-After`); a chunk of a stream that carries an `error` raises it; a
-  body that is not a JSON object raises `invalid_response`, and so does an
+  `Retry-After`); an event of a stream that carries an `error` raises it
+  (an OpenAI-style chunk's, or Anthropic's `{"type": "error", "error": ...}`);
+  a body that is not a JSON object raises `invalid_response`, and so does an
   answer (or one line of a stream) over `MAX_ANSWER_BYTES`: a server that
   sends without end does not take the process's memory with it.
 
@@ -38,6 +45,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+from multidict import CIMultiDict
 from yarl import URL
 
 from agent_runtime import __version__
@@ -52,20 +60,20 @@ ERROR_BODY_LIMIT = 64 * 1024
 # A completion, or one event of a stream, is kilobytes: this is far past any.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 USER_AGENT = f"agent-runtime-durable/{__version__}"
+DEFAULT_HEADERS = {"User-Agent": USER_AGENT, "Accept": "application/json",
+                   "Content-Type": "application/json"}
 
 
-class ChatCompletionsClient:
-    """`POST {base_url}/chat/completions` over one aiohttp session (its keep-alive
-    connections are reused by the calls that share it; see `loop_clients`)."""
+class JsonEndpointClient:
+    """`POST url` with a JSON body, over one aiohttp session (its keep-alive
+    connections are reused by the calls that share it; see `loop_clients`).
+    `headers` go with every request, over the defaults (`DEFAULT_HEADERS`)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        sent = {"User-Agent": USER_AGENT, "Accept": "application/json",
-                "Content-Type": "application/json"}
-        if api_key:
-            sent["Authorization"] = f"Bearer {api_key}"
-        sent.update(headers or {})
+    def __init__(self, url: str, *, headers: Mapping[str, str] | None = None) -> None:
+        self.url = url
+        sent = CIMultiDict(DEFAULT_HEADERS)
+        for name, value in (headers or {}).items():
+            sent[name] = value  # replaces a default of the same name, whatever its case
         self.proxy, credentials = environment_proxy(self.url)
         # Through a tunnel (https) the proxy reads its credentials from the CONNECT;
         # a forwarded http request carries them itself (aiohttp sends `proxy_headers`
@@ -82,29 +90,40 @@ class ChatCompletionsClient:
         await self._session.close()
 
     async def complete(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The completion the server answered `body` with."""
+        """The JSON object the server answered `body` with."""
         async with self._post(body) as response:
             await _raise_for_status(response)
             return _json_object(await _bounded_body(response.content), what="the response")
 
     async def stream(self, body: Mapping[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
-        """The chunks of a streamed completion, in order, until `[DONE]` or the end
-        of the body."""
+        """The JSON object of each server-sent event of the answer to `body`, in
+        order, until `[DONE]` or the end of the body."""
         async with self._post(body) as response:
             await _raise_for_status(response)
             async for data in _event_data(response.content):
                 if data == "[DONE]":
                     return
-                chunk = _json_object(data, what="a streamed chunk")
-                if chunk.get("error"):
-                    code, message = error_body_details(chunk)
+                event = _json_object(data, what="a streamed event")
+                if event.get("error"):
+                    code, message = error_body_details(event)
                     raise ModelError(code or "stream_error", "the provider failed the "
-                                     f"stream: {excerpt(message or json.dumps(chunk))}")
-                yield chunk
+                                     f"stream: {excerpt(message or json.dumps(event))}")
+                yield event
 
     def _post(self, body: Mapping[str, Any]) -> Any:
         return self._session.post(self.url, data=_encoded(body), headers=self._headers,
                                   proxy=self.proxy, proxy_headers=self._proxy_headers)
+
+
+class ChatCompletionsClient(JsonEndpointClient):
+    """`POST {base_url}/chat/completions`, with `Authorization: Bearer KEY` when
+    there is a key (the provider's `headers` over it)."""
+
+    def __init__(self, base_url: str, *, api_key: str | None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        sent = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(base_url.rstrip("/") + "/chat/completions",
+                         headers={**sent, **(headers or {})})
 
 
 def environment_proxy(url: str) -> tuple[URL | None, dict[str, str] | None]:

@@ -21,8 +21,8 @@ their adapters) spent more CPU finding connections than the calls took, and
 calls timed out waiting. Small pools keep that cost flat; each keeps its
 connections alive for the calls that follow on it.
 
-A shared client's pool is not capped (`uncapped`): a client per call was not,
-and a cap would queue the calls of the runs on its loop. Every client of the
+A shared client's pool is not capped (aiohttp's `limit=0`): a client per call
+was not, and a cap would queue the calls of the runs on its loop. Every client of the
 process verifies TLS with one context (`tls_context`): each client building
 its own loaded the CA bundle again, ~50 ms of CPU on the loop.
 """
@@ -36,7 +36,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import httpx
 
@@ -59,14 +59,6 @@ def tls_context() -> ssl.SSLContext:
     threads and loops); as httpx builds it by default, the environment's CA settings
     (`SSL_CERT_FILE`, `SSL_CERT_DIR`) included."""
     return httpx.create_ssl_context()
-
-
-def uncapped(limits: Any) -> Any:
-    """An SDK's pool limits (its HTTP library's `Limits`) without the cap on open
-    connections."""
-    return type(limits)(max_connections=None,
-                        max_keepalive_connections=limits.max_keepalive_connections,
-                        keepalive_expiry=limits.keepalive_expiry)
 
 
 @dataclass

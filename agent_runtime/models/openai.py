@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from agent_runtime.config import RuntimeConfig
 from agent_runtime.excerpts import excerpt
+from agent_runtime.models.answer_json import json_count, json_object, json_objects, json_text
 from agent_runtime.models.base import (
     ModelError,
     ModelRequest,
@@ -165,21 +166,21 @@ class OpenAIChatModel(ClientDriver[ChatCompletionsClient]):
         if request.stream:
             return await self._streamed(client, params, request, relay, wrapped=wrapped)
         completion = await client.complete(params)
-        choices = _objects(completion.get("choices"))
+        choices = json_objects(completion.get("choices"))
         if not choices:
             raise ModelError("empty_response", "the provider returned no choices")
         choice = choices[0]
-        message = _object(choice.get("message"))
+        message = json_object(choice.get("message"))
         if message.get("refusal") and not message.get("content"):
             raise ModelError("refusal", f"the model refused: {excerpt(str(message['refusal']))}")
-        calls = [(_text(call.get("id")), _text(function.get("name")) or "",
+        calls = [(json_text(call.get("id")), json_text(function.get("name")) or "",
                   function.get("arguments"))
-                 for call in _objects(message.get("tool_calls"))
-                 if (function := _object(call.get("function")))]
+                 for call in json_objects(message.get("tool_calls"))
+                 if (function := json_object(call.get("function")))]
         _relay_reasoning(request, message)
-        return _response(request, text=_text(message.get("content")), raw_calls=calls,
-                         raw_finish=_text(choice.get("finish_reason")),
-                         usage=completion.get("usage"), model=_text(completion.get("model")),
+        return _response(request, text=json_text(message.get("content")), raw_calls=calls,
+                         raw_finish=json_text(choice.get("finish_reason")),
+                         usage=completion.get("usage"), model=json_text(completion.get("model")),
                          wrapped=wrapped)
 
     async def _streamed(self, client: ChatCompletionsClient, params: dict[str, Any],
@@ -192,43 +193,32 @@ class OpenAIChatModel(ClientDriver[ChatCompletionsClient]):
         model: str | None = None
         async with aclosing(client.stream(params)) as chunks:
             async for chunk in chunks:
-                model = _text(chunk.get("model")) or model
+                model = json_text(chunk.get("model")) or model
                 usage = self._stream_usage(chunk) or usage
-                for choice in _objects(chunk.get("choices")):
-                    delta = _object(choice.get("delta"))
+                for choice in json_objects(chunk.get("choices")):
+                    delta = json_object(choice.get("delta"))
                     _relay_reasoning(request, delta)
-                    content = _text(delta.get("content"))
+                    content = json_text(delta.get("content"))
                     if content:
                         text.append(content)
                         relay(content)
-                    for call in _objects(delta.get("tool_calls")):
+                    for call in json_objects(delta.get("tool_calls")):
                         index = call.get("index")
                         if not isinstance(index, int):
                             index = len(slots)
                         slot = slots.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = _text(call.get("id")) or slot["id"]
-                        function = _object(call.get("function"))
-                        slot["name"] = slot["name"] or _text(function.get("name")) or ""
-                        slot["arguments"] += _text(function.get("arguments")) or ""
-                    finish = _text(choice.get("finish_reason")) or finish
+                        slot["id"] = json_text(call.get("id")) or slot["id"]
+                        function = json_object(call.get("function"))
+                        slot["name"] = slot["name"] or json_text(function.get("name")) or ""
+                        slot["arguments"] += json_text(function.get("arguments")) or ""
+                    finish = json_text(choice.get("finish_reason")) or finish
         calls = [(slot["id"], slot["name"], slot["arguments"])
                  for _, slot in sorted(slots.items())]
         return _response(request, text="".join(text) or None, raw_calls=calls,
                          raw_finish=finish, usage=usage, model=model, wrapped=wrapped)
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """`value` if it is a JSON object, else an empty one (a field left out or null)."""
-    return value if isinstance(value, dict) else {}
 
-
-def _objects(value: Any) -> list[dict[str, Any]]:
-    """The JSON objects of a list field (none when it is left out or null)."""
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _relay_reasoning(request: ModelRequest, message: dict[str, Any]) -> None:
@@ -273,14 +263,10 @@ def _response(request: ModelRequest, *, text: str | None,
 def _usage(usage: Any) -> Usage | None:
     if not isinstance(usage, dict):
         return None
-    return Usage(input_tokens=_count(usage.get("prompt_tokens")),
-                 output_tokens=_count(usage.get("completion_tokens")),
-                 total_tokens=_count(usage.get("total_tokens")))
+    return Usage(input_tokens=json_count(usage.get("prompt_tokens")),
+                 output_tokens=json_count(usage.get("completion_tokens")),
+                 total_tokens=json_count(usage.get("total_tokens")))
 
-
-def _count(value: Any) -> int | None:
-    """A token count as reported: a whole number, else none reported."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,9 +1,9 @@
 """How a provider driver calls its provider: bounded retries, Retry-After, timeouts.
 
-Every driver makes its calls through `call_with_retries`, and turns its SDK's
-own retries off, so one policy governs every provider: at most
-`RetryPolicy.attempts` tries; a retry only for a `ModelError` marked
-retryable (the statuses of `agent_runtime.http_retry` and connection
+Every driver makes its calls through `call_with_retries` (a driver that calls
+through an SDK turns the SDK's own retries off), so one policy governs every
+provider: at most `RetryPolicy.attempts` tries; a retry only for a `ModelError`
+marked retryable (the statuses of `agent_runtime.http_retry` and connection
 failures), after the wait that module's rules give (the provider's own
 `Retry-After`, else backoff with jitter; one asking too long fails the call).
 
@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -68,7 +68,7 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], *, policy: RetryPo
                             translate: Callable[[Exception], ModelError | None]) -> T:
     """Run `call` until it succeeds, under `policy`.
 
-    `translate` turns an SDK exception into a `ModelError` (None: not a provider
+    `translate` turns a client's exception into a `ModelError` (None: not a provider
     failure, so it propagates unchanged, as a bug of ours should). Raises the
     last `ModelError`; its message says how many attempts were made.
     """
@@ -114,7 +114,7 @@ def unreachable(where: str, reason: str, *, retryable: bool = True) -> ModelErro
 
 
 def _no_answer() -> ModelError:
-    """A transport's own timeout, as an SDK or httpx raises it."""
+    """A transport's own timeout, as httpx raises it."""
     return ModelError("timeout", "the provider did not answer in time "
                       "(limits.providerTimeoutMs)")
 
@@ -155,10 +155,11 @@ def http_error(status: int, *, headers: Mapping[str, str] | None, code: str | No
 
 
 class ClientDriver(ABC, Generic[ClientT]):
-    """A provider driver that calls through a client (an SDK's, or boto3's): one
-    call per `generate`, under the shared retries, with a non-streamed answer
-    handed to the text listener whole. A driver supplies the client, the
-    request parameters, the call and the translation of its SDK's errors."""
+    """A provider driver that calls through a client (`chat_http`'s, an SDK's, or
+    boto3's): one call per `generate`, under the shared retries, with a
+    non-streamed answer handed to the text listener whole. A driver supplies the
+    client, the request parameters, the call and the translation of its client's
+    errors."""
 
     def __init__(self, settings: ProviderSettings, *, retry: RetryPolicy | None) -> None:
         self.settings = settings
@@ -180,7 +181,7 @@ class ClientDriver(ABC, Generic[ClientT]):
 
     @abstractmethod
     def _translate(self, error: Exception) -> ModelError | None:
-        """An SDK exception as a `ModelError`; None: not the provider's failure."""
+        """A client's exception as a `ModelError`; None: not the provider's failure."""
 
     async def generate(self, request: ModelRequest, *,
                        on_text: TextListener | None = None) -> ModelResponse:
@@ -194,45 +195,6 @@ class ClientDriver(ABC, Generic[ClientT]):
         if not request.stream and response.text and not response.tool_calls:
             relay(response.text)
         return response
-
-
-@dataclass(frozen=True)
-class SdkErrors:
-    """The exception classes of an SDK generated in the OpenAI style (anthropic's)."""
-
-    timeout: type[Exception]
-    connection: type[Exception]
-    status: type[Exception]
-    base: type[Exception]
-
-
-class SdkDriver(ClientDriver[ClientT]):
-    """A `ClientDriver` over an SDK generated in the OpenAI style (anthropic's),
-    whose exceptions translate alike: a driver names its SDK's `errors` and the
-    `service` its failures name when no `baseURL` is set."""
-
-    errors: ClassVar[SdkErrors]
-    service: ClassVar[str]
-
-    def _translate(self, error: Exception) -> ModelError | None:
-        return translate_sdk_error(error, self.errors,
-                                   where=self.settings.base_url or self.service)
-
-
-def translate_sdk_error(error: Exception, errors: SdkErrors, *, where: str) -> ModelError | None:
-    """An SDK exception as a `ModelError` (None: not the provider's failure)."""
-    if isinstance(error, errors.timeout):
-        return _no_answer()
-    if isinstance(error, errors.connection):
-        return unreachable(where, excerpt(str(error)))
-    if isinstance(error, errors.status):
-        status: Any = error
-        code, message = error_body_details(status.body)
-        return http_error(status.status_code, headers=status.response.headers,
-                          code=code, message=message or status.message)
-    if isinstance(error, errors.base):
-        return ModelError("invalid_response", f"{type(error).__name__}: {excerpt(str(error))}")
-    return None
 
 
 def translate_httpx_error(error: Exception, *, where: str) -> ModelError | None:

@@ -44,7 +44,7 @@ def _cli(workdir: Path, env: dict[str, str], *args: str) -> subprocess.Completed
 
 def test_a_missing_sdk_names_the_extra_and_the_manifests_model(tmp_path: Path) -> None:
     (tmp_path / "top.agent.yaml").write_text(TOP_LEVEL)
-    env = _without(tmp_path, "aiohttp", "anthropic")
+    env = _without(tmp_path, "aiohttp")
     for command in (["run", "top.agent.yaml", "--events", "none"],
                     ["validate", "top.agent.yaml", "--model", "openai/gpt-5.6"]):
         done = _cli(tmp_path, env, *command)
@@ -59,9 +59,12 @@ def test_a_missing_sdk_names_the_extra_and_the_manifests_model(tmp_path: Path) -
 
 def test_a_steps_own_model_is_named_by_its_step(tmp_path: Path) -> None:
     (tmp_path / "steps.agent.yaml").write_text(STEP_LEVEL)
-    done = _cli(tmp_path, _without(tmp_path, "anthropic"), "run", "steps.agent.yaml",
+    # The anthropic driver calls over aiohttp, as the openai one does.
+    done = _cli(tmp_path, _without(tmp_path, "aiohttp"), "run", "steps.agent.yaml",
                 "--events", "none")
     assert done.returncode == 2, done.stderr
     error = json.loads(done.stderr)["error"]
     assert error["field"] == "steps[1].model"
-    assert "pip install 'agent-runtime-durable[anthropic]'" in error["message"]
+    assert "model provider 'anthropic' (driver anthropic) needs the package 'aiohttp', " \
+           "which is not installed: pip install 'agent-runtime-durable[anthropic]'" \
+           in error["message"]

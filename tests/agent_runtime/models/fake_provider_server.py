@@ -89,8 +89,10 @@ def hang(seconds: float) -> Reply:
 class Received:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # by lowercase name; of a repeated header, the last
     body: Any
+    # Every header line as sent, in order (a repeated header too).
+    header_lines: list[tuple[str, str]] = field(default_factory=list)
 
 
 class FakeProviderServer:
@@ -152,7 +154,7 @@ class FakeProviderServer:
                     body = raw
                 reply = server._next(Received(self.command, self.path,
                                               {k.lower(): v for k, v in self.headers.items()},
-                                              body))
+                                              body, list(self.headers.items())))
                 if reply.delay and server._stopping.wait(reply.delay):
                     return
                 try:

@@ -72,7 +72,7 @@ models:
 @pytest.mark.parametrize(("driver", "module", "extra"), [
     ("google", "google.genai", "google"), ("cohere", "cohere", "cohere"),
     ("xai", "aiohttp", "xai"), ("groq", "aiohttp", "groq"), ("openai", "aiohttp", "openai"),
-    ("anthropic", "anthropic", "anthropic")])
+    ("anthropic", "aiohttp", "anthropic")])
 def test_a_missing_sdk_is_named_with_the_extra_to_install(
         driver: str, module: str, extra: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [DRIVER_MODULES[driver], "agent_runtime.models.openai",
