@@ -20,11 +20,9 @@ always the rules' verdict on the stored item, never a guess from the refusal.
 A checkpoint and the state change it comes with are one `TransactWriteItems`
 (the checkpoint put with `attribute_not_exists`, the META write fenced).
 
-Requests. An owner's `save_checkpoint` is one `TransactWriteItems`, no read:
-the store remembers the run as it last read or wrote it and, when that
-predicts success (same incarnation and attempt, running, latest seq = seq - 1,
-the previous lists cached), writes conditioned on exactly that prediction; a
-refusal falls back to the read-modify-write above. Effect writes predict the
+Requests. An owner's `save_checkpoint` is one `TransactWriteItems`, no read,
+when the run as the store remembers it predicts success (`predicted_saves`);
+a refusal falls back to the read-modify-write above. Effect writes predict the
 same way. A body over `inline_limit` (compressed) adds one S3 put.
 
 A checkpoint that renews the lease moves the run's status index entry only
@@ -74,32 +72,25 @@ from stores.dynamodb.items import (
     checkpoint_item,
     checkpoint_sk,
     definition_item,
-    due_at,
     key,
-    lease_still_due,
     meta_item,
-    micros,
     moment,
-    n,
-    names,
     number_of,
     owned_record,
     partition,
     record_item,
-    s,
 )
 from stores.dynamodb.listing import list_runs
+from stores.dynamodb.predicted_saves import save_predicted
 from stores.dynamodb.requests import (
     ABSENT,
-    Condition,
     Refused,
     Table,
     check_op,
     landed,
     put_op,
-    update_op,
 )
-from stores.dynamodb.runs import ROUNDS, Rounds, RunReader, StoredRun, fence, running_at
+from stores.dynamodb.runs import ROUNDS, Rounds, RunReader, StoredRun, fence
 from stores.event_log import check_page
 from stores.records import (
     ApprovalDecision,
@@ -429,7 +420,10 @@ class DynamoDbRunStore(StateChanges):
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
         with self._lock(checkpoint.run_id):
-            outcome = self._save_predicted(checkpoint, expected_attempt, lease_expires_at)
+            outcome = save_predicted(
+                self._table, self._reader, self._texts, checkpoint,
+                expected_attempt=expected_attempt, lease_expires_at=lease_expires_at,
+                owner=self._owner(checkpoint.run_id))
             if outcome is True:
                 return
             rounds = self._rounds(checkpoint.run_id)
@@ -438,60 +432,6 @@ class DynamoDbRunStore(StateChanges):
             apply_change(self._round_writes(rounds), checkpoint,
                          saving(checkpoint, expected_attempt=expected_attempt,
                                 lease_expires_at=lease_expires_at))
-
-    def _save_predicted(self, checkpoint: Checkpoint, expected_attempt: int,
-                        lease_expires_at: datetime | None) -> bool | Refused:
-        """The owner's common case: one transaction, no read (see the module doc).
-
-        True when saved; False when the remembered run does not predict
-        success; the refusal when the prediction was wrong.
-        """
-        known = self._reader.remembered(checkpoint.run_id)
-        seq = checkpoint.seq
-        if (known is None or known.run.attempt != expected_attempt
-                or known.run.status is not RunStatus.RUNNING
-                or self._owner(checkpoint.run_id) not in (None, known.run.lease_owner)
-                or (known.run.checkpoint_seq or 0) != seq - 1
-                or transitions.budget_changes(known.run, checkpoint)):
-            return False
-        previous = self._reader.saved_lists(known.incarnation, seq - 1)
-        if previous is None and seq != 1:
-            return False
-        updated = transitions.next_checkpoint(
-            known.run, checkpoint, expected_attempt=expected_attempt,
-            lease_expires_at=lease_expires_at, latest_seq=seq - 1, stored_at_seq=None)
-        if updated is None:
-            return False
-        body, saved = encode_body(checkpoint, previous)
-        rev = secrets.token_hex(8)
-        # `takeovers` too: a checkpoint is progress, it resets the count.
-        sets = {"checkpoint_seq": n(seq), "consumed_tokens": n(updated.consumed_tokens),
-                "updated_at": n(micros(updated.updated_at)), "takeovers": n(updated.takeovers),
-                "rev": s(rev)}
-        due = known.due_at
-        if lease_expires_at is not None:
-            sets["lease_expires_at"] = n(micros(lease_expires_at))
-            if not lease_still_due(due, updated):
-                due = due_at(updated)
-                sets["due_at"] = n(due)
-        # Conditioned on exactly the prediction: this incarnation, running at
-        # this attempt, with seq - 1 its latest checkpoint.
-        prediction = running_at(known, expected_attempt, self._owner(known.run.run_id)) & Condition(
-            "#checkpoint_seq = :previous", names("checkpoint_seq"), {":previous": n(seq - 1)})
-        meta = update_op(self.table_name, key(checkpoint.run_id, META),
-                         "SET " + ", ".join(f"#{name} = :{name}" for name in sets), prediction,
-                         names=names(*sets),
-                         values={f":{name}": value for name, value in sets.items()})
-        body_put = put_op(self.table_name, checkpoint_item(checkpoint, body, self._texts), ABSENT)
-        try:
-            self._table.transact([meta, body_put])
-        except Refused as refused:
-            if not landed(refused, "rev", rev):
-                self._reader.forget(checkpoint.run_id)
-                return refused
-        self._reader.remember(StoredRun(updated, known.incarnation, rev, due))
-        self._reader.save_lists(known.incarnation, saved)
-        return True
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
