@@ -45,6 +45,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+import pydantic_core
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -156,7 +157,9 @@ def translate_client_error(error: Exception, *, where: str) -> ModelError | None
 
 
 def _encoded(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    """The request's JSON, UTF-8: pydantic's encoder, as for checkpoints (a request
+    carries the whole conversation; `json.dumps` took several times as long)."""
+    return pydantic_core.to_json(body)
 
 
 async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
