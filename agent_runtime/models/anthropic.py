@@ -184,7 +184,10 @@ async def _streamed_message(client: JsonEndpointClient, params: dict[str, Any],
     they arrive."""
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
-    pieces: dict[int, list[str]] = {}  # a tool_use block's input, as its JSON arrives
+    # A block's text and a tool_use block's input JSON, as they arrive: joined once
+    # at the end (adding each delta to the text so far would copy it every time).
+    texts: dict[int, list[str]] = {}
+    pieces: dict[int, list[str]] = {}
     ended = False
     async with aclosing(client.stream(params)) as events:
         async for event in events:
@@ -205,7 +208,7 @@ async def _streamed_message(client: JsonEndpointClient, params: dict[str, Any],
                 delta_kind = delta.get("type")
                 if delta_kind == "text_delta":
                     text = json_text(delta.get("text")) or ""
-                    block["text"] = (json_text(block.get("text")) or "") + text
+                    texts.setdefault(index, []).append(text)
                     relay(text)
                 elif delta_kind == "thinking_delta":
                     thinking = json_text(delta.get("thinking"))
@@ -238,6 +241,9 @@ async def _streamed_message(client: JsonEndpointClient, params: dict[str, Any],
         if block.get("type") == "tool_use":
             block["input"] = tool_arguments("".join(parts),
                                             tool=json_text(block.get("name")) or "")
+    for index, parts in texts.items():
+        block = blocks[index]
+        block["text"] = (json_text(block.get("text")) or "") + "".join(parts)
     message["content"] = [blocks[index] for index in sorted(blocks)]
     return message
 
