@@ -426,5 +426,10 @@ class SavedListsCache:
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
 
+    def newer_than(self, run_id: str, seq: int) -> bool:
+        """Whether the lists kept for the run are of a checkpoint after `seq`."""
+        entry = self._entries.get(run_id)
+        return entry is not None and entry.seq > seq
+
     def forget(self, run_id: str) -> None:
         self._entries.pop(run_id, None)

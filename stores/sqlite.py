@@ -7,8 +7,8 @@ Writers take turns for that lock (`sqlite_turns`), so two processes on one
 file alternate rather than one sleeping in SQLite's busy handler. The
 lifecycle rules come from `stores.transitions` and the state changes
 around them from `stores.state_changes`, exactly as in `MemoryRunStore`; this
-module only stores. Readers use plain `BEGIN` and never
-block writers.
+module only stores. Reads are made on read connections of their own
+(`sqlite_readers`), so they never wait for a commit nor hold one up.
 
 Every stored record and checkpoint body carries the sha256 of its text, and
 every row a seal over its columns (`sqlite_rows`); a mismatch, a decode
@@ -34,7 +34,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -69,6 +69,7 @@ from stores.sqlite_integrity import (
     owned_record,
 )
 from stores.sqlite_listing import list_runs
+from stores.sqlite_readers import ReadConnections
 from stores.sqlite_rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_SELECT,
@@ -88,7 +89,7 @@ from stores.sqlite_rows import (
 )
 from stores.sqlite_runs import RunRows
 from stores.sqlite_saves import CheckpointSaves
-from stores.sqlite_schema import connect, transaction, translated
+from stores.sqlite_schema import connect, translated
 from stores.sqlite_turns import WriterTurns
 from stores.state_changes import Decide, Linked, StateChanges, apply_change, saving
 
@@ -134,9 +135,10 @@ class SqliteRunStore(StateChanges):
     `synchronous="FULL"` (the default) makes every commit durable across power
     loss; `"NORMAL"` is an explicit opt-in that may lose the last commits on
     power loss (never on a process crash) in exchange for fewer fsyncs. One
-    connection per instance, shared by threads under a lock; writes from
+    write connection per instance, shared by threads under a lock; writes from
     threads that arrive while a transaction is being committed share the next
-    one (`sqlite_group_commit`). `group_commit=False` gives every write a
+    one (`sqlite_group_commit`). Reads use a few connections of their own
+    (`sqlite_readers`). `group_commit=False` gives every write a
     transaction of its own, for benchmarks and tests to compare with.
     """
 
@@ -157,13 +159,15 @@ class SqliteRunStore(StateChanges):
         self._commits = GroupCommit(self._conn, self.path, self._lock, self._turns.turn,
                                     enabled=group_commit)
         self._saves = CheckpointSaves(self._rows, self._commits)
+        self._readers = ReadConnections(self.path, busy_timeout_seconds)
 
     # -- transactions and rows -----------------------------------------------
 
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, translated(self.path), transaction(self._conn, write=False) as conn:
-            yield conn
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A read transaction on a read connection (`sqlite_readers`): it never waits
+        for a commit. A row it reads is remembered for a write only when the store
+        knew nothing of that run (`_row`)."""
+        return self._readers.reading()
 
     def _write(self, work: Work[T]) -> T:
         """`work` made in a write transaction, returned once that has committed."""
@@ -174,8 +178,14 @@ class SqliteRunStore(StateChanges):
 
     def _row(self, conn: sqlite3.Connection,
              run_id: str) -> tuple[RunRecord | None, str | None, int]:
-        """(run, incarnation, latest checkpoint seq) in one query, the row checked."""
-        return self._rows.read(conn, run_id)
+        """(run, incarnation, latest checkpoint seq) in one query, the row checked.
+
+        A row read on the write connection is remembered for the next write; one
+        read on a read connection only when no row of that run is remembered
+        (`RunRows.read`): it may be older than the row a write transaction is
+        deciding on meanwhile, and the write sets the columns that changed since
+        the row it remembers (`RunRows.write`)."""
+        return self._rows.read(conn, run_id, remember=conn is self._conn)
 
     def _put_run(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
         """Write the run back; `fence` is the attempt of the row this transaction read."""
@@ -271,7 +281,7 @@ class SqliteRunStore(StateChanges):
             # A resumed owner loads before it saves: seed the delta cache so
             # its first save does not read the run's bodies a second time.
             if incarnation is not None:
-                self._saves.remember(incarnation, found[1])
+                self._saves.remember_read(incarnation, found[1])
             return found[0]
 
     def load_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
@@ -330,8 +340,10 @@ class SqliteRunStore(StateChanges):
 
     def list_effects(self, run_id: str) -> list[EffectRecord]:
         with self._read() as conn:
-            transitions.require_run(self._run(conn, run_id), run_id)
-            return self._effects.list(conn, run_id)
+            stored = self._rows.stored(conn, run_id)
+            transitions.require_run(None if stored is None else stored.run, run_id)
+            assert stored is not None  # require_run raised otherwise
+            return self._effects.list(conn, run_id, stored.effect_count)
 
     # -- writes --------------------------------------------------------------
 
@@ -477,6 +489,7 @@ class SqliteRunStore(StateChanges):
         self._write(delete)
 
     def close(self) -> None:
+        self._readers.close()
         with self._lock, translated(self.path):
             self._conn.close()
             self._turns.close()

@@ -72,12 +72,14 @@ class EffectRows:
                            (run_id, key)).fetchone()
         return None if row is None else owned_record(self.path, EffectRecord, run_id, key, row)
 
-    def list(self, conn: sqlite3.Connection, run_id: str) -> list[EffectRecord]:
+    def list(self, conn: sqlite3.Connection, run_id: str,
+             effect_count: int) -> list[EffectRecord]:
+        """The run's effects; `effect_count` is its row's count, read in this transaction."""
         rows = conn.execute("SELECT key, record, checksum FROM effects WHERE run_id = ?",
                             (run_id,)).fetchall()
         effects = [owned_record(self.path, EffectRecord, run_id, row[0], row[1:])
                    for row in rows]
-        self.check_count(conn, run_id)
+        check_effect_count(conn, self.path, run_id, effect_count)
         return sorted(effects, key=lambda effect: (effect.created_at, effect.key))
 
     def check_count(self, conn: sqlite3.Connection, run_id: str) -> None:

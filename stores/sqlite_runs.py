@@ -5,7 +5,9 @@
 `sqlite_integrity`) and writes one back fenced by attempt, re-sealing it. It
 remembers the last decoded record per run with the column values it was
 stored with, so an unchanged record text is not decoded again and an update
-sets only the columns that changed.
+sets only the columns that changed. A remembered row is replaced only by a
+read or write in a write transaction: those are the rows the next write goes
+over.
 """
 
 from __future__ import annotations
@@ -51,14 +53,33 @@ class RunRows:
         # an entry that no stored row matches, so it is never used.
         self.decoded: dict[str, StoredRun] = {}
 
-    def read(self, conn: sqlite3.Connection,
-             run_id: str) -> tuple[RunRecord | None, str | None, int]:
-        """(run, incarnation, latest checkpoint seq) in one query, the row checked."""
+    def read(self, conn: sqlite3.Connection, run_id: str, *,
+             remember: bool = True) -> tuple[RunRecord | None, str | None, int]:
+        """(run, incarnation, latest checkpoint seq) in one query, the row checked;
+        remembered for the next write unless `remember` is False (a read on a
+        connection of its own, which may see an older row than the writer's).
+
+        Such a read remembers the row only for a run this store knows nothing of
+        yet: an entry, once there, is replaced only by a write transaction. A
+        write transaction reads the row before it writes it, so between its read
+        and its write the entry is always the one it read (`setdefault` is
+        atomic); a row remembered stale only sends a save to its reading path."""
+        stored = self.stored(conn, run_id)
+        if stored is None:
+            return None, None, 0
+        if remember:
+            self.decoded[run_id] = stored
+        else:
+            self.decoded.setdefault(run_id, stored)
+        return stored.run, stored.incarnation, stored.run.checkpoint_seq or 0
+
+    def stored(self, conn: sqlite3.Connection, run_id: str) -> StoredRun | None:
+        """The run row as this transaction sees it, checked and decoded (None: no run)."""
         found = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE run_id = ?",
                              (run_id,)).fetchone()
         if found is None:
             check_orphans(conn, self.path, run_id)
-            return None, None, 0
+            return None
         row = run_row(self.path, found)
         if row.run_id != run_id:
             raise CorruptRecord(f"run {run_id!r} in {self.path}: its row holds {row.run_id!r}")
@@ -74,11 +95,9 @@ class RunRows:
             base = decode_run(self.path, run_id, text=row.record, checksum=row.checksum,
                               definition=row.definition,
                               definition_checksum=row.definition_checksum)
-        run = with_columns(self.path, base, row.values)
-        self.decoded[run_id] = StoredRun(str(row.checksum), run, row.values,
-                                         str(row.incarnation), row.effect_count,
-                                         str(row.definition_checksum), str(found[-1]))
-        return run, str(row.incarnation), run.checkpoint_seq or 0
+        return StoredRun(str(row.checksum), with_columns(self.path, base, row.values),
+                         row.values, str(row.incarnation), row.effect_count,
+                         str(row.definition_checksum), str(found[-1]))
 
     def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
         """Write the run back; `fence` is the attempt of the row this transaction read."""

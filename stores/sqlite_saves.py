@@ -67,6 +67,14 @@ class CheckpointSaves:
         with self._lock:
             self._bases.put(incarnation, saved)
 
+    def remember_read(self, incarnation: str, saved: SavedLists) -> None:
+        """Keep lists read on a read connection as the run's base, unless the base kept
+        is of a later checkpoint (saved since that read began)."""
+        with self._lock:
+            if self._bases.newer_than(incarnation, saved.seq):
+                return
+            self._bases.put(incarnation, saved)
+
     def remember_once_committed(self, incarnation: str, saved: SavedLists) -> None:
         """Keep lists saved in the write being made, once its transaction commits."""
         self._commits.after_commit(functools.partial(self.remember, incarnation, saved))

@@ -437,6 +437,21 @@ def _configured(path: Path, synchronous: str, busy_timeout_seconds: float) -> sq
     return conn
 
 
+def open_reader(path: Path, busy_timeout_seconds: float) -> sqlite3.Connection:
+    """A read-only connection to the store at `path`, which a write connection opened
+    (and migrated) first (`sqlite_readers`)."""
+    conn = sqlite3.connect(path, timeout=busy_timeout_seconds, isolation_level=None,
+                           check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+        conn.execute("PRAGMA query_only = ON")
+        register_functions(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def _create(path: Path, busy_timeout_seconds: float) -> None:
     """Build a new store beside `path` and link it into place, unless one appears first."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
