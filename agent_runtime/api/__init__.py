@@ -1,6 +1,6 @@
 """The HTTP API: one set of routes, served by API Gateway on AWS and by `agent-runtime serve`.
 
-    resolver = HttpResolverLocal(enable_validation=True)   # APIGatewayHttpResolver on AWS
+    resolver = OneHopResolver(enable_validation=True)   # APIGatewayHttpResolver on AWS
     build_api(resolver, ApiServices(store=..., runtime=..., launcher=..., authenticator=...))
 
 Names are imported when first used: a module of the package that needs none

@@ -5,12 +5,9 @@ binds them to the services, the caller's tenant and the caller's runs.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
-import functools
-import inspect
 import re
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
@@ -68,38 +65,12 @@ def decode_cursor(cursor: str | None) -> str | None:
         raise ApiProblem(422, "not a cursor this API returned", field="cursor") from None
 
 
-def in_worker_thread(route: Callable[..., Any]) -> Callable[..., Any]:
-    """`route` as a coroutine function that calls it on a worker thread (the event
-    loop's default executor), for a resolver served from an event loop.
-
-    Powertools' ASGI resolver (`HttpResolverLocal`) calls a synchronous route on
-    its event loop. Our routes are synchronous store work: reads, and commits that
-    may wait for an fsync. Called on the loop, each holds every other request of
-    the server until it returns, and requests are answered one at a time; under a
-    thousand running runs a `POST /runs` waited seconds for the ones before it.
-    On a worker, a route holds only its own request. The request's Powertools
-    state is in a context variable, which `asyncio.to_thread` carries over."""
-    @functools.wraps(route)
-    async def on_a_worker(*args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(route, *args, **kwargs)
-
-    # Powertools reads a route's parameters from its signature and resolves their
-    # string annotations in the function's own globals: give it them resolved.
-    on_a_worker.__signature__ = inspect.signature(route, eval_str=True)  # type: ignore[attr-defined]
-    return on_a_worker
-
-
 class RouteContext:
     """What every route uses: the services (None only to describe the routes), the
-    router and its table of rules, the caller's tenant and runs.
+    router and its table of rules, the caller's tenant and runs."""
 
-    `in_threads`: each route runs on a worker thread (`in_worker_thread`), for a
-    resolver served from an event loop (`serve`); on Lambda a request is alone
-    in its process and the routes run where the resolver calls them."""
-
-    def __init__(self, services: ApiServices | None, *, in_threads: bool = False) -> None:
+    def __init__(self, services: ApiServices | None) -> None:
         self._services = services
-        self.in_threads = in_threads
         self.router = Router()  # type: ignore[no-untyped-call]
         self.protected: set[Callable[..., Any]] = set()
         self._table: list[tuple[str, re.Pattern[str]]] = []
@@ -117,8 +88,7 @@ class RouteContext:
                **options: Any) -> Callable[[Any], Any]:
         self._table.append((method, re.compile(re.sub(r"<\w+>", "[^/]+", rule))))
 
-        def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            route = in_worker_thread(func) if self.in_threads else func
+        def register(route: Callable[..., Any]) -> Callable[..., Any]:
             if not public:
                 self.protected.add(route)
             return self.router.route(rule, method, enable_validation=True, **options)(route)

@@ -1,6 +1,6 @@
 """The HTTP API's routes: one Powertools `Router`, served on API Gateway and by `serve`.
 
-    resolver = APIGatewayHttpResolver(enable_validation=True)   # or HttpResolverLocal
+    resolver = APIGatewayHttpResolver(enable_validation=True)   # or OneHopResolver (serve)
     build_api(resolver, services)
 
 Every route acts for the caller's tenant (`services.authenticator`) and sees
@@ -85,8 +85,8 @@ from agent_runtime.effect_owners import effect_owners
 class RunRoutes(RunActions):
     """The routes, bound to the services they use (None only to describe them)."""
 
-    def __init__(self, services: ApiServices | None, *, in_threads: bool = False) -> None:
-        super().__init__(services, in_threads=in_threads)
+    def __init__(self, services: ApiServices | None) -> None:
+        super().__init__(services)
         self._register()
 
     # -- the routes ----------------------------------------------------------------
@@ -368,20 +368,18 @@ class RunRoutes(RunActions):
             checkpoints=summaries,
             cursor=encode_cursor(str(page[-1].seq)) if more and page else None))
 
-def build_api(resolver: ApiGatewayResolver, services: ApiServices, *,
-              in_threads: bool = False) -> None:
+def build_api(resolver: ApiGatewayResolver, services: ApiServices) -> None:
     """Register every route (one `Router`), the problem+json error mapping and
     GET /openapi.json on `resolver`, created by the caller with `enable_validation=True`
-    (`HttpResolverLocal` locally, `APIGatewayHttpResolver` on AWS). `in_threads`: each
-    route runs on a worker thread, for a resolver served from an event loop (see
-    `route_context.in_worker_thread`)."""
-    include_routes(resolver, services, in_threads=in_threads)
+    (`one_hop_resolver.OneHopResolver` locally, `APIGatewayHttpResolver` on AWS). The
+    routes and middlewares are synchronous."""
+    include_routes(resolver, services)
 
 
-def include_routes(resolver: ApiGatewayResolver, services: ApiServices | None, *,
-                   in_threads: bool = False) -> RunRoutes:
+def include_routes(resolver: ApiGatewayResolver,
+                   services: ApiServices | None) -> RunRoutes:
     """`build_api`; with `services=None` only to describe the routes (`openapi_document`)."""
-    routes = RunRoutes(services, in_threads=in_threads)
+    routes = RunRoutes(services)
     resolver.include_router(routes.router)
     guard.install(resolver, guard.RequestGuard(lambda: routes.services, routes.protected))
     register_problem_handlers(resolver, routes.allowed_methods)

@@ -4,9 +4,9 @@
     serve_until_stopped(app, bind_socket("127.0.0.1", 8000), launcher=..., reconcile=...)
 
 The routes are a Powertools `HttpResolverLocal` (an ASGI app) with
-`build_api`, the same routes API Gateway serves on AWS, each run on a worker
-thread (`in_threads`), so a route's store work never holds the event loop
-and the other requests behind it. In front of it,
+`build_api`, the same routes API Gateway serves on AWS, each request answered
+on one worker thread (`one_hop_resolver`), so a route's store work never holds
+the event loop and the other requests behind it. In front of it,
 `ApiGuard` does what API Gateway does there and a bare ASGI app does not:
 
 * refuses a `Host` this server is not bound to (421; DNS rebinding), and
@@ -83,17 +83,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("agent_runtime.serve")
 
-# Powertools runs every sync middleware in a worker thread that blocks until
-# the next one, itself run in another worker thread, has answered, and we run
-# the route itself in another (`in_threads`): a request holds several pool
-# threads at once. With more requests in flight than the
-# pool has threads for, each thread waits for one that can never start (a
-# browser opening six connections deadlocked the default pool of cpu+4). So
-# the event loop gets a pool sized here, and requests wait for a slot in it.
-# A request holds its slot only while the routes compute its answer: sending
-# it, to a client that may never read, happens after the slot is free.
+# A request's routes and middlewares run on one worker thread of the event
+# loop's pool (`one_hop_resolver`), which is sized here, and requests wait for
+# a slot in it rather than queueing in the pool unseen. A request holds its
+# slot only while the routes compute its answer: sending it, to a client that
+# may never read, happens after the slot is free.
 CONCURRENT_REQUESTS = 16
-THREADS_PER_REQUEST = 4
 # How much longer than the guard's idle timeout uvicorn's keep-alive timeout is
 # (seconds): the guard closes idle connections (`uvicorn_config`).
 KEEP_ALIVE_MARGIN = 3600
@@ -126,7 +121,7 @@ class ApiGuard:
     def _request_slots(self) -> asyncio.Semaphore:
         if self._slots is None:  # first request: on the server's own event loop
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
-                max_workers=CONCURRENT_REQUESTS * THREADS_PER_REQUEST,
+                max_workers=CONCURRENT_REQUESTS,
                 thread_name_prefix="serve-request"))
             self._slots = asyncio.Semaphore(CONCURRENT_REQUESTS)
         return self._slots
@@ -243,14 +238,13 @@ def build_app(services: ApiServices, hosts: HostCheck,
               limits: ConnectionLimits | None = None) -> ApiGuard:
     """The routes on an `HttpResolverLocal`, behind `ApiGuard`, with the public routes'
     answers computed now (`public_pages`)."""
-    from aws_lambda_powertools.event_handler.http_resolver import (  # noqa: PLC0415 - the serve extra
-        HttpResolverLocal,
+    from agent_runtime.api.one_hop_resolver import (  # noqa: PLC0415 - the serve extra
+        OneHopResolver,
     )
-
     from agent_runtime.api.routes import build_api  # noqa: PLC0415 - imports Powertools
 
-    resolver = HttpResolverLocal(enable_validation=True)
-    build_api(resolver, services, in_threads=True)
+    resolver = OneHopResolver(enable_validation=True)
+    build_api(resolver, services)
     public = capture_public_answers(resolver, public_paths())
     return ApiGuard(resolver, max_body_bytes=services.limits.max_body_bytes, hosts=hosts,
                     body_timeout=(limits or ConnectionLimits()).body_timeout, public=public,

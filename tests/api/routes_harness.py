@@ -1,6 +1,6 @@
 """The HTTP API's routes driven through a real Powertools resolver, over a real store and engine.
 
-`Api(store)` builds the routes on `HttpResolverLocal` (requests go through its
+`Api(store)` builds the routes on `OneHopResolver`, as `serve` does (requests go through its
 ASGI interface, as under uvicorn) or, with `kind="aws"`, on
 `APIGatewayHttpResolver` (requests are API Gateway HTTP API v2 events). Runs
 execute with `InlineLauncher`: a synchronous `Launcher` that executes the
@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlencode
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, HttpResolverLocal
 
 from agent_runtime.api import ApiLimits, ApiServices, Unauthenticated, build_api
+from agent_runtime.api.one_hop_resolver import OneHopResolver
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.policy import HostPolicy
 from agent_runtime.testing import FakeClock
@@ -125,14 +126,13 @@ class Api:
         self.launcher = launcher or InlineLauncher(self.runtime)
         self.kind = kind
         self.resolver: HttpResolverLocal | APIGatewayHttpResolver = (
-            HttpResolverLocal(enable_validation=True) if kind == "local"
+            OneHopResolver(enable_validation=True) if kind == "local"
             else APIGatewayHttpResolver(enable_validation=True))
-        # Locally each route runs on a worker thread, as `serve` has it.
+        # Locally each request is answered on a worker thread, as `serve` has it.
         build_api(self.resolver, ApiServices(store=store, runtime=self.runtime,
                                              launcher=self.launcher,
                                              authenticator=TokenAuthenticator(),
-                                             limits=limits or ApiLimits()),
-                  in_threads=kind == "local")
+                                             limits=limits or ApiLimits()))
 
     # -- requests ------------------------------------------------------------------
 

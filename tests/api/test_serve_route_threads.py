@@ -1,5 +1,6 @@
 """`serve`'s routes run on worker threads: a route waiting on its store holds only its own
-request, and the event loop answers the others meanwhile.
+request, and the event loop answers the others meanwhile. A request takes one hop to
+one worker thread, its guard, validation and route all made there.
 
 Driven in process through `build_app` (the app `serve` runs under uvicorn) with raw
 ASGI messages, over a SQLite store whose reads of one run wait until the test lets
@@ -11,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import pytest
 from routes_harness import ECHO, InlineLauncher, TokenAuthenticator, manifest_text
 
-from agent_runtime.api import ApiServices
+from agent_runtime.api import ApiServices, server
 from agent_runtime.api.local_auth import HostCheck
 from agent_runtime.api.server import build_app
 from agent_runtime.api.submission import agent_from_request
@@ -97,3 +100,44 @@ def test_a_route_waiting_on_its_store_does_not_hold_the_other_requests(tmp_path:
 
     assert asyncio.run(scenario()) == [200, 200]
     assert order == ["other answered"]
+
+
+class CountingPool(ThreadPoolExecutor):
+    """The request pool `serve` sets on its loop, counting what is handed to it."""
+
+    handed: ClassVar[list[str]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any,
+               **kwargs: Any) -> Future[Any]:
+        CountingPool.handed.append(getattr(fn, "__name__", repr(fn)))
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_request_is_answered_in_one_hop_to_one_worker_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "ThreadPoolExecutor", CountingPool)
+    CountingPool.handed = []
+    store = GatedStore(tmp_path / "runs.sqlite")
+    runtime = AgentRuntime(store=store, clock=FakeClock(), owner="api-test", policy=HostPolicy())
+    run_id = stored_run(runtime)
+    loaded_on: list[int] = []
+    real_load = store.load_run
+
+    def load_run(wanted: str) -> RunRecord | None:
+        loaded_on.append(threading.get_ident())
+        return real_load(wanted)
+
+    store.load_run = load_run  # type: ignore[method-assign]
+    app = build_app(ApiServices(store=store, runtime=runtime, launcher=InlineLauncher(runtime),
+                                authenticator=TokenAuthenticator()),
+                    HostCheck("127.0.0.1", 8000))
+
+    async def scenario() -> tuple[int, dict[str, Any], int]:
+        status, body = await get(app, f"/runs/{run_id}")
+        return status, body, threading.get_ident()
+
+    status, body, loop_thread = asyncio.run(scenario())
+    assert status == 200 and body["run"]["runId"] == run_id
+    # The guard (which authenticates), validation and the route: one hand-off in all.
+    assert len(CountingPool.handed) == 1
+    assert loaded_on and loop_thread not in loaded_on
