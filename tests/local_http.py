@@ -31,6 +31,13 @@ class Answer:
 Respond = Callable[[Request], Answer]
 
 
+class _Server(ThreadingHTTPServer):
+    # Python's default listen backlog is 5; a resumed serve sends the webhooks of
+    # all its runs at once (20 in the handover test), and on a loaded machine a
+    # full accept queue can cost a connection.
+    request_queue_size = 128
+
+
 @contextmanager
 def serve_http(respond: Respond) -> Iterator[str]:
     """Serve on a free port of 127.0.0.1 until the block ends; yields the base URL
@@ -56,7 +63,7 @@ def serve_http(respond: Respond) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass  # a test's output is its assertions, not an access log
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = _Server(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
