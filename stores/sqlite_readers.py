@@ -12,8 +12,8 @@ waits for one to come back).
 A read connection is `query_only`: nothing made on it can change the file.
 What it reads is committed, so a read started after a write returned sees
 that write. It may be older than a write being committed meanwhile, which is
-why a read never updates what the store remembers for its next write (see
-`SqliteRunStore._read`).
+why a row read here never replaces one the store remembers for its next write;
+it only fills in a run the store knew nothing of (`RunRows.read`).
 """
 
 from __future__ import annotations

@@ -6,24 +6,17 @@ import collections
 import contextlib
 import sqlite3
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from stores import sqlite_schema
 from stores.base import CorruptRecord, StaleAttempt
-from stores.records import Checkpoint, RunRecord
+from stores.records import RunRecord
 from stores.sqlite import SqliteRunStore
 from stores.sqlite_rows import row_digest
-
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def _checkpoint(seq: int, attempt: int = 1) -> Checkpoint:
-    return Checkpoint(run_id="r1", seq=seq, attempt=attempt, manifest_hash="sha256:m",
-                      transcript=[{"n": index} for index in range(seq)],
-                      created_at=NOW + timedelta(seconds=seq))
+from tests.stores.sqlite_owned_run import NOW, checkpoint, owned_run_store
 
 
 @contextlib.contextmanager
@@ -47,22 +40,14 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     return calls
 
 
-def _owner(path: Path) -> SqliteRunStore:
-    store = SqliteRunStore(path)
-    store.create_run(RunRecord(run_id="r1", manifest_hash="sha256:m", tenant="acme"))
-    store.resume_run("r1", owner="me", now=NOW, lease_seconds=60)
-    store.save_checkpoint(_checkpoint(1), expected_attempt=1)
-    return store
-
-
 def test_an_owners_checkpoint_is_one_statement_that_calls_no_python(
         tmp_path: Path, counted: collections.Counter[str]) -> None:
-    with _owner(tmp_path / "runs.sqlite") as store:
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
         statements: list[str] = []
         store._conn.set_trace_callback(statements.append)
         counted.clear()
         for seq in range(2, 6):
-            store.save_checkpoint(_checkpoint(seq), expected_attempt=1,
+            store.save_checkpoint(checkpoint(seq), expected_attempt=1,
                                   lease_expires_at=NOW + timedelta(seconds=100 + seq))
         store._conn.set_trace_callback(None)
         # SQLite traces a statement again for each trigger program it runs: one
@@ -77,27 +62,27 @@ def test_an_owners_checkpoint_is_one_statement_that_calls_no_python(
         assert run.lease_expires_at == NOW + timedelta(seconds=105)
     with SqliteRunStore(tmp_path / "runs.sqlite") as reopened:  # read from the file alone
         assert reopened.load_run("r1") == run
-        assert reopened.load_latest_checkpoint("r1") == _checkpoint(5)
+        assert reopened.load_latest_checkpoint("r1") == checkpoint(5)
 
 
 def test_a_row_another_writer_changed_is_decided_on_a_read(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
-    with _owner(path) as store:
+    with owned_run_store(path) as store:
         with SqliteRunStore(path) as other:  # another process takes the run over
             other.resume_run("r1", owner="them", now=NOW + timedelta(seconds=600),
                              lease_seconds=60, allow_running_takeover=True)
         with pytest.raises(StaleAttempt):
-            store.save_checkpoint(_checkpoint(2), expected_attempt=1)
+            store.save_checkpoint(checkpoint(2), expected_attempt=1)
         assert [info.seq for info in store.list_checkpoints("r1")] == [1]
 
 
 def test_a_damaged_column_is_never_sealed_by_a_save(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
-    with _owner(path) as store:
+    with owned_run_store(path) as store:
         with _raw(path) as raw:  # damage: a changed byte, not resealed
             raw.execute("UPDATE runs SET tenant = 'acmf'")
         with contextlib.suppress(CorruptRecord):  # caught now, or at the next read
-            store.save_checkpoint(_checkpoint(2), expected_attempt=1)
+            store.save_checkpoint(checkpoint(2), expected_attempt=1)
         with pytest.raises(CorruptRecord, match="checksum"):
             store.load_run("r1")
     with SqliteRunStore(path) as reopened, pytest.raises(CorruptRecord, match="checksum"):
@@ -111,7 +96,7 @@ def test_the_delta_cache_holds_many_running_runs_and_drops_an_ended_one(
         for run_id in runs:
             store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:m"))
             store.resume_run(run_id, owner="me", now=NOW, lease_seconds=60)
-            store.save_checkpoint(_checkpoint(1).model_copy(update={"run_id": run_id}),
+            store.save_checkpoint(checkpoint(1).model_copy(update={"run_id": run_id}),
                                   expected_attempt=1)
         incarnations = {run_id: store._rows.decoded[run_id].incarnation for run_id in runs}
         # Every one of them saves its next checkpoint as a delta without a read.

@@ -5,38 +5,22 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from stores.base import StoreUnavailable
 from stores.deltas import SavedLists
-from stores.records import Checkpoint, RunRecord, RunStatus
+from stores.records import RunRecord, RunStatus
 from stores.sqlite import SqliteRunStore
 from stores.sqlite_readers import ReadConnections
 from stores.sqlite_rows import RUN_FIELDS
 from tests.stores.sqlite_groups import HANG
-
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def _checkpoint(seq: int, attempt: int = 1) -> Checkpoint:
-    return Checkpoint(run_id="r1", seq=seq, attempt=attempt, manifest_hash="sha256:m",
-                      transcript=[{"n": index} for index in range(seq)],
-                      created_at=NOW + timedelta(seconds=seq))
-
-
-def _owner(path: Path) -> SqliteRunStore:
-    store = SqliteRunStore(path)
-    store.create_run(RunRecord(run_id="r1", manifest_hash="sha256:m", tenant="acme"))
-    store.resume_run("r1", owner="me", now=NOW, lease_seconds=60)
-    store.save_checkpoint(_checkpoint(1), expected_attempt=1)
-    return store
+from tests.stores.sqlite_owned_run import checkpoint, owned_run_store
 
 
 def test_a_read_does_not_wait_for_a_transaction_being_committed(tmp_path: Path) -> None:
-    with _owner(tmp_path / "runs.sqlite") as store:
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
         read: list[RunRecord | None] = []
         # What a group commit's leader holds through its fsync: the write
         # connection's lock, and the database's write lock.
@@ -55,9 +39,9 @@ def test_a_read_does_not_wait_for_a_transaction_being_committed(tmp_path: Path) 
 
 
 def test_a_read_sees_every_write_that_returned_before_it(tmp_path: Path) -> None:
-    with _owner(tmp_path / "runs.sqlite") as store:
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
         for seq in range(2, 6):
-            store.save_checkpoint(_checkpoint(seq), expected_attempt=1)
+            store.save_checkpoint(checkpoint(seq), expected_attempt=1)
             found = store.load_latest_checkpoint("r1")
             assert found is not None and found.seq == seq
             loaded = store.load_run("r1")
@@ -66,9 +50,9 @@ def test_a_read_sees_every_write_that_returned_before_it(tmp_path: Path) -> None
 
 def test_an_older_row_read_meanwhile_is_not_what_the_next_write_goes_over(
         tmp_path: Path) -> None:
-    with _owner(tmp_path / "runs.sqlite") as store, store._read() as older:
+    with owned_run_store(tmp_path / "runs.sqlite") as store, store._read() as older:
         before = store._row(older, "r1")[0]  # the read's snapshot starts here
-        store.save_checkpoint(_checkpoint(2), expected_attempt=1)
+        store.save_checkpoint(checkpoint(2), expected_attempt=1)
         # Read after the write, in the snapshot from before it.
         stale = store._row(older, "r1")[0]
         assert before is not None and stale is not None and stale.checkpoint_seq == 1
@@ -78,7 +62,7 @@ def test_an_older_row_read_meanwhile_is_not_what_the_next_write_goes_over(
         statements: list[str] = []
         store._conn.set_trace_callback(statements.append)
         try:
-            store.save_checkpoint(_checkpoint(3), expected_attempt=1)
+            store.save_checkpoint(checkpoint(3), expected_attempt=1)
         finally:
             store._conn.set_trace_callback(None)
         assert [s for s in statements if s.lstrip().upper().startswith("SELECT")] == []
@@ -88,8 +72,8 @@ def test_an_older_row_read_meanwhile_is_not_what_the_next_write_goes_over(
 
 def test_lists_read_on_an_older_snapshot_never_replace_a_later_delta_base(
         tmp_path: Path) -> None:
-    with _owner(tmp_path / "runs.sqlite") as store:
-        store.save_checkpoint(_checkpoint(2), expected_attempt=1)
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
+        store.save_checkpoint(checkpoint(2), expected_attempt=1)
         incarnation = store._rows.decoded["r1"].incarnation
         assert store._saves.base(incarnation, 2) is not None
         store._saves.remember_read(incarnation, SavedLists(seq=1, lists={}))
@@ -98,7 +82,7 @@ def test_lists_read_on_an_older_snapshot_never_replace_a_later_delta_base(
 
 
 def test_a_read_connection_cannot_change_the_file(tmp_path: Path) -> None:
-    with _owner(tmp_path / "runs.sqlite") as store:
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
         with pytest.raises(StoreUnavailable, match=r"runs\.sqlite"), store._read() as conn:
             conn.execute("DELETE FROM runs")
         assert store.load_run("r1") is not None
@@ -145,7 +129,7 @@ def test_read_connections_are_kept_for_the_next_read_and_bounded(tmp_path: Path)
 
 def test_a_read_after_close_is_refused_and_a_busy_connection_closes_as_it_returns(
         tmp_path: Path) -> None:
-    store = _owner(tmp_path / "runs.sqlite")
+    store = owned_run_store(tmp_path / "runs.sqlite")
     with store._read() as conn:
         store.close()
         assert store._row(conn, "r1")[0] is not None  # a read under way ends normally
