@@ -272,6 +272,9 @@ class SqliteRunStore(SqliteReads, StateChanges):
         (one fsync)."""
         transitions.check_checkpoint_owner(checkpoint.run_id, checkpoint)
         run_id = checkpoint.run_id
+        # Encoded before the transaction, while other writes commit; sealed in it,
+        # over the row the settlements and reservations leave (`sqlite_saves`).
+        encoded = self._saves.encode(checkpoint, expected_attempt, lease_expires_at)
 
         def save(conn: sqlite3.Connection) -> None:
             for settlement in settlements:
@@ -283,7 +286,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
                                           expected_attempt=expected_attempt, at=at)
             # Prepared here: the reservations moved the run row's effect count.
             if self._saves.save(conn, self._saves.prepare(checkpoint, expected_attempt,
-                                                          lease_expires_at)):
+                                                          lease_expires_at, encoded=encoded)):
                 return
             apply_change((_RowWrite(self, conn, checkpoint.run_id),), checkpoint,
                          saving(checkpoint, expected_attempt=expected_attempt,

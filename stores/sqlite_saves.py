@@ -8,9 +8,11 @@ run row and checks that it is the very row the save was prepared on
 store remembers (`RunRows.decoded`, the delta bases here), never read in the
 transaction, so a save is prepared on its writer's thread before the write
 queues for its transaction (`sqlite_group_commit`): while other writes
-commit, not in the leader's turn. A row that changed since (anyone's write,
-damage) makes the statement change nothing, and the store decides the save
-on a read instead.
+commit, not in the leader's turn. A save that settles or reserves effects
+in its transaction first is encoded there too, and only sealed in the
+transaction, over the row its effects moved (`encode`, then `prepare`). A row
+that changed since (anyone's write, damage) makes the statement change
+nothing, and the store decides the save on a read instead.
 
 The delta bases (the lists of each run's last saved checkpoint) are kept per
 run incarnation, for many runs at once, and become a base only once the
@@ -37,6 +39,16 @@ from stores.sqlite_schema import SAVE_VIEW_COLUMNS
 # Runs whose bases are kept: an entry holds the lists of a running run's last
 # checkpoint, which its owner holds anyway; an ended run's is dropped (`forget`).
 BASES = 1024
+
+
+class EncodedSave(NamedTuple):
+    """An owner's checkpoint encoded against its run incarnation's last saved lists:
+    the part of a save that does not depend on the run row, so it can be made before
+    the save's transaction even when that transaction moves the row first."""
+
+    incarnation: str  # whose delta base the body was encoded against
+    row: tuple[Any, ...]  # the checkpoint row (CHECKPOINT_FIELDS)
+    saved: SavedLists  # what the next delta is encoded against
 
 
 class PreparedSave(NamedTuple):
@@ -84,9 +96,35 @@ class CheckpointSaves:
         with self._lock:
             self._bases.forget(incarnation)
 
+    def encode(self, checkpoint: Checkpoint, expected_attempt: int,
+               lease_expires_at: datetime | None) -> EncodedSave | None:
+        """The checkpoint's row, its body a delta against the lists this store kept of
+        checkpoint `seq - 1`; None when the fast path cannot apply to the run as known.
+
+        Checkpoint `seq - 1` of an incarnation never changes once committed, so
+        the body holds for as long as the run is that incarnation, whatever else
+        moves its row meanwhile: `prepare` checks that on the row it seals over."""
+        known = self._known(checkpoint, expected_attempt)
+        return None if known is None else self._encode(known, checkpoint, lease_expires_at)
+
     def prepare(self, checkpoint: Checkpoint, expected_attempt: int,
-                lease_expires_at: datetime | None) -> PreparedSave | None:
-        """The save made ready for its statement, or None when it does not apply."""
+                lease_expires_at: datetime | None, *,
+                encoded: EncodedSave | None = None) -> PreparedSave | None:
+        """The save made ready for its statement over the run row as known now, or None
+        when it does not apply. `encoded`, made earlier by `encode` for this save, is
+        used when the run is still that incarnation; it is made again otherwise."""
+        known = self._known(checkpoint, expected_attempt)
+        if known is None:
+            return None
+        if encoded is None or encoded.incarnation != known.incarnation:
+            encoded = self._encode(known, checkpoint, lease_expires_at)
+            if encoded is None:
+                return None
+        return PreparedSave(known, encoded.row, self._rows.after_checkpoint(known, encoded.row),
+                            encoded.saved)
+
+    def _known(self, checkpoint: Checkpoint, expected_attempt: int) -> StoredRun | None:
+        """The run row as this store knows it, when the fast path applies to it."""
         known = self._rows.decoded.get(checkpoint.run_id)
         # A checkpoint after a takeover resets `takeovers`, which lives in the
         # record text the fast path does not touch: the reading path rewrites it.
@@ -95,12 +133,16 @@ class CheckpointSaves:
         if known is None or not known.seal or known.run.attempt != expected_attempt \
                 or known.run.takeovers or transitions.budget_changes(known.run, checkpoint):
             return None
+        return known
+
+    def _encode(self, known: StoredRun, checkpoint: Checkpoint,
+                lease_expires_at: datetime | None) -> EncodedSave | None:
         previous = self.base(known.incarnation, checkpoint.seq - 1)
         if previous is None and checkpoint.seq != 1:
             return None
         body, saved = encode_body(checkpoint, previous)
-        row = checkpoint_row(checkpoint, body, lease_expires_at)
-        return PreparedSave(known, row, self._rows.after_checkpoint(known, row), saved)
+        return EncodedSave(known.incarnation, checkpoint_row(checkpoint, body, lease_expires_at),
+                           saved)
 
     def save(self, conn: sqlite3.Connection, prepared: PreparedSave | None) -> bool:
         """Save a prepared checkpoint in the connection's transaction (or as a statement

@@ -8,11 +8,13 @@ import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stores import sqlite_schema
-from stores.base import CorruptRecord, StaleAttempt
+from stores import sqlite_saves, sqlite_schema
+from stores.base import CorruptRecord, Settlement, StaleAttempt
+from stores.deltas import SavedLists, encode_body
 from stores.records import RunRecord
 from stores.sqlite import SqliteRunStore
 from stores.sqlite_rows import row_digest
@@ -104,3 +106,45 @@ def test_the_delta_cache_holds_many_running_runs_and_drops_an_ended_one(
         store.complete_run("r0", expected_attempt=1, output="done", at=NOW)
         assert store._saves.base(incarnations["r0"], 1) is None
         assert store._saves.base(incarnations["r1"], 1) is not None
+
+
+def test_a_settling_save_is_encoded_before_its_transaction_and_sealed_in_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
+        encoded_under_lock: list[bool] = []
+
+        def encoding(*args: Any) -> tuple[str, SavedLists]:
+            encoded_under_lock.append(store._lock.locked())
+            return encode_body(*args)
+
+        monkeypatch.setattr(sqlite_saves, "encode_body", encoding)
+        store.save_checkpoint_settling(checkpoint(2), (), expected_attempt=1, at=NOW,
+                                       reservations=("tool:a",))
+        store.save_checkpoint_settling(checkpoint(3), (Settlement("tool:a", {"ok": 1}),),
+                                       expected_attempt=1, at=NOW, reservations=("tool:b",))
+        # Each encoded once, on the writer's thread, outside the store's lock.
+        assert encoded_under_lock == [False, False]
+        # Sealed over the row its reservations moved: the next save is the fast
+        # statement again, and a store opened afresh reads every row as sealed.
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        store.save_checkpoint(checkpoint(4), expected_attempt=1)
+        store._conn.set_trace_callback(None)
+        assert statements and all(s.startswith("INSERT INTO temp.checkpoint_saves")
+                                  for s in statements), statements
+    with SqliteRunStore(tmp_path / "runs.sqlite") as reopened:
+        assert reopened.load_latest_checkpoint("r1") == checkpoint(4)
+        effects = {effect.key: effect for effect in reopened.list_effects("r1")}
+        assert effects["tool:a"].result == {"ok": 1}
+        assert effects["tool:b"].status.value == "reserved"
+
+
+def test_an_encoding_made_for_another_incarnation_is_made_again(tmp_path: Path) -> None:
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
+        stale = store._saves.encode(checkpoint(2), 1, None)
+        assert stale is not None
+        prepared = store._saves.prepare(checkpoint(2), 1, None,
+                                        encoded=stale._replace(incarnation="gone", row=()))
+        assert prepared is not None
+        assert prepared.row == stale.row  # encoded again, against this incarnation's base
+        assert prepared.known.incarnation == store._rows.decoded["r1"].incarnation
