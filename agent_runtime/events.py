@@ -15,6 +15,7 @@ finish reason outside the known ones is `other`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -124,15 +125,37 @@ class CallbackEventSink:
 
 
 class JsonlEventSink:
-    """Appends one JSON object per line; a line is written whole or not at all."""
+    """Appends one JSON object per line; a line is written whole or not at all.
 
-    def __init__(self, path: str | Path) -> None:
+    With `per_turn` (`serve`'s log), an event emitted on a thread running an
+    event loop is written with the others of that loop's turn, in one write at
+    the loop's next turn. The reason is the interpreter lock: a write lets it
+    go, and on a loop that other threads keep busy, taking it back can wait a
+    whole switch interval, which every run on the loop then waits too. A step
+    emits several events; a turn's events, of all its runs, cost one such
+    wait. The price: a process killed loses the lines of its last turn (the
+    runs' own event logs, committed with their checkpoints, lose nothing).
+    Without it (the CLI's one run: nothing contends), every event is written
+    as it is emitted. Either way an event emitted off any loop is written at
+    once, after any still waiting, so the file keeps the order events were
+    emitted in. A write that fails after its events' emit is logged, and
+    raised by the next emit (so a run whose sinks must not fail, `fail-run`,
+    fails at its next event); `close` writes what still waits.
+    """
+
+    def __init__(self, path: str | Path, *, per_turn: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         # O_APPEND makes each single write() land at the end even with
         # several processes appending to the same file.
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._per_turn = per_turn
+        self._waiting: list[bytes] = []  # lines emitted on a loop, not yet written
+        # The loop whose next turn is to write them (None: none is to). Two loops
+        # emitting at once each schedule a turn; the first writes for both.
+        self._turn: asyncio.AbstractEventLoop | None = None
+        self._failure: OSError | None = None  # a deferred write's, for the next emit
         self._end_torn_line()
 
     def _end_torn_line(self) -> None:
@@ -151,15 +174,57 @@ class JsonlEventSink:
     def emit(self, event: Event) -> None:
         line = log_line(event.to_json())
         with self._lock:
-            written = os.write(self._fd, line)
-            while written < len(line):  # a short write: the rest follows it
-                written += os.write(self._fd, line[written:])
+            failure, self._failure = self._failure, None
+            self._waiting.append(line)
+            loop = None if failure is not None or not self._per_turn else _running_loop()
+            if loop is not None:
+                if self._turn is not loop:  # else this loop's next turn is to write it
+                    loop.call_soon(self._write_turn)
+                    self._turn = loop
+                return
+            # No loop here: everything waiting is written now, in order (with lines
+            # a loop that stopped before its turn never wrote).
+            self._write_waiting()
+        if failure is not None:
+            raise failure
+
+    def _write_turn(self) -> None:
+        with self._lock:
+            self._turn = None
+            lost = len(self._waiting)
+            try:
+                self._write_waiting()
+            except OSError as error:
+                logger.warning("event log %s: %d event(s) not written", self.path, lost,
+                               exc_info=True)
+                self._failure = error
+
+    def _write_waiting(self) -> None:
+        """Write the lines waiting, in one write (under `_lock`)."""
+        if not self._waiting:
+            return
+        data = b"".join(self._waiting)
+        self._waiting.clear()
+        written = os.write(self._fd, data)
+        while written < len(data):  # a short write: the rest follows it
+            written += os.write(self._fd, data[written:])
 
     def close(self) -> None:
         with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            try:
+                if self._fd >= 0:
+                    self._write_waiting()
+            finally:
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def is_torn(line: str) -> bool:

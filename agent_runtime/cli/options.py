@@ -237,11 +237,12 @@ def runtime_config(options: dict[str, Any]) -> RuntimeConfig | None:
     return config
 
 
-def check_sinks(args: argparse.Namespace) -> None:
-    """Refuse an `--events` or `--artifacts` path that cannot be one, before opening any."""
+def check_sinks(args: argparse.Namespace, *, artifacts: bool = True) -> None:
+    """Refuse an `--events` or (unless told not to) `--artifacts` path that cannot be
+    one, before opening any."""
     events = getattr(args, "events", None)
     if events and events != "none":
         check_output_file(events, flag="--events")
-    artifacts = getattr(args, "artifacts", None)
-    if artifacts and artifacts != "none":
-        check_output_directory(artifacts, flag="--artifacts")
+    directory = getattr(args, "artifacts", None) if artifacts else None
+    if directory and directory != "none":
+        check_output_directory(directory, flag="--artifacts")

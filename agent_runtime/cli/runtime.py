@@ -47,7 +47,7 @@ def build_runtime(
         extra_sinks: Sequence[EventSink] = (), *,
         prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
         default_policy: HostPolicy | None = None, store_pool: StorePool | None = None,
-        adapters: ModelAdapters | None = None,
+        adapters: ModelAdapters | None = None, artifact_store: LocalArtifactStore | None = None,
 ) -> tuple[AgentRuntime, list[JsonlEventSink]]:
     """A runtime for a run's options, and the event files it writes (to close after).
 
@@ -55,12 +55,14 @@ def build_runtime(
     tools file is imported once). `default_policy` is the host policy when the
     config has none (`serve`'s safe defaults; the CLI's is permissive).
     `store_pool`: the store-call threads a host shares between its runtimes;
-    `adapters`: the model adapters it shares between runtimes of this config."""
+    `adapters`: the model adapters it shares between runtimes of this config;
+    `artifact_store`: the store of `args.artifacts` its runtimes share (else it is
+    checked and opened here)."""
     if prepared is None:
         config = runtime_config(options)
         prepared = config, load_tools(options, config)
     config, tools = prepared
-    check_sinks(args)
+    check_sinks(args, artifacts=artifact_store is None)
     sinks: list[EventSink] = list(extra_sinks)
     # OpenTelemetry, when the OTEL_* environment asks for it (docs/telemetry.md).
     sinks.extend(telemetry_sinks())
@@ -81,7 +83,9 @@ def build_runtime(
         shape = getattr(args, "ndjson_shape", "native")
         sinks.append(CallbackEventSink(lambda event: print_event(event, "ndjson", out,
                                                                  shape=shape)))
-    artifacts = getattr(args, "artifacts", None)
+    if artifact_store is None:
+        artifacts = getattr(args, "artifacts", None)
+        artifact_store = None if artifacts in (None, "none") else LocalArtifactStore(artifacts)
     policy = (config.policy if config is not None else None) or default_policy
     runtime = AgentRuntime(store=store, config=config, tools=tools, policy=policy,
                            event_sinks=sinks,
@@ -90,8 +94,7 @@ def build_runtime(
                            reasoning_sink=view.reasoning if view is not None and reasoning
                            else None,
                            store_pool=store_pool, adapters=adapters,
-                           artifacts=None if artifacts in (None, "none")
-                           else LocalArtifactStore(artifacts))
+                           artifacts=artifact_store)
     return runtime, files
 
 

@@ -276,7 +276,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     run_args = argparse.Namespace(model=None, config=args.config, tools=args.tools,
                                   events="none", artifacts=args.artifacts,
                                   lease_seconds=args.lease_seconds, stream=False, format="json")
-    log = None if args.events == "none" else JsonlEventSink(args.events)
+    log = None if args.events == "none" else JsonlEventSink(args.events, per_turn=True)
     sinks: list[EventSink] = [log] if log is not None else []
     store_pool = StorePool(args.store_threads)
     try:

@@ -22,10 +22,11 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from stores.artifacts import LocalArtifactStore
 from stores.base import RunStore
 from stores.records import RunRecord
 
-from agent_runtime.cli.options import run_options, runtime_config
+from agent_runtime.cli.options import check_sinks, run_options, runtime_config
 from agent_runtime.cli.runtime import build_runtime, load_tools
 from agent_runtime.config import RuntimeConfig, empty_config
 from agent_runtime.engine import AgentRuntime
@@ -57,13 +58,23 @@ class ServeRuntimes:
         self.store = store
         self.sinks = sinks
         self.store_pool = store_pool
+        # serve's own flags as options, and its artifact store, made once: a path
+        # resolved, checked and made per attempt was a score of system calls on the
+        # event loop, and each lets the interpreter lock go, for every run to wait
+        # while it is taken back.
+        self._flags = run_options(run_args)
+        check_sinks(run_args)
+        artifacts = getattr(run_args, "artifacts", None)
+        self._artifacts = (None if artifacts in (None, "none")
+                           else LocalArtifactStore(artifacts))
         self._lock = threading.Lock()
         self._prepared_kept: OrderedDict[_FilesKey, Prepared] = OrderedDict()
         self._adapters_kept: OrderedDict[tuple[_FilesKey, str | None], ModelAdapters] = \
             OrderedDict()
 
     def __call__(self, record: RunRecord | None) -> AgentRuntime:
-        options = run_options(self.run_args, None if record is None else record.options)
+        # As `run_options(self.run_args, record.options)`: the flags given win.
+        options = {**({} if record is None else record.options), **self._flags}
         files = _files_key(options)
         prepared = self._prepared(options, files)
         adapters = None if files is None else self._adapters(
@@ -71,7 +82,8 @@ class ServeRuntimes:
         # Tenants' manifests run here: without a `policy:` in the config, the safe defaults.
         return build_runtime(self.run_args, self.store, options, extra_sinks=self.sinks,
                              prepared=prepared, default_policy=HostPolicy(),
-                             store_pool=self.store_pool, adapters=adapters)[0]
+                             store_pool=self.store_pool, adapters=adapters,
+                             artifact_store=self._artifacts)[0]
 
     def _adapters(self, files: _FilesKey, config: RuntimeConfig | None,
                   tenant: str | None) -> ModelAdapters:

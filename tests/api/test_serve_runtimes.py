@@ -1,6 +1,6 @@
 """The runtimes `serve` builds per attempt (`ServeRuntimes`): the config and tools files
 a run's options name are loaded once, not per attempt, and again when they change; the
-model adapters are shared by the runs of one tenant."""
+model adapters are shared by the runs of one tenant; serve's own paths are taken once."""
 
 from __future__ import annotations
 
@@ -67,6 +67,36 @@ def test_a_missing_config_is_refused_by_name_every_time(tmp_path: Path) -> None:
     runtime_for = runtimes(tmp_path, tools=tools, config=tmp_path / "gone.yaml")
     for _ in range(2):
         with pytest.raises(ConfigError, match=r"gone\.yaml"):
+            runtime_for(None)
+
+
+def test_serves_paths_are_taken_once_at_start_and_a_later_chdir_moves_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tools.py").write_text(TOOLS.replace("VERSION", "1"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(model=None, config=None, tools=["tools.py"], events="none",
+                              artifacts="artifacts", lease_seconds=30.0, stream=False,
+                              format="json")
+    runtime_for = ServeRuntimes(args, MemoryRunStore(), [])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # as a tool may
+    first, second = runtime_for(None), runtime_for(None)
+    assert first.tools.get("lookup") is not None
+    assert first.artifacts is second.artifacts  # one store, opened at start
+    assert first.artifacts is not None
+    assert first.artifacts.directory == tmp_path / "artifacts"  # type: ignore[attr-defined]
+    assert not (elsewhere / "artifacts").exists()
+
+
+def test_a_tools_file_removed_after_start_is_refused_by_name(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS.replace("VERSION", "1"), encoding="utf-8")
+    runtime_for = runtimes(tmp_path, tools=tools)
+    runtime_for(None)
+    tools.unlink()
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=r"tools\.py: tools file not found"):
             runtime_for(None)
 
 
