@@ -8,7 +8,7 @@ answers every request after --model-delay seconds; each run is 5 tool
 iterations (the model asks for one call of a cheap Python tool, five times)
 and a text answer (bench/concurrency_workload.py). N runs are submitted at
 once to a real `agent-runtime serve` (bench/serve_load.py: SQLite store,
-`POST /runs` from an httpx client holding up to --connections connections),
+`POST /runs` from an aiohttp client holding up to --connections connections),
 then the same N runs are run on LangGraph (async graph, AsyncSqliteSaver) and
 on DBOS (async workflows on a queue of concurrency N, SQLite), each in a
 process of its own, against the same model (bench/concurrency_peers.py).

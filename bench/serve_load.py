@@ -12,6 +12,7 @@ one alike.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import secrets
@@ -24,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 from concurrency_workload import MODEL_NAME, PROMPT, SYSTEM_PROMPT, TOOL_NAME
 from process_memory import rss_kb, tree_rss_kb
 
@@ -178,12 +179,17 @@ class Load:
 
 async def drive(serve: ServeProcess, tags: list[str], *, connections: int,
                 timeout: float) -> Load:
-    """Submit one run per tag, wait for all to settle, and read each run once."""
+    """Submit one run per tag, wait for all to settle, and read each run once.
+
+    The client is aiohttp's: with 200 connections in flight, httpx's pool took
+    a whole core of the bench's process during the submissions, serve idling
+    meanwhile, so `POST /runs` latency measured the client more than serve."""
     load = Load()
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=serve.base_url, timeout=120.0, trust_env=False,
-                                 limits=limits,
-                                 headers={"Authorization": f"Bearer {serve.token}"}) as http:
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections)
+    async with aiohttp.ClientSession(
+            base_url=serve.base_url, connector=connector,
+            timeout=aiohttp.ClientTimeout(total=120.0),
+            headers={"Authorization": f"Bearer {serve.token}"}) as http:
         gate = asyncio.Semaphore(connections)
         sampler = asyncio.create_task(_sample_rss(serve.pid, load))
         load.first_submit = time.time()
@@ -205,7 +211,7 @@ async def drive(serve: ServeProcess, tags: list[str], *, connections: int,
     return load
 
 
-async def _submit(http: httpx.AsyncClient, gate: asyncio.Semaphore, tag: str,
+async def _submit(http: aiohttp.ClientSession, gate: asyncio.Semaphore, tag: str,
                   load: Load) -> str | None:
     body = {"manifest": MANIFEST, "variables": {"tag": tag}}
     # As a careful client does: a repeat of the same key answers the run it made,
@@ -216,8 +222,10 @@ async def _submit(http: httpx.AsyncClient, gate: asyncio.Semaphore, tag: str,
         async with gate:
             started = time.perf_counter()
             try:
-                response = await http.post("/runs", json=body, headers=headers)
-            except httpx.TransportError as error:
+                async with http.post("/runs", json=body, headers=headers) as response:
+                    status, answer = response.status, await response.read()
+                    retry_after = response.headers.get("retry-after")
+            except (aiohttp.ClientConnectionError, TimeoutError) as error:
                 failures += 1
                 load.transport_errors[type(error).__name__] = \
                     load.transport_errors.get(type(error).__name__, 0) + 1
@@ -226,47 +234,47 @@ async def _submit(http: httpx.AsyncClient, gate: asyncio.Semaphore, tag: str,
                 load.errors.append(f"{tag}: POST /runs: {type(error).__name__}: {error}")
                 return None
             load.post_ms.append((time.perf_counter() - started) * 1000)
-        if response.status_code == 201:
+        if status == 201:
             load.runs[tag] = [time.time()]
-            run_id: str = response.json()["run"]["runId"]
+            run_id: str = json.loads(answer)["run"]["runId"]
             return run_id
-        if response.status_code not in (429, 503):
-            load.errors.append(f"{tag}: POST /runs answered {response.status_code}: "
-                               f"{response.text[:300]}")
+        if status not in (429, 503):
+            load.errors.append(f"{tag}: POST /runs answered {status}: "
+                               f"{answer[:300].decode(errors='replace')}")
             return None
-        load.rejected[response.status_code] = load.rejected.get(response.status_code, 0) + 1
-        await asyncio.sleep(_retry_after(response))
+        load.rejected[status] = load.rejected.get(status, 0) + 1
+        await asyncio.sleep(_retry_after(retry_after))
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(header: str | None) -> float:
     try:
-        wait = float(response.headers.get("retry-after", DEFAULT_RETRY_AFTER))
+        wait = float(header if header is not None else DEFAULT_RETRY_AFTER)
     except ValueError:
         wait = DEFAULT_RETRY_AFTER
     return min(max(wait, 0.0), MAX_RETRY_AFTER)
 
 
-async def _settled(http: httpx.AsyncClient, timeout: float) -> bool:
+async def _settled(http: aiohttp.ClientSession, timeout: float) -> bool:
     """Wait until no run is `created` or `running`; False if `timeout` passes first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pending = 0
         for status in ("created", "running"):
-            page = await http.get("/runs", params={"status": status, "limit": 1})
-            pending += len(page.json().get("runs", [])) if page.status_code == 200 else 1
+            async with http.get("/runs", params={"status": status, "limit": "1"}) as page:
+                pending += (len((await page.json()).get("runs", [])) if page.status == 200
+                            else 1)
         if not pending:
             return True
         await asyncio.sleep(POLL_EVERY)
     return False
 
 
-async def _read(http: httpx.AsyncClient, gate: asyncio.Semaphore,
+async def _read(http: aiohttp.ClientSession, gate: asyncio.Semaphore,
                 run_id: str) -> dict[str, Any]:
-    async with gate:
-        response = await http.get(f"/runs/{run_id}")
-    if response.status_code != 200:
-        return {"status": f"unreadable ({response.status_code})"}
-    view: dict[str, Any] = response.json()["run"]
+    async with gate, http.get(f"/runs/{run_id}") as response:
+        if response.status != 200:
+            return {"status": f"unreadable ({response.status})"}
+        view: dict[str, Any] = (await response.json())["run"]
     return view
 
 
