@@ -38,6 +38,7 @@ from stores.records import (
     RunError,
     RunRecord,
     RunStatus,
+    json_copy,
     trusted_record,
     utc_now,
 )
@@ -57,7 +58,6 @@ from agent_runtime.lease_heartbeat import LeaseHeartbeat
 from agent_runtime.manifest import AgentManifest
 from agent_runtime.results import RunResult
 from agent_runtime.run_outputs import OutputAllowance, final_output
-from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, SKIPPED, STEP, RunState
 from agent_runtime.state_projection import projected, projects
 from agent_runtime.step_context import SETTLE_ACTIONS, LostOwnership, StepContext

@@ -11,6 +11,7 @@ that is not JSON fails here, in a unit test, not in production.
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -35,6 +36,28 @@ JsonObject = dict[str, Any]
 # Any JSON value: what a step outputs, a variable holds, a tool returns. A real
 # recursive union, not `Any`, so the engine's seams are checked by mypy.
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
+
+
+# Values shared, not copied, by `json_copy` and `copy_record`: nothing can change them.
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), datetime})
+
+
+def json_copy(value: Any) -> Any:
+    """An independent copy of JSON data, several times faster than `copy.deepcopy`
+    (no memo, no dispatch table): the engine copies its cursor and loop values
+    at every commit point, and a store every record it hands out. Strings,
+    numbers, booleans, None and datetimes are shared (they are immutable);
+    anything else falls back to `copy.deepcopy`."""
+    kind = type(value)
+    # Leaves are most of any value: shared in place, without a call each.
+    if kind is dict:
+        return {key: item if type(item) in _IMMUTABLE else json_copy(item)
+                for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _IMMUTABLE else json_copy(item) for item in value]
+    if kind in _IMMUTABLE or isinstance(value, StrEnum):
+        return value
+    return copy.deepcopy(value)
 
 
 def utc_now() -> datetime:
@@ -302,6 +325,20 @@ def decode_record(model: type[R], text: str | bytes) -> R:
     except ValidationError as error:
         reason = error.errors()[0]["msg"]
         raise RecordDecodeError(f"not a valid {model.__name__}: {reason}") from error
+
+
+def copy_record(record: R) -> R:
+    """A copy of `record` as deep as `record.model_copy(deep=True)`, several times
+    faster: its fields copied by `json_copy`, its nested records by this. A store
+    hands out copies of the records it keeps, so no caller's change reaches them."""
+    fields = {name: copy_record(value) if isinstance(value, BaseModel) else json_copy(value)
+              for name, value in record.__dict__.items()}
+    copied = record.__class__.__new__(record.__class__)
+    object.__setattr__(copied, "__dict__", fields)
+    object.__setattr__(copied, "__pydantic_fields_set__", set(record.__pydantic_fields_set__))
+    object.__setattr__(copied, "__pydantic_extra__", json_copy(record.__pydantic_extra__))
+    object.__setattr__(copied, "__pydantic_private__", json_copy(record.__pydantic_private__))
+    return copied
 
 
 _FIELD_NAMES: dict[type[BaseModel], frozenset[str]] = {}

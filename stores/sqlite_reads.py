@@ -33,6 +33,7 @@ from stores.records import (
     RunPage,
     RunRecord,
     RunStatus,
+    copy_record,
 )
 from stores.run_search import RunSearch
 from stores.sqlite_effects import EffectRows
@@ -119,7 +120,7 @@ class SqliteReads:
         with self._read() as conn:
             run = self._run(conn, run_id)
         # A copy: the decoded record is shared with later writes of this store.
-        return None if run is None else run.model_copy(deep=True)
+        return None if run is None else copy_record(run)
 
     def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         with self._read() as conn:

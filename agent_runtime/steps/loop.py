@@ -37,12 +37,11 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
-from stores.records import Frame, JsonObject, JsonValue
+from stores.records import Frame, JsonObject, JsonValue, json_copy
 
 from agent_runtime.errors import StepFailed
 from agent_runtime.execution import join_path
 from agent_runtime.manifest import LoopSpec, LoopStep
-from agent_runtime.serde import json_copy
 from agent_runtime.state import COMPLETED, ITERATION, LOOP_ITEMS, SKIPPED, STEP
 from agent_runtime.templates import MISSING, Missing, resolve_path
 

@@ -101,6 +101,7 @@ from stores.records import (
     RunPage,
     RunRecord,
     RunStatus,
+    copy_record,
     encode_record,
 )
 from stores.run_search import RunSearch
@@ -251,7 +252,7 @@ class DynamoDbRunStore(StateChanges):
         with self._lock(run_id):
             stored = self._reader.load(run_id)
         # A copy: the decoded record is remembered for the next write.
-        return None if stored is None else stored.run.model_copy(deep=True)
+        return None if stored is None else copy_record(stored.run)
 
     def load_latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         with self._lock(run_id):
@@ -383,7 +384,7 @@ class DynamoDbRunStore(StateChanges):
                     lease_seconds=lease_seconds, allow_running_takeover=allow_running_takeover,
                     expired_owner=expired_owner)
                 try:
-                    return self._put_run(stored, updated).run.model_copy(deep=True)
+                    return copy_record(self._put_run(stored, updated).run)
                 except Refused as refused:
                     rounds.refused(refused)
         raise AssertionError("unreachable: Rounds raises when it runs out")

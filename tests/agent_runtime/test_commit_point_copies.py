@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from agent_runtime.events import EventEmitter, ListEventSink, random_id
-from agent_runtime.serde import json_copy
+from stores.records import json_copy
 
 
 def test_json_copy_is_equal_and_shares_no_container_with_its_source() -> None:
