@@ -8,6 +8,7 @@ reconciler asks Step Functions (functions/reconciler/executions.py `ExecutionLiv
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from dataclasses import dataclass
@@ -19,7 +20,15 @@ from stores.records import RunRecord
 
 def default_owner() -> str:
     """Who holds a lease: host and pid, so the reconciler can tell whether it is alive."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return _owner_of(os.getpid())
+
+
+@functools.cache
+def _owner_of(pid: int) -> str:
+    # Named once per process (a forked child has a pid, so a name, of its own):
+    # `gethostname` is a system call, and `serve` builds every attempt's runtime,
+    # which names its owner, on the event loop all its runs share.
+    return f"{socket.gethostname()}:{pid}"
 
 
 class Liveness(StrEnum):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from stores.artifacts import LocalArtifactStore
@@ -48,6 +49,7 @@ def build_runtime(
         prepared: tuple[RuntimeConfig | None, list[Tool]] | None = None,
         default_policy: HostPolicy | None = None, store_pool: StorePool | None = None,
         adapters: ModelAdapters | None = None, artifact_store: LocalArtifactStore | None = None,
+        base_dir: Path | None = None,
 ) -> tuple[AgentRuntime, list[JsonlEventSink]]:
     """A runtime for a run's options, and the event files it writes (to close after).
 
@@ -57,7 +59,8 @@ def build_runtime(
     `store_pool`: the store-call threads a host shares between its runtimes;
     `adapters`: the model adapters it shares between runtimes of this config;
     `artifact_store`: the store of `args.artifacts` its runtimes share (else it is
-    checked and opened here)."""
+    checked and opened here); `base_dir`: where relative paths of its manifests
+    resolve (else the current directory)."""
     if prepared is None:
         config = runtime_config(options)
         prepared = config, load_tools(options, config)
@@ -94,7 +97,7 @@ def build_runtime(
                            reasoning_sink=view.reasoning if view is not None and reasoning
                            else None,
                            store_pool=store_pool, adapters=adapters,
-                           artifacts=artifact_store)
+                           artifacts=artifact_store, base_dir=base_dir)
     return runtime, files
 
 

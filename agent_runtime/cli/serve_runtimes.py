@@ -20,6 +20,7 @@ import argparse
 import os
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 from stores.artifacts import LocalArtifactStore
@@ -58,11 +59,12 @@ class ServeRuntimes:
         self.store = store
         self.sinks = sinks
         self.store_pool = store_pool
-        # serve's own flags as options, and its artifact store, made once: a path
-        # resolved, checked and made per attempt was a score of system calls on the
-        # event loop, and each lets the interpreter lock go, for every run to wait
-        # while it is taken back.
+        # serve's own flags as options, its artifact store and its directory, made
+        # once: a path resolved, checked and made per attempt was a score of system
+        # calls on the event loop, and each lets the interpreter lock go, for every
+        # run to wait while it is taken back.
         self._flags = run_options(run_args)
+        self._base_dir = Path.cwd()
         check_sinks(run_args)
         artifacts = getattr(run_args, "artifacts", None)
         self._artifacts = (None if artifacts in (None, "none")
@@ -83,7 +85,7 @@ class ServeRuntimes:
         return build_runtime(self.run_args, self.store, options, extra_sinks=self.sinks,
                              prepared=prepared, default_policy=HostPolicy(),
                              store_pool=self.store_pool, adapters=adapters,
-                             artifact_store=self._artifacts)[0]
+                             artifact_store=self._artifacts, base_dir=self._base_dir)[0]
 
     def _adapters(self, files: _FilesKey, config: RuntimeConfig | None,
                   tenant: str | None) -> ModelAdapters:

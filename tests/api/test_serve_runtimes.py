@@ -87,6 +87,7 @@ def test_serves_paths_are_taken_once_at_start_and_a_later_chdir_moves_none(
     assert first.artifacts is not None
     assert first.artifacts.directory == tmp_path / "artifacts"  # type: ignore[attr-defined]
     assert not (elsewhere / "artifacts").exists()
+    assert first.base_dir == second.base_dir == tmp_path  # a scripted model's paths
 
 
 def test_a_tools_file_removed_after_start_is_refused_by_name(tmp_path: Path) -> None:
