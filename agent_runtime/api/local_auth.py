@@ -189,6 +189,16 @@ def generate_token_file(path: str | Path = DEFAULT_TOKEN_FILE) -> str:
     return token
 
 
+def read_generated_token(path: str | Path = DEFAULT_TOKEN_FILE) -> dict[str, str]:
+    """The token `generate_token_file` wrote, tenant `local`: how the children of
+    `serve --processes` take their supervisor's new token."""
+    token = _read_private_file(Path(path), str(path)).strip()
+    problem = token_problem(token)
+    if problem is not None:
+        raise ConfigError(f"the token {problem}", source=str(path))
+    return {token: LOCAL_TENANT}
+
+
 class HostCheck:
     """Which `Host` header values the server answers to (DNS rebinding protection).
 

@@ -402,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     reset: Callable[[], None] | None = None
     try:
         args = _parser().parse_args(argv)  # `--help` and `--version` end here, quickly
+        # The words as given: `serve --processes` starts its children with them.
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         from agent_runtime.cli.options import check_text_flags  # noqa: PLC0415
         from agent_runtime.limits import DEFAULT_LIMITS, reset_limits, set_limits  # noqa: PLC0415
 

@@ -1,7 +1,8 @@
 """`agent-runtime serve`: the HTTP API on this machine (docs/design.md section 12).
 
     agent-runtime serve [--host 127.0.0.1] [--port 8000] [--max-concurrent-runs 2000]
-                        [--tenant-concurrent-runs N] [--workers 1] [--store-threads 16]
+                        [--tenant-concurrent-runs N] [--workers 1] [--processes 1]
+                        [--store-threads 16]
                         [--token T | --tokens FILE] [--reconcile-interval 30]
                         [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
                         [--max-connections 256] [--header-timeout 10] [--body-timeout 30]
@@ -22,6 +23,9 @@ when it is installed, as the server's own: `agent_runtime.api.run_loops`), up to
 past either bound a request that would start or resume a run is answered 429
 with Retry-After and creates nothing (`agent_runtime.api.local_launcher`,
 `run_capacity`). Their store calls share `--store-threads` threads.
+`--processes N` serves from N processes on the one address and store, so that
+runs are stepped on N cores; the limits are the server's, each process holding
+its share (`agent_runtime.cli.serve_processes`).
 
 Clients are not trusted (docs/design.md section 14): connections are capped, a
 request's head and body, an idle connection and a client that does not read
@@ -32,6 +36,7 @@ tenant holds at most its share of the runs executing at once.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -50,6 +55,10 @@ DEFAULT_PORT = 8000
 # between waits would not go faster on more threads (agent_runtime.api.run_loops).
 DEFAULT_WORKERS = 1
 MAX_WORKERS = 64
+# One process: its runs wait as coroutines; more processes step runs on more cores
+# (agent_runtime.cli.serve_processes).
+DEFAULT_PROCESSES = 1
+MAX_PROCESSES = 64
 # Mirrors agent_runtime.api.run_capacity.DEFAULT_MAX_RUNS (the serve extra's side).
 DEFAULT_MAX_CONCURRENT_RUNS = 2000
 # Threads every run's store calls share: enough for commits of concurrent runs
@@ -103,6 +112,12 @@ def add_serve_parser(commands: Any,
                        help="event loops (one thread each) the runs are shared between; more "
                             "than one helps only when code blocks a loop (default: "
                             f"{DEFAULT_WORKERS})")
+    serve.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
+                       help="processes serving on the one address and store, so that runs "
+                            "are stepped on N cores; the limits below are the server's, "
+                            f"shared evenly between them (default: {DEFAULT_PROCESSES})")
+    serve.add_argument("--serve-process", dest="serve_process", metavar="FDS",
+                       help=argparse.SUPPRESS)
     serve.add_argument("--store-threads", type=int, default=DEFAULT_STORE_THREADS,
                        metavar="N",
                        help="threads the runs' store calls share, so that commits of "
@@ -188,6 +203,11 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInput("must be a port number, 0 to 65535", source="--port")
     if not 1 <= args.workers <= MAX_WORKERS:
         raise InvalidInput(f"must be 1 to {MAX_WORKERS}", source="--workers")
+    if not 1 <= args.processes <= MAX_PROCESSES:
+        raise InvalidInput(f"must be 1 to {MAX_PROCESSES}", source="--processes")
+    if args.processes > 1 and args.store_driver == "memory":
+        raise InvalidInput("needs a store the processes share; the memory store lives in "
+                           "one process (use sqlite or file)", source="--processes")
     if args.max_concurrent_runs < 1:
         raise InvalidInput("must be 1 or more", source="--max-concurrent-runs")
     if args.tenant_runs is not None and not 1 <= args.tenant_runs <= args.max_concurrent_runs:
@@ -211,6 +231,7 @@ def _tokens(args: argparse.Namespace) -> tuple[dict[str, str], str]:
         DEFAULT_TOKEN_FILE,
         generate_token_file,
         load_token_file,
+        read_generated_token,
         single_token,
     )
 
@@ -220,6 +241,8 @@ def _tokens(args: argparse.Namespace) -> tuple[dict[str, str], str]:
         tokens = load_token_file(args.tokens)
         tenants = ", ".join(sorted(set(tokens.values())))
         return tokens, f"auth: {len(tokens)} token(s) from {args.tokens} (tenants: {tenants})"
+    if args.serve_process is not None:  # a child: the supervisor's token, already written
+        return read_generated_token(DEFAULT_TOKEN_FILE), ""
     token = generate_token_file(DEFAULT_TOKEN_FILE)
     return ({token: LOCAL_TENANT},
             f"auth: a new bearer token is in {DEFAULT_TOKEN_FILE} (mode 0600, tenant local)")
@@ -240,6 +263,73 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _share(args: argparse.Namespace, limit: int) -> int:
+    """This process's part of a server-wide `limit` (all of it, unless --processes)."""
+    from agent_runtime.cli.serve_processes import process_share  # noqa: PLC0415
+
+    return limit if args.processes == 1 else process_share(limit, args.processes)
+
+
+def _listening(args: argparse.Namespace, url: str, tenant_runs: int,
+               auth_line: str) -> list[str]:
+    """The lines `serve` prints once it listens (the first names its address)."""
+    from agent_runtime.api.local_auth import DEFAULT_TOKEN_FILE  # noqa: PLC0415
+    from agent_runtime.api.run_loops import loop_kind  # noqa: PLC0415
+
+    store_label = "memory" if args.store_driver == "memory" \
+        else f"{args.store_driver}:{args.store or DEFAULT_STORE}"
+    processes = "" if args.processes == 1 else f"{args.processes} processes of "
+    lines = [f"agent-runtime serve: listening on {url} ({args.max_concurrent_runs} "
+             f"runs at once, {tenant_runs} per tenant, on {processes}{args.workers} "
+             f"{loop_kind()} event loop(s), {args.store_threads} store threads, "
+             f"store {store_label}, reconcile every {args.reconcile_interval:g}s)",
+             auth_line]
+    if args.token is None and args.tokens is None:
+        lines.append('  try: curl -H "Authorization: Bearer '
+                     f'$(cat {DEFAULT_TOKEN_FILE})" {url}/runs')
+    return lines
+
+
+def _warn_tenant_share(args: argparse.Namespace) -> None:
+    import logging  # noqa: PLC0415
+
+    logging.getLogger("agent_runtime.serve").warning(
+        "one tenant's runs may hold all %d places while another tenant's are "
+        "refused; use --tenant-concurrent-runs below --max-concurrent-runs",
+        args.max_concurrent_runs)
+
+
+def _supervise(args: argparse.Namespace, run_args: argparse.Namespace,
+               tokens: dict[str, str], auth_line: str) -> int:
+    """`--processes N`: check what the children will load, bind, start them and watch
+    them until stopped (agent_runtime.cli.serve_processes). The exit code."""
+    from agent_runtime.api.server import bind_socket  # noqa: PLC0415
+    from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
+    from agent_runtime.cli.serve_processes import ServeProcesses, child_command  # noqa: PLC0415
+    from agent_runtime.cli.serve_runtimes import ServeRuntimes  # noqa: PLC0415
+    from agent_runtime.store_thread import StorePool  # noqa: PLC0415
+
+    # Once, here: a store that does not open, or a config or tools file that
+    # does not load, stops serve before any child starts.
+    pool = StorePool(1)
+    try:
+        with open_run_store(args) as store:
+            ServeRuntimes(run_args, store, [], pool)(None)
+    finally:
+        pool.shutdown(wait=False)
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as error:
+        print(f"error: cannot listen on {_url(args.host, args.port)}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    host, port = sock.getsockname()[:2]
+    tenant_runs = _tenant_runs(args, tokens)
+    print("\n".join(_listening(args, _url(host, port), tenant_runs, auth_line)), flush=True)
+    if tenant_runs == args.max_concurrent_runs and len(set(tokens.values())) > 1:
+        _warn_tenant_share(args)
+    return ServeProcesses(child_command(args.argv), args.processes, sock).run()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     missing = missing_serve_extra()
     if missing is not None:
@@ -248,17 +338,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import logging  # noqa: PLC0415 - only `serve` logs; every command builds its parser
 
     from agent_runtime.api.connections import ConnectionLimits  # noqa: PLC0415
-    from agent_runtime.api.local_auth import (  # noqa: PLC0415
-        DEFAULT_TOKEN_FILE,
-        BearerTokens,
-        HostCheck,
-    )
+    from agent_runtime.api.local_auth import BearerTokens, HostCheck  # noqa: PLC0415
     from agent_runtime.api.local_launcher import LocalLauncher  # noqa: PLC0415
     from agent_runtime.api.local_reconcile import ReconcileLoop  # noqa: PLC0415
-    from agent_runtime.api.run_loops import loop_kind  # noqa: PLC0415
     from agent_runtime.api.server import bind_socket, build_app, serve_until_stopped  # noqa: PLC0415
     from agent_runtime.api.services import ApiServices  # noqa: PLC0415
     from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
+    from agent_runtime.cli.serve_processes import ChildEnds  # noqa: PLC0415
     from agent_runtime.cli.serve_runtimes import ServeRuntimes  # noqa: PLC0415
     from agent_runtime.events import JsonlEventSink  # noqa: PLC0415
     from agent_runtime.startup_heap import freeze_startup_heap  # noqa: PLC0415
@@ -276,6 +362,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     run_args = argparse.Namespace(model=None, config=args.config, tools=args.tools,
                                   events="none", artifacts=args.artifacts,
                                   lease_seconds=args.lease_seconds, stream=False, format="json")
+    if args.processes > 1 and args.serve_process is None:
+        return _supervise(args, run_args, tokens, auth_line)
+    child = None if args.serve_process is None else ChildEnds.parse(args.serve_process)
     log = None if args.events == "none" else JsonlEventSink(args.events, per_turn=True)
     sinks: list[EventSink] = [log] if log is not None else []
     store_pool = StorePool(args.store_threads)
@@ -286,21 +375,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
             api_runtime = runtime_for(None)
             tenant_runs = _tenant_runs(args, tokens)
             launcher = LocalLauncher(store, runtime_for, loops=args.workers,
-                                     max_runs=args.max_concurrent_runs,
-                                     tenant_runs=tenant_runs, store_pool=store_pool)
+                                     max_runs=_share(args, args.max_concurrent_runs),
+                                     tenant_runs=_share(args, tenant_runs),
+                                     store_pool=store_pool)
             limits = ConnectionLimits(
-                max_connections=args.max_connections, header_timeout=args.header_timeout,
+                max_connections=_share(args, args.max_connections),
+                header_timeout=args.header_timeout,
                 body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
                 write_timeout=args.write_timeout)
             services = ApiServices(store=store, runtime=api_runtime, launcher=launcher,
                                    authenticator=BearerTokens(tokens), capacity=launcher)
-            try:
-                sock = bind_socket(args.host, args.port)
-            except OSError as error:
-                launcher.close()
-                print(f"error: cannot listen on {_url(args.host, args.port)}: {error}",
-                      file=sys.stderr)
-                return EXIT_FAILED
+            if child is not None:
+                sock = child.socket()
+                child.stop_with_supervisor()
+            else:
+                try:
+                    sock = bind_socket(args.host, args.port)
+                except OSError as error:
+                    launcher.close()
+                    print(f"error: cannot listen on {_url(args.host, args.port)}: {error}",
+                          file=sys.stderr)
+                    return EXIT_FAILED
             host, port = sock.getsockname()[:2]
             try:
                 app = build_app(services, HostCheck(args.host, port), limits)
@@ -310,23 +405,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise
             reconcile = ReconcileLoop(store, launcher, interval=args.reconcile_interval,
                                       event_sinks=sinks)
-            url = _url(host, port)
-            store_label = "memory" if args.store_driver == "memory" \
-                else f"{args.store_driver}:{args.store or DEFAULT_STORE}"
-            lines = [f"agent-runtime serve: listening on {url} ({args.max_concurrent_runs} "
-                     f"runs at once, {tenant_runs} per tenant, on {args.workers} "
-                     f"{loop_kind()} event loop(s), {args.store_threads} store threads, "
-                     f"store {store_label}, reconcile every {args.reconcile_interval:g}s)",
-                     auth_line]
-            if args.token is None and args.tokens is None:
-                lines.append('  try: curl -H "Authorization: Bearer '
-                             f'$(cat {DEFAULT_TOKEN_FILE})" {url}/runs')
-            print("\n".join(lines), flush=True)
-            if tenant_runs == args.max_concurrent_runs and len(set(tokens.values())) > 1:
-                logging.getLogger("agent_runtime.serve").warning(
-                    "one tenant's runs may hold all %d places while another tenant's are "
-                    "refused; use --tenant-concurrent-runs below --max-concurrent-runs",
-                    args.max_concurrent_runs)
+            if child is None:
+                print("\n".join(_listening(args, _url(host, port), tenant_runs, auth_line)),
+                      flush=True)
+                if tenant_runs == args.max_concurrent_runs and len(set(tokens.values())) > 1:
+                    _warn_tenant_share(args)
+            else:
+                logging.getLogger("agent_runtime.serve").info(
+                    "serve process %d started (%d runs at once, %d per tenant)", os.getpid(),
+                    _share(args, args.max_concurrent_runs), _share(args, tenant_runs))
             # Started: what serve built so far lives as long as it does.
             freeze_startup_heap()
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,
