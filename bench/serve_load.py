@@ -38,6 +38,10 @@ MAX_RETRY_AFTER = 5.0
 # A POST whose connection failed is sent again, with its Idempotency-Key, this often.
 MAX_TRANSPORT_RETRIES = 3
 POLL_EVERY = 0.5
+# How long the client keeps an idle connection for its next request: less than
+# serve's idle timeout (`serve --idle-timeout`, 5 s), so that it never sends on a
+# connection serve is closing (the request would fail: "Server disconnected").
+KEEPALIVE_SECONDS = 2.0
 RSS_EVERY = 0.25
 
 MANIFEST: dict[str, Any] = {
@@ -185,7 +189,8 @@ async def drive(serve: ServeProcess, tags: list[str], *, connections: int,
     a whole core of the bench's process during the submissions, serve idling
     meanwhile, so `POST /runs` latency measured the client more than serve."""
     load = Load()
-    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections)
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections,
+                                     keepalive_timeout=KEEPALIVE_SECONDS)
     async with aiohttp.ClientSession(
             base_url=serve.base_url, connector=connector,
             timeout=aiohttp.ClientTimeout(total=120.0),
