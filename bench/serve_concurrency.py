@@ -233,10 +233,12 @@ def _cell(value: float, digits: int = 1) -> str:
 
 
 def report(args: argparse.Namespace, engines: list[Figures], load: Load,
-           dropped: list[str]) -> None:
+           flags: list[str], dropped: list[str]) -> None:
     ours = engines[0]
     print(f"serve concurrency: {args.runs} runs of {TOOL_ITERATIONS} tool iterations each, "
           f"model answers in {args.model_delay:g} s, all submitted at once")
+    if flags:
+        print(f"  serve {' '.join(flags)}")
     for flag in dropped:
         print(f"  note: this serve does not take {flag.split('=', 1)[0]}; left out")
     present = [figures for figures in engines if figures.missing is None]
@@ -332,7 +334,7 @@ def main() -> None:
                 engines += [measure_peer(peer, model, args, workdir) for peer in PEERS]
     finally:
         model.stop()
-    report(args, engines, load, dropped)
+    report(args, engines, load, flags, dropped)
     print(f"  (bench took {time.monotonic() - started:.0f} s)")
     if ours.completed != args.runs:
         raise SystemExit(f"{args.runs - ours.completed} of our runs did not complete")

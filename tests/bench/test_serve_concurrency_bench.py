@@ -87,9 +87,11 @@ def test_the_quick_bench_prints_every_figure(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
     assert "5 runs of 5 tool iterations each, model answers in 0.05 s" in output
-    # A flag this serve lacks is left out, by name; one it has is passed quietly.
+    # A flag this serve lacks is left out, by name; one it has is passed, and the
+    # flags serve was given are printed.
     assert "note: this serve does not take --no-such-serve-flag; left out" in output
-    assert "--no-access-log" not in output
+    assert "take --no-access-log" not in output
+    assert "\n  serve --no-access-log\n" in output
     # The peers measured head the table's columns; one not installed is named.
     header = re.search(r"^\s+ours(.*)$", output, re.MULTILINE)
     assert header, output
