@@ -25,7 +25,7 @@ with Retry-After and creates nothing (`agent_runtime.api.local_launcher`,
 `run_capacity`). Their store calls share `--store-threads` threads.
 `--processes N` serves from N processes on the one address and store, so that
 runs are stepped on N cores; the limits are the server's, each process holding
-its share (`agent_runtime.cli.serve_processes`).
+its share of the run limits (`agent_runtime.cli.serve_processes`).
 
 Clients are not trusted (docs/design.md section 14): connections are capped, a
 request's head and body, an idle connection and a client that does not read
@@ -114,7 +114,7 @@ def add_serve_parser(commands: Any,
                             f"{DEFAULT_WORKERS})")
     serve.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
                        help="processes serving on the one address and store, so that runs "
-                            "are stepped on N cores; the limits below are the server's, "
+                            "are stepped on N cores; the run limits are the server's, "
                             f"shared evenly between them (default: {DEFAULT_PROCESSES})")
     serve.add_argument("--serve-process", dest="serve_process", metavar="FDS",
                        help=argparse.SUPPRESS)
@@ -164,8 +164,9 @@ def _add_connection_flags(serve: argparse.ArgumentParser) -> None:
         "past a limit is answered (408 Request Timeout, 503 Service Unavailable) or just "
         "disconnected; requests of other clients are not held up by it.")
     limits.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                        metavar="N", help="connections open at once; past it a new one is "
-                                          f"answered 503 (default: {DEFAULT_MAX_CONNECTIONS})")
+                        metavar="N", help="connections open at once (each process's, with "
+                                          "--processes); past it a new one is answered 503 "
+                                          f"(default: {DEFAULT_MAX_CONNECTIONS})")
     for flag, default, what in (
             ("--header-timeout", DEFAULT_HEADER_TIMEOUT,
              "for a request's head to arrive, from the connection's start or its first byte"),
@@ -379,7 +380,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                      tenant_runs=_share(args, tenant_runs),
                                      store_pool=store_pool)
             limits = ConnectionLimits(
-                max_connections=_share(args, args.max_connections),
+                # A process's own: see agent_runtime.cli.serve_processes.
+                max_connections=args.max_connections,
                 header_timeout=args.header_timeout,
                 body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
                 write_timeout=args.write_timeout)
@@ -412,8 +414,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     _warn_tenant_share(args)
             else:
                 logging.getLogger("agent_runtime.serve").info(
-                    "serve process %d started (%d runs at once, %d per tenant)", os.getpid(),
-                    _share(args, args.max_concurrent_runs), _share(args, tenant_runs))
+                    "serve process %d started (%d runs at once, %d per tenant, %d connections)",
+                    os.getpid(), _share(args, args.max_concurrent_runs),
+                    _share(args, tenant_runs), args.max_connections)
             # Started: what serve built so far lives as long as it does.
             freeze_startup_heap()
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,

@@ -11,11 +11,14 @@ reconciler takes over. They share the store (a SQLite file: commits of
 different processes take turns, `stores.sqlite_turns`), the `--events` log
 (appended one whole turn of lines per write) and the artifacts.
 
-The limits stay the server's: each child holds `ceil(limit / N)` of
-`--max-concurrent-runs`, `--tenant-concurrent-runs` and `--max-connections`
-(`process_share`). The shares are per child, so a burst that reaches one child
-may be answered 429 while another still has room, as with any pool of servers
-behind one address.
+The run limits stay the server's: each child holds `ceil(limit / N)` of
+`--max-concurrent-runs` and `--tenant-concurrent-runs` (`process_share`). The
+shares are per child, so a burst that reaches one child may be answered 429
+while another still has room, as with any pool of servers behind one address.
+`--max-connections` is each child's own (as a worker's connection limit is in
+other servers): it guards one process's descriptors and memory, and the kernel
+does not spread connections evenly, so a share of it would answer 503 to
+clients of a busy child while the server as a whole had room.
 
 The supervisor starts a new child in place of one that exits while serving
 (its runs are taken over at once by the others' reconcilers, their owner being

@@ -71,6 +71,11 @@ def test_two_processes_complete_the_runs_posted_and_stop_cleanly_on_sigterm(
         assert "on 2 processes of 1" in serve.output()
         pids = wait_until(lambda: (found := children(serve.process.pid)) and
                           len(found) == 2 and found, what="two serve processes")
+        # Each holds half of the runs, and connections of its own (the kernel
+        # does not spread them evenly).
+        wait_until(lambda: all(f"serve process {pid} started (1000 runs at once, 1000 per "
+                                "tenant, 256 connections)" in serve.output() for pid in pids),
+                   what="both processes serving")
         token = (tmp_path / ".agent-runtime" / "serve.token").read_text().strip()
         manifest = (FIXTURES / "hello.agent.yaml").read_text(encoding="utf-8")
         run_ids = []
