@@ -104,7 +104,6 @@ class ChildEnds:
 
 @dataclass
 class _Child:
-    slot: int
     process: subprocess.Popen[bytes]
     started: float
     quick_exits: int = 0
@@ -164,7 +163,7 @@ class ServeProcesses:
         process = subprocess.Popen(
             [*self.command, CHILD_FLAG, ends], stdin=subprocess.DEVNULL,
             pass_fds=(self.sock.fileno(), read_end), process_group=0)
-        self._children[slot] = _Child(slot, process, self.clock(), quick_exits)
+        self._children[slot] = _Child(process, self.clock(), quick_exits)
 
     def _reap(self, read_end: int) -> None:
         with self._lock:

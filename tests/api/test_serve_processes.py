@@ -175,7 +175,7 @@ def _listening() -> socket.socket:
 def _script(tmp_path: Path, body: str) -> list[str]:
     """A child that counts its starts in `starts` (one line each), then runs `body`."""
     starts = tmp_path / "starts"
-    code = (f"import pathlib, signal, sys, time\n"
+    code = (f"import pathlib, signal, sys\n"
             f"starts = pathlib.Path({str(starts)!r})\n"
             f"with starts.open('a') as out: out.write('start\\n')\n"
             f"count = len(starts.read_text().splitlines())\n{body}")
@@ -196,7 +196,7 @@ def test_a_child_that_exits_while_serving_is_replaced_and_a_stop_reaches_its_suc
     body = ("if count == 1:\n    sys.exit(3)\n"
             "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
             "pathlib.Path(str(starts) + '.ready').touch()\n"
-            "while True:\n    time.sleep(0.05)\n")
+            "while True:\n    signal.pause()\n")
     ticks = iter(range(0, 10**6, 100))  # every exit long after its start
     supervisor = ServeProcesses(_script(tmp_path, body), 1, _listening(),
                                 clock=lambda: float(next(ticks)))
