@@ -54,6 +54,7 @@ from stores.base import (
 )
 from stores.records import Budget, RunRecord, RunStatus
 
+from agent_runtime.api.place_ledger import PlaceLedger
 from agent_runtime.api.run_capacity import DEFAULT_MAX_RUNS, RunPlaces
 from agent_runtime.api.run_loops import RunLoops
 from agent_runtime.clock import Clock, SystemClock
@@ -96,7 +97,8 @@ class _Job:
 
 class LocalLauncher:
     """Executes stored runs as tasks on `loops` event loops; `runtime_for(run)` builds each
-    attempt's runtime (with `store_pool`, when given, for its store calls).
+    attempt's runtime (with `store_pool`, when given, for its store calls). Its places
+    are counted in `ledger` too when it is one of `serve --processes`' children.
 
     Thread-safe: requests hand runs over from the server's request threads, the
     reconciler loop from its own thread. Also the routes' `RunCapacity` (`admit`).
@@ -104,13 +106,14 @@ class LocalLauncher:
 
     def __init__(self, store: RunStore, runtime_for: Callable[[RunRecord], AgentRuntime], *,
                  loops: int = DEFAULT_LOOPS, max_runs: int = DEFAULT_MAX_RUNS,
-                 tenant_runs: int | None = None, store_pool: StorePool | None = None,
+                 tenant_runs: int | None = None, ledger: PlaceLedger | None = None,
+                 store_pool: StorePool | None = None,
                  owner: str | None = None, clock: Clock | None = None,
                  retry_first: float = RETRY_FIRST_SECONDS,
                  retry_max: float = RETRY_MAX_SECONDS) -> None:
         self.store = store
         self.runtime_for = runtime_for
-        self.places = RunPlaces(max_runs=max_runs, tenant_runs=tenant_runs)
+        self.places = RunPlaces(max_runs=max_runs, tenant_runs=tenant_runs, ledger=ledger)
         self.store_pool = store_pool
         # Whose leases this server's runtimes hold (theirs is `default_owner()` too).
         self.owner = owner or default_owner()

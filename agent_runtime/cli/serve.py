@@ -24,8 +24,8 @@ past either bound a request that would start or resume a run is answered 429
 with Retry-After and creates nothing (`agent_runtime.api.local_launcher`,
 `run_capacity`). Their store calls share `--store-threads` threads.
 `--processes N` serves from N processes on the one address and store, so that
-runs are stepped on N cores; the limits are the server's, each process holding
-its share of the run limits (`agent_runtime.cli.serve_processes`).
+runs are stepped on N cores; the run limits are the server's, its processes'
+places counted together (`agent_runtime.cli.serve_processes`).
 
 Clients are not trusted (docs/design.md section 14): connections are capped, a
 request's head and body, an idle connection and a client that does not read
@@ -114,8 +114,8 @@ def add_serve_parser(commands: Any,
                             f"{DEFAULT_WORKERS})")
     serve.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
                        help="processes serving on the one address and store, so that runs "
-                            "are stepped on N cores; the run limits are the server's, "
-                            f"shared evenly between them (default: {DEFAULT_PROCESSES})")
+                            "are stepped on N cores; the run limits bound them together "
+                            f"(default: {DEFAULT_PROCESSES})")
     serve.add_argument("--serve-process", dest="serve_process", metavar="FDS",
                        help=argparse.SUPPRESS)
     serve.add_argument("--store-threads", type=int, default=DEFAULT_STORE_THREADS,
@@ -264,13 +264,6 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _share(args: argparse.Namespace, limit: int) -> int:
-    """This process's part of a server-wide `limit` (all of it, unless --processes)."""
-    from agent_runtime.cli.serve_processes import process_share  # noqa: PLC0415
-
-    return limit if args.processes == 1 else process_share(limit, args.processes)
-
-
 def _listening(args: argparse.Namespace, url: str, tenant_runs: int,
                auth_line: str) -> list[str]:
     """The lines `serve` prints once it listens (the first names its address)."""
@@ -304,6 +297,7 @@ def _supervise(args: argparse.Namespace, run_args: argparse.Namespace,
                tokens: dict[str, str], auth_line: str) -> int:
     """`--processes N`: check what the children will load, bind, start them and watch
     them until stopped (agent_runtime.cli.serve_processes). The exit code."""
+    from agent_runtime.api.place_ledger import PlaceLedger  # noqa: PLC0415
     from agent_runtime.api.server import bind_socket  # noqa: PLC0415
     from agent_runtime.cli.options import open_run_store  # noqa: PLC0415
     from agent_runtime.cli.serve_processes import ServeProcesses, child_command  # noqa: PLC0415
@@ -328,7 +322,8 @@ def _supervise(args: argparse.Namespace, run_args: argparse.Namespace,
     print("\n".join(_listening(args, _url(host, port), tenant_runs, auth_line)), flush=True)
     if tenant_runs == args.max_concurrent_runs and len(set(tokens.values())) > 1:
         _warn_tenant_share(args)
-    return ServeProcesses(child_command(args.argv), args.processes, sock).run()
+    ledger = PlaceLedger.create(args.processes, tenants=list(tokens.values()))
+    return ServeProcesses(child_command(args.argv), args.processes, sock, ledger).run()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -376,8 +371,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             api_runtime = runtime_for(None)
             tenant_runs = _tenant_runs(args, tokens)
             launcher = LocalLauncher(store, runtime_for, loops=args.workers,
-                                     max_runs=_share(args, args.max_concurrent_runs),
-                                     tenant_runs=_share(args, tenant_runs),
+                                     max_runs=args.max_concurrent_runs,
+                                     tenant_runs=tenant_runs,
+                                     ledger=None if child is None else child.places(),
                                      store_pool=store_pool)
             limits = ConnectionLimits(
                 # A process's own: see agent_runtime.cli.serve_processes.
@@ -414,9 +410,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     _warn_tenant_share(args)
             else:
                 logging.getLogger("agent_runtime.serve").info(
-                    "serve process %d started (%d runs at once, %d per tenant, %d connections)",
-                    os.getpid(), _share(args, args.max_concurrent_runs),
-                    _share(args, tenant_runs), args.max_connections)
+                    "serve process %d started (slot %d, %d connections)",
+                    os.getpid(), child.slot, args.max_connections)
             # Started: what serve built so far lives as long as it does.
             freeze_startup_heap()
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,

@@ -11,14 +11,15 @@ reconciler takes over. They share the store (a SQLite file: commits of
 different processes take turns, `stores.sqlite_turns`), the `--events` log
 (appended one whole turn of lines per write) and the artifacts.
 
-The run limits stay the server's: each child holds `ceil(limit / N)` of
-`--max-concurrent-runs` and `--tenant-concurrent-runs` (`process_share`). The
-shares are per child, so a burst that reaches one child may be answered 429
-while another still has room, as with any pool of servers behind one address.
-`--max-connections` is each child's own (as a worker's connection limit is in
-other servers): it guards one process's descriptors and memory, and the kernel
-does not spread connections evenly, so a share of it would answer 503 to
-clients of a busy child while the server as a whole had room.
+The run limits stay the server's: `--max-concurrent-runs` and
+`--tenant-concurrent-runs` bound the places of all children together, counted
+in a `PlaceLedger` the supervisor makes and each child maps (its row, the
+child's slot, is zeroed when the child is gone), so a request is refused only
+when the server as a whole is at a bound. `--max-connections` is each child's
+own (as a worker's connection limit is in other servers): it guards one
+process's descriptors and memory, and the kernel does not spread connections
+evenly, so a share of it would answer 503 to clients of a busy child while the
+server as a whole had room.
 
 The supervisor starts a new child in place of one that exits while serving
 (its runs are taken over at once by the others' reconcilers, their owner being
@@ -36,7 +37,6 @@ even killed.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import socket
@@ -48,11 +48,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from agent_runtime.api.place_ledger import PlaceLedger
 from agent_runtime.errors import InvalidInput
 
 logger = logging.getLogger("agent_runtime.serve")
 
-MAX_PROCESSES = 64
 # A child that exits this soon after its start, this many times in a row, is
 # failing to start: the supervisor stops instead of starting it forever.
 QUICK_EXIT_SECONDS = 10.0
@@ -60,13 +60,9 @@ MAX_QUICK_EXITS = 3
 # How often the supervisor looks at its children when no signal wakes it.
 WATCH_SECONDS = 0.2
 EXIT_FAILED = 1
-# The hidden flag a child is started with: "<listening socket fd>,<supervisor pipe fd>".
+# The hidden flag a child is started with: "<listening socket fd>,<supervisor pipe fd>,
+# <place ledger fd>,<its slot>".
 CHILD_FLAG = "--serve-process"
-
-
-def process_share(limit: int, processes: int) -> int:
-    """One child's share of a server-wide `limit`: enough that N children hold it all."""
-    return max(1, math.ceil(limit / processes))
 
 
 @dataclass(frozen=True)
@@ -75,19 +71,29 @@ class ChildEnds:
 
     listening: int
     supervisor: int
+    ledger: int
+    slot: int
 
     @classmethod
     def parse(cls, value: str) -> ChildEnds:
         try:
-            listening, supervisor = (int(part) for part in value.split(","))
+            listening, supervisor, ledger, slot = (int(part) for part in value.split(","))
         except ValueError:
             raise InvalidInput("is set by `serve --processes` for its children only",
                                source=CHILD_FLAG) from None
-        return cls(listening, supervisor)
+        return cls(listening, supervisor, ledger, slot)
+
+    def flag(self) -> str:
+        """`CHILD_FLAG`'s value that `parse` reads back as these ends."""
+        return f"{self.listening},{self.supervisor},{self.ledger},{self.slot}"
 
     def socket(self) -> socket.socket:
         """The supervisor's listening socket."""
         return socket.socket(fileno=self.listening)
+
+    def places(self) -> PlaceLedger:
+        """The server's place ledger, in this child's row."""
+        return PlaceLedger(self.ledger, slot=self.slot)
 
     def stop_with_supervisor(self) -> None:
         """SIGTERM this process once the supervisor is gone (its pipe ends), so that a
@@ -110,13 +116,15 @@ class _Child:
 
 
 class ServeProcesses:
-    """Starts and watches `count` children running `command` on `sock` (see the module)."""
+    """Starts and watches `count` children running `command` on `sock`, counting their
+    run places in `ledger` (see the module); `run` closes the socket and the ledger."""
 
-    def __init__(self, command: list[str], count: int, sock: socket.socket, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, command: list[str], count: int, sock: socket.socket,
+                 ledger: PlaceLedger, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.command = command
         self.count = count
         self.sock = sock
+        self.ledger = ledger
         self.clock = clock
         self._children: dict[int, _Child] = {}
         self._exits: dict[int, int] = {}
@@ -150,6 +158,7 @@ class ServeProcesses:
             os.close(read_end)
             os.close(write_end)
             self.sock.close()
+            self.ledger.close()
         clean = not self._failed and all(code == 0 for code in self._exits.values())
         return 0 if clean else EXIT_FAILED
 
@@ -159,10 +168,10 @@ class ServeProcesses:
             return [child.process.pid for child in self._children.values()]
 
     def _start(self, slot: int, read_end: int, *, quick_exits: int) -> None:
-        ends = f"{self.sock.fileno()},{read_end}"
+        ends = ChildEnds(self.sock.fileno(), read_end, self.ledger.fileno(), slot)
         process = subprocess.Popen(
-            [*self.command, CHILD_FLAG, ends], stdin=subprocess.DEVNULL,
-            pass_fds=(self.sock.fileno(), read_end), process_group=0)
+            [*self.command, CHILD_FLAG, ends.flag()], stdin=subprocess.DEVNULL,
+            pass_fds=(ends.listening, ends.supervisor, ends.ledger), process_group=0)
         self._children[slot] = _Child(process, self.clock(), quick_exits)
 
     def _reap(self, read_end: int) -> None:
@@ -175,6 +184,8 @@ class ServeProcesses:
             if code is None:
                 continue
             del self._children[slot]
+            # Its places went with it; a successor in the slot starts with none.
+            self.ledger.clear(slot)
             if self._signals:
                 # Killed by the SIGTERM passed on before it took the signal (still
                 # starting): it held no runs, so that is a clean stop too.
@@ -212,5 +223,4 @@ def child_command(argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "agent_runtime.cli", *argv]
 
 
-__all__ = ["CHILD_FLAG", "MAX_PROCESSES", "ChildEnds", "ServeProcesses", "child_command",
-           "process_share"]
+__all__ = ["CHILD_FLAG", "ChildEnds", "ServeProcesses", "child_command"]

@@ -6,6 +6,7 @@ supervisor leaves no process serving; a child that cannot start stops the server
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 from serve_process import (
     ALLOW_LOOPBACK_WEBHOOKS,
+    ECHO,
     FIXTURES,
     REPO,
+    Serve,
     start,
     start_serve,
     wait_for_status,
@@ -26,12 +29,12 @@ from serve_process import (
 )
 from slow_receiver import SlowReceiver
 
+from agent_runtime.api.place_ledger import PlaceLedger
 from agent_runtime.cli.serve_processes import (
     CHILD_FLAG,
     MAX_QUICK_EXITS,
     ChildEnds,
     ServeProcesses,
-    process_share,
 )
 from agent_runtime.errors import InvalidInput
 from stores import open_store
@@ -62,6 +65,14 @@ def owner_pid(workdir: Path, run_id: str) -> int | None:
     return int(owner.rsplit(":", 1)[1]) if owner else None
 
 
+def _webhook_serve(workdir: Path, *flags: str) -> Serve:
+    """Two processes whose runs' webhooks may call the test's receiver."""
+    config = workdir / "runtime.config.yaml"
+    config.write_text(ALLOW_LOOPBACK_WEBHOOKS, encoding="utf-8")
+    return start_serve(workdir, token=TOKEN,
+                       args=["--processes", "2", "--config", str(config), *flags])
+
+
 @pytest.mark.slow
 def test_two_processes_complete_the_runs_posted_and_stop_cleanly_on_sigterm(
         tmp_path: Path) -> None:
@@ -71,11 +82,12 @@ def test_two_processes_complete_the_runs_posted_and_stop_cleanly_on_sigterm(
         assert "on 2 processes of 1" in serve.output()
         pids = wait_until(lambda: (found := children(serve.process.pid)) and
                           len(found) == 2 and found, what="two serve processes")
-        # Each holds half of the runs, and connections of its own (the kernel
-        # does not spread them evenly).
-        wait_until(lambda: all(f"serve process {pid} started (1000 runs at once, 1000 per "
-                                "tenant, 256 connections)" in serve.output() for pid in pids),
+        # Each in a slot of its own, with connections of its own (the kernel does
+        # not spread them evenly).
+        wait_until(lambda: all(re.search(rf"serve process {pid} started \(slot [01], 256 "
+                                         r"connections\)", serve.output()) for pid in pids),
                    what="both processes serving")
+        assert len(set(re.findall(r"started \(slot (\d)", serve.output()))) == 2
         token = (tmp_path / ".agent-runtime" / "serve.token").read_text().strip()
         manifest = (FIXTURES / "hello.agent.yaml").read_text(encoding="utf-8")
         run_ids = []
@@ -96,11 +108,7 @@ def test_two_processes_complete_the_runs_posted_and_stop_cleanly_on_sigterm(
 @pytest.mark.slow
 def test_a_killed_process_is_replaced_and_its_run_is_finished_by_the_other(
         tmp_path: Path, receiver: SlowReceiver) -> None:
-    config = tmp_path / "runtime.config.yaml"
-    config.write_text(ALLOW_LOOPBACK_WEBHOOKS, encoding="utf-8")
-    serve = start_serve(tmp_path, token=TOKEN, args=[
-        "--processes", "2", "--config", str(config), "--lease-seconds", "2",
-        "--reconcile-interval", "0.5"])
+    serve = _webhook_serve(tmp_path, "--lease-seconds", "2", "--reconcile-interval", "0.5")
     try:
         wait_until(lambda: len(children(serve.process.pid)) == 2, what="two serve processes")
         with serve.client() as http:
@@ -155,14 +163,48 @@ def test_processes_flags_are_checked(tmp_path: Path, flags: list[str], reason: s
     assert flag in done.stderr and reason in done.stderr, done.stderr
 
 
-def test_each_process_holds_its_share_of_a_limit_and_all_of_them_hold_it_whole() -> None:
-    assert process_share(2000, 1) == 2000
-    assert process_share(2000, 2) == 1000
-    assert process_share(7, 2) == 4
-    assert process_share(1, 4) == 1
-    assert ChildEnds.parse("7,8") == ChildEnds(7, 8)
-    with pytest.raises(InvalidInput):
-        ChildEnds.parse("7")
+@pytest.mark.slow
+def test_the_run_bound_is_the_servers_whichever_process_a_request_reaches(
+        tmp_path: Path, receiver: SlowReceiver) -> None:
+    serve = _webhook_serve(tmp_path, "--max-concurrent-runs", "2")
+    try:
+        wait_until(lambda: len(children(serve.process.pid)) == 2, what="two serve processes")
+        # One connection, so one process takes both runs: it may hold both of the
+        # server's places, not half of them.
+        with serve.client() as http:
+            held = [start(http, webhook_manifest(receiver.url, name))["runId"]
+                    for name in ("one", "two")]
+        assert receiver.wait_for("/one/first") and receiver.wait_for("/two/first")
+        # A new connection each: whichever process a request reaches, the server is full.
+        for _ in range(4):
+            with serve.client() as http:
+                refused = http.post("/runs", json={"manifest": webhook_manifest(
+                    receiver.url, "three"), "options": ECHO})
+            assert refused.status_code == 429, refused.text
+            assert "executes 2 runs at once" in refused.text
+            assert refused.headers["retry-after"] == "1"
+        receiver.release.set()
+        with serve.client() as http:
+            for run_id in held:
+                wait_for_status(http, run_id, "completed")
+            # Their places are given back, in whichever process held them, as their
+            # tasks end (just after the runs' last commits): a client retries.
+            again = {"manifest": webhook_manifest(receiver.url, "four"), "options": ECHO}
+            admitted = wait_until(lambda: (answer := http.post("/runs", json=again))
+                                  .status_code == 201 and answer.json()["run"],
+                                  what="a place given back")
+            wait_for_status(http, admitted["runId"], "completed")
+    finally:
+        assert serve.stop() == 0, serve.output()
+    assert "/three/first" not in receiver.paths()
+
+
+def test_a_childs_ends_are_read_back_from_its_flag() -> None:
+    ends = ChildEnds(7, 8, 9, 1)
+    assert ChildEnds.parse(ends.flag()) == ends
+    for bad in ("7", "7,8", "7,8,9,x"):
+        with pytest.raises(InvalidInput):
+            ChildEnds.parse(bad)
 
 
 def _listening() -> socket.socket:
@@ -185,7 +227,7 @@ def _script(tmp_path: Path, body: str) -> list[str]:
 def test_a_child_that_keeps_exiting_at_start_stops_the_server(tmp_path: Path) -> None:
     # Every exit comes at once after the start (the clock never moves).
     supervisor = ServeProcesses(_script(tmp_path, "sys.exit(3)\n"), 1, _listening(),
-                                clock=lambda: 0.0)
+                                PlaceLedger.create(1, ["local"]), clock=lambda: 0.0)
     assert supervisor.run() == 1
     assert len((tmp_path / "starts").read_text().splitlines()) == MAX_QUICK_EXITS
 
@@ -198,12 +240,20 @@ def test_a_child_that_exits_while_serving_is_replaced_and_a_stop_reaches_its_suc
             "pathlib.Path(str(starts) + '.ready').touch()\n"
             "while True:\n    signal.pause()\n")
     ticks = iter(range(0, 10**6, 100))  # every exit long after its start
-    supervisor = ServeProcesses(_script(tmp_path, body), 1, _listening(),
+    ledger = PlaceLedger.create(1, ["local"])
+    # The first child's row as it left it: places of runs that died with it.
+    left = PlaceLedger(os.dup(ledger.fileno()), slot=0)
+    with left.locked():
+        left.add("local", 3)
+    assert left.total() == 3
+    supervisor = ServeProcesses(_script(tmp_path, body), 1, _listening(), ledger,
                                 clock=lambda: float(next(ticks)))
     ready = tmp_path / "starts.ready"
+    seen_by_successor: list[int] = []
 
     def stop_when_ready() -> None:
         wait_until(ready.exists, what="the second child")
+        seen_by_successor.append(left.total())
         supervisor.stop()
 
     stopper = threading.Thread(target=stop_when_ready)
@@ -214,3 +264,6 @@ def test_a_child_that_exits_while_serving_is_replaced_and_a_stop_reaches_its_suc
         stopper.join()
     assert len((tmp_path / "starts").read_text().splitlines()) == 2
     assert supervisor.pids() == []
+    # The dead child's places were given back before its successor started.
+    assert seen_by_successor == [0]
+    left.close()
