@@ -70,11 +70,11 @@ test: dev lint template-check
 # save; the CLI's start-up vs importing pydantic); 1,000 concurrent runs
 # through one `serve` vs LangGraph and DBOS on the same fake model (a serve
 # flag it lacks is left out, with a note), then through `serve --processes`
-# with a process per core (SERVE_PROCESSES).
+# with a process per core (SERVE_PROCESSES, `auto`).
 # The engine bench measures the engine of ENGINE_BASELINE in the same run too
 # (main before issue 34's leaner engine); `ENGINE_BASELINE=` skips it.
 ENGINE_BASELINE ?= e17daf8
-SERVE_PROCESSES ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+SERVE_PROCESSES ?= auto
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/storage_growth.py

@@ -1,7 +1,7 @@
 """`agent-runtime serve`: the HTTP API on this machine (docs/design.md section 12).
 
     agent-runtime serve [--host 127.0.0.1] [--port 8000] [--max-concurrent-runs 2000]
-                        [--tenant-concurrent-runs N] [--workers 1] [--processes 1]
+                        [--tenant-concurrent-runs N] [--workers 1] [--processes 1|auto]
                         [--store-threads 16]
                         [--token T | --tokens FILE] [--reconcile-interval 30]
                         [--config FILE] [--tools FILE.py] [--store-driver D --store LOC]
@@ -112,10 +112,12 @@ def add_serve_parser(commands: Any,
                        help="event loops (one thread each) the runs are shared between; more "
                             "than one helps only when code blocks a loop (default: "
                             f"{DEFAULT_WORKERS})")
-    serve.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
+    serve.add_argument("--processes", type=process_count, default=DEFAULT_PROCESSES,
+                       metavar="N",
                        help="processes serving on the one address and store, so that runs "
-                            "are stepped on N cores; the run limits bound them together "
-                            f"(default: {DEFAULT_PROCESSES})")
+                            "are stepped on N cores; the run limits bound them together; "
+                            "`auto`: one per core this process may run on, at most "
+                            f"{MAX_PROCESSES} (default: {DEFAULT_PROCESSES})")
     serve.add_argument("--serve-process", dest="serve_process", metavar="FDS",
                        help=argparse.SUPPRESS)
     serve.add_argument("--store-threads", type=int, default=DEFAULT_STORE_THREADS,
@@ -197,6 +199,19 @@ def missing_serve_extra() -> str | None:
     except ImportError:
         return "uvicorn is not installed"
     return None
+
+
+def process_count(value: str) -> int:
+    """`--processes`: a number, or `auto` for one per core this process may run on."""
+    if value == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+        return min(cores, MAX_PROCESSES)
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of processes or auto, not {value!r}") from None
 
 
 def _check(args: argparse.Namespace) -> None:

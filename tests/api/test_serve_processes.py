@@ -30,6 +30,7 @@ from serve_process import (
 from slow_receiver import SlowReceiver
 
 from agent_runtime.api.place_ledger import PlaceLedger
+from agent_runtime.cli.serve import MAX_PROCESSES, process_count
 from agent_runtime.cli.serve_processes import (
     CHILD_FLAG,
     MAX_QUICK_EXITS,
@@ -151,6 +152,7 @@ def test_the_processes_stop_when_their_supervisor_is_killed(tmp_path: Path) -> N
 @pytest.mark.parametrize(("flags", "reason"), [
     (["--processes", "0"], "must be 1 to 64"),
     (["--processes", "2", "--store-driver", "memory"], "the memory store lives in one process"),
+    (["--processes", "many"], "must be a number of processes or auto, not 'many'"),
     ([CHILD_FLAG, "x"], "for its children only"),
 ])
 def test_processes_flags_are_checked(tmp_path: Path, flags: list[str], reason: str) -> None:
@@ -197,6 +199,11 @@ def test_the_run_bound_is_the_servers_whichever_process_a_request_reaches(
     finally:
         assert serve.stop() == 0, serve.output()
     assert "/three/first" not in receiver.paths()
+
+
+def test_auto_is_a_process_per_core_this_process_may_run_on() -> None:
+    assert process_count("auto") == min(len(os.sched_getaffinity(0)), MAX_PROCESSES)
+    assert process_count("3") == 3  # the bounds are checked with the other flags
 
 
 def test_a_childs_ends_are_read_back_from_its_flag() -> None:
