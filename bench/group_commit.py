@@ -3,10 +3,11 @@
 100 threads, each the owner of its own run, save checkpoints as fast as they
 can on one `SqliteRunStore` at synchronous=FULL (a file in a temporary
 directory): each save appends a ~200-byte transcript entry and a step result,
-as an engine's iteration does, to a checkpoint made as the engine makes one. Measured twice in the same run, on the same
-disk: with group commit (saves that arrive while a transaction commits share
-the next one and its fsync) and with it disabled (`group_commit=False`: every
-save a transaction and an fsync of its own, as before). After a short round of
+as an engine's iteration does, to a checkpoint made as the engine makes one.
+Measured twice in the same run, on the same disk: with group commit (saves
+that arrive while a transaction commits share the next one and its fsync) and
+with it disabled (`group_commit=False`: every save a transaction and an fsync
+of its own, as before). After a short round of
 each to warm up, rounds alternate the two; the median of each is printed with
 the ratio, and the mean number of saves per transaction. Every save must land:
 the bench checks each run's checkpoints afterwards and exits non-zero on any
