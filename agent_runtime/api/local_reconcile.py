@@ -9,9 +9,12 @@ ended without releasing it. `created` runs nobody started are started. The
 same pass resumes `suspended` runs whose resume was requested (an approval
 answered, a resume asked for, a server that stopped) a little while ago but
 which nobody resumed, and `sub-run` parents whose child finished (the
-reconciler's resume outbox). The first pass, at start, takes every pending
-request and queued run at once: the server that made them is gone, or
-another live server races this one for them, which the store settles.
+reconciler's resume outbox). The first pass, at start, takes every request
+made and run queued before the server started, however recent: the server
+that made them is gone, or another live server races this one for them,
+which the store settles. What came after is its own request's to start: this
+server's, or under `serve --processes` a sibling's (their server started
+when the supervisor did), which a child starting late must not race for.
 
 Runs are not executed on the loop's thread: they are handed to the
 `LocalLauncher`, and a pass hands over no more than it has places for (the
@@ -24,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from datetime import datetime
 
 from stores.base import RunStore
 from stores.records import RunRecord
@@ -82,7 +86,8 @@ class ReconcileLoop:
                  requested_grace: float = REQUESTED_GRACE_SECONDS,
                  liveness: LivenessCheck | None = None,
                  max_takeovers: int = DEFAULT_MAX_TAKEOVERS,
-                 event_sinks: Iterable[EventSink] = (), clock: Clock | None = None) -> None:
+                 event_sinks: Iterable[EventSink] = (), clock: Clock | None = None,
+                 started: datetime | None = None) -> None:
         if interval <= 0:
             raise ValueError("the reconcile interval must be a positive number of seconds")
         self.store = store
@@ -90,6 +95,8 @@ class ReconcileLoop:
         self.interval = interval
         self.requested_grace = requested_grace
         self.clock: Clock = clock or SystemClock()
+        # When the server started (now, unless given): see the module doc.
+        self.started = started or self.clock.now()
         # Takeovers go to the launcher, not to this thread; an owner of this host
         # confirmed gone is replaced at once, without waiting for its lease.
         self.reconciler = Reconciler(store, resume=self._hand_over,
@@ -111,11 +118,13 @@ class ReconcileLoop:
 
     def pass_once(self) -> ReconcileSummary:
         """One reconciler pass (with the requested resumes nobody picked up); the first
-        takes every pending request and queued run, however recent (the module doc)."""
+        takes every request and queued run from before the server started, however
+        recent (the module doc)."""
         reconciler = self.reconciler
         grace, queued = reconciler.resume_grace, reconciler.queued_seconds
         if self._first:
-            reconciler.resume_grace = reconciler.queued_seconds = 0.0
+            since = max(0.0, (self.clock.now() - self.started).total_seconds())
+            reconciler.resume_grace = reconciler.queued_seconds = since
         try:
             summary = reconciler.reconcile_sync()
         finally:

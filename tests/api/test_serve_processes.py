@@ -201,15 +201,74 @@ def test_the_run_bound_is_the_servers_whichever_process_a_request_reaches(
     assert "/three/first" not in receiver.paths()
 
 
+def _thread_cpus(pid: int) -> set[str]:
+    """The CPUs each thread of `pid` may run on, as /proc lists them (one entry a thread)."""
+    return {line.split(":", 1)[1].strip()
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for line in (task / "status").read_text().splitlines()
+            if line.startswith("Cpus_allowed_list:")}
+
+
+@pytest.mark.slow
+def test_pinned_processes_each_keep_every_thread_on_their_own_cpu(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))  # the supervisor's, which its children inherit
+    serve = start_serve(tmp_path, token=TOKEN, args=["--processes", "2", "--pin-cpus"])
+    try:
+        pids = wait_until(lambda: (found := children(serve.process.pid)) and
+                          len(found) == 2 and found, what="two serve processes")
+        slots = wait_until(lambda: len(found := dict(re.findall(
+            r"serve process (\d+) started \(slot (\d)", serve.output()))) == 2 and found,
+            what="both processes serving")
+        with serve.client() as http:  # they serve as before
+            run_id = start(http, (FIXTURES / "hello.agent.yaml").read_text())["runId"]
+            wait_for_status(http, run_id, "completed")
+        for pid in pids:
+            cpu = cpus[int(slots[str(pid)]) % len(cpus)]
+            assert f"serve process {pid} pinned to CPU {cpu}" in serve.output()
+            assert os.sched_getaffinity(pid) == {cpu}
+            assert _thread_cpus(pid) == {str(cpu)}  # every thread it started since
+        # The supervisor itself is not pinned.
+        assert os.sched_getaffinity(serve.process.pid) == set(cpus)
+    finally:
+        assert serve.stop() == 0, serve.output()
+
+
+@pytest.mark.slow
+def test_a_single_pinned_serve_keeps_every_thread_on_the_first_cpu(tmp_path: Path) -> None:
+    cpu = min(os.sched_getaffinity(0))
+    serve = start_serve(tmp_path, token=TOKEN, args=["--pin-cpus"])
+    try:
+        with serve.client() as http:
+            run_id = start(http, (FIXTURES / "hello.agent.yaml").read_text())["runId"]
+            wait_for_status(http, run_id, "completed")
+        assert f"serve process {serve.process.pid} pinned to CPU {cpu}" in serve.output()
+        assert _thread_cpus(serve.process.pid) == {str(cpu)}
+    finally:
+        assert serve.stop() == 0, serve.output()
+
+
+def test_pin_to_cpu_keeps_the_process_on_the_slots_cpu_round_robin() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    probe = ("import os, sys\nfrom agent_runtime.cli.serve_processes import pin_to_cpu\n"
+             "print(pin_to_cpu(int(sys.argv[1])), *sorted(os.sched_getaffinity(0)))")
+    for slot in (0, 1, len(cpus)):
+        done = subprocess.run([sys.executable, "-c", probe, str(slot)], capture_output=True,
+                              text=True, timeout=60, check=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+        cpu = cpus[slot % len(cpus)]
+        assert done.stdout.split() == [str(cpu), str(cpu)]
+
+
 def test_auto_is_a_process_per_core_this_process_may_run_on() -> None:
     assert process_count("auto") == min(len(os.sched_getaffinity(0)), MAX_PROCESSES)
     assert process_count("3") == 3  # the bounds are checked with the other flags
 
 
 def test_a_childs_ends_are_read_back_from_its_flag() -> None:
-    ends = ChildEnds(7, 8, 9, 1)
+    ends = ChildEnds(7, 8, 9, 1, 1764918626.123456)
     assert ChildEnds.parse(ends.flag()) == ends
-    for bad in ("7", "7,8", "7,8,9,x"):
+    assert ends.server_started().isoformat() == "2025-12-05T07:10:26.123456+00:00"
+    for bad in ("7", "7,8,9,1", "7,8,9,x,1.5", "7,8,9,1,soon"):
         with pytest.raises(InvalidInput):
             ChildEnds.parse(bad)
 

@@ -119,6 +119,23 @@ def test_the_first_pass_starts_queued_runs_and_pending_resumes_at_once(
     assert {world.status(run.run_id) for run in (queued, approved)} == {RunStatus.COMPLETED}
 
 
+def test_the_first_pass_leaves_runs_queued_since_the_server_started_to_their_requests(
+        world: World, launcher: LocalLauncher) -> None:
+    left = world.create()  # by a server that is gone
+    world.clock.advance(1)
+    started = world.clock.now()  # the server starts: under --processes, its supervisor
+    world.clock.advance(1)
+    # A sibling process's request queued this one, and starts it itself: a child
+    # whose first pass comes late must not race it for the run (and a place).
+    sibling = world.create()
+    loop = ReconcileLoop(world.store, launcher, interval=30.0, clock=world.clock,
+                         liveness=dead_owner, event_sinks=[world.events], started=started)
+    assert [outcome.run_id for outcome in loop.pass_once().outcomes] == [left.run_id]
+    settle(launcher)
+    assert world.status(left.run_id) is RunStatus.COMPLETED
+    assert world.status(sibling.run_id) is RunStatus.CREATED
+
+
 def test_later_passes_leave_fresh_requests_and_new_runs_to_their_own_requests(
         world: World, launcher: LocalLauncher) -> None:
     loop = later_pass(world, launcher)
