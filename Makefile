@@ -69,8 +69,9 @@ test: dev lint template-check
 # SQLite floor and vs LangGraph's SqliteSaver; group commit vs a commit per
 # save; the CLI's start-up vs importing pydantic); 1,000 concurrent runs
 # through one `serve` vs LangGraph and DBOS on the same fake model (a serve
-# flag it lacks is left out, with a note), then through `serve --processes`
-# with a process per core (SERVE_PROCESSES, `auto`), each pinned to its CPU.
+# flag it lacks is left out, with a note), then through one `serve` pinned to
+# a CPU, and through `serve --processes` with a process per core
+# (SERVE_PROCESSES, `auto`), each pinned to its CPU.
 # The engine bench measures the engine of ENGINE_BASELINE in the same run too
 # (main before issue 34's leaner engine); `ENGINE_BASELINE=` skips it.
 ENGINE_BASELINE ?= e17daf8
@@ -86,6 +87,8 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/policy_limits.py
 	$(BIN)/python bench/aws_cost.py
 	$(BIN)/python bench/serve_concurrency.py --serve-arg=--max-concurrent-runs=2000
+	$(BIN)/python bench/serve_concurrency.py --no-peers --serve-arg=--max-concurrent-runs=2000 \
+		--serve-arg=--pin-cpus
 	$(BIN)/python bench/serve_concurrency.py --no-peers --serve-arg=--max-concurrent-runs=2000 \
 		--serve-arg=--processes=$(SERVE_PROCESSES) --serve-arg=--pin-cpus
 
