@@ -356,6 +356,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     import logging  # noqa: PLC0415 - only `serve` logs; every command builds its parser
 
+    from agent_runtime.api.collector_pace import pace_for_many_runs  # noqa: PLC0415
     from agent_runtime.api.connections import ConnectionLimits  # noqa: PLC0415
     from agent_runtime.api.local_auth import BearerTokens, HostCheck  # noqa: PLC0415
     from agent_runtime.api.local_launcher import LocalLauncher  # noqa: PLC0415
@@ -440,8 +441,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 logging.getLogger("agent_runtime.serve").info(
                     "serve process %d started (slot %d, %d connections)",
                     os.getpid(), child.slot, args.max_connections)
-            # Started: what serve built so far lives as long as it does.
+            # Started: what serve built so far lives as long as it does, and what
+            # it builds from now on is mostly its runs'.
             freeze_startup_heap()
+            pace_for_many_runs()
             return serve_until_stopped(app, sock, launcher=launcher, reconcile=reconcile,
                                        grace_seconds=args.grace_seconds,
                                        access_log=args.access_log, limits=limits)

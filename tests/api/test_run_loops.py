@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
 import threading
 from collections.abc import Iterator
@@ -66,3 +67,34 @@ def test_a_run_goes_to_the_least_busy_loop(loops: RunLoops) -> None:
     first.result(timeout=WAIT)
     second.result(timeout=WAIT)
     assert sorted(threads) == ["test-runs-0", "test-runs-1"]
+
+
+_SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("test_run_loops_seen",
+                                                            default="unset")
+
+
+def test_a_run_starts_in_the_loops_context_not_the_callers() -> None:
+    # What the loops' maker set (the command's limits) reaches every run; what
+    # the thread handing a run over set (a request's state) does not.
+    made_in = _SEEN.set("the command's")
+    try:
+        loops = RunLoops(1, name="test-context")
+    finally:
+        _SEEN.reset(made_in)
+    seen: list[str] = []
+
+    async def run() -> None:
+        seen.append(_SEEN.get())
+
+    def request_thread() -> None:
+        _SEEN.set("a request's")
+        loops.submit(run()).result(timeout=WAIT)
+
+    try:
+        handing = threading.Thread(target=request_thread)
+        handing.start()
+        handing.join(WAIT)
+        loops.submit(run()).result(timeout=WAIT)
+    finally:
+        loops.stop(timeout=WAIT)
+    assert seen == ["the command's", "the command's"]

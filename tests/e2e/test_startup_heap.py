@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_runtime.api.collector_pace import YOUNG_COLLECTION_EVERY
 from agent_runtime.cli.main import main
 from tests.api.serve_process import start_serve
 
@@ -101,3 +102,18 @@ def test_serve_freezes_what_it_imported_before_it_serves(tmp_path: Path) -> None
     serve = start_serve(tmp_path, pythonpath=[plugin])
     assert serve.stop() == 0, serve.output()
     assert int((tmp_path / "frozen.txt").read_text()) > 10_000
+
+
+def test_serve_collects_its_young_generation_less_often(tmp_path: Path) -> None:
+    # The same kind of `sitecustomize`, writing down the collector's thresholds.
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(
+        "import atexit, gc, pathlib\n"
+        "atexit.register(lambda: pathlib.Path('thresholds.txt').write_text("
+        "' '.join(map(str, gc.get_threshold()))))\n")
+    serve = start_serve(tmp_path, pythonpath=[plugin])
+    assert serve.stop() == 0, serve.output()
+    young, middle, old = map(int, (tmp_path / "thresholds.txt").read_text().split())
+    assert young == YOUNG_COLLECTION_EVERY > gc.get_threshold()[0]
+    assert (middle, old) == gc.get_threshold()[1:]
