@@ -65,8 +65,9 @@ class PlaceLedger:
     @classmethod
     def create(cls, processes: int, tenants: Sequence[str]) -> PlaceLedger:
         """A new ledger of `processes` rows, all zero, for `tenants` (the supervisor's)."""
-        names = json.dumps(sorted(set(tenants))).encode()
-        width = _FIRST_TENANT + len(set(tenants))
+        columns = sorted(set(tenants))
+        names = json.dumps(columns).encode()
+        width = _FIRST_TENANT + len(columns)
         with tempfile.TemporaryFile(prefix="agent-runtime-places-") as made:
             # The file lives on while a descriptor does; a child gets it by pass_fds.
             fd = os.dup(made.fileno())

@@ -94,6 +94,8 @@ class ChildEnds:
                 f"{self.started!r}")
 
     def server_started(self) -> datetime:
+        """When the supervisor started: a child's first reconcile pass takes only the
+        runs queued before it (`ReconcileLoop(started=)`)."""
         return datetime.fromtimestamp(self.started, UTC)
 
     def socket(self) -> socket.socket:
