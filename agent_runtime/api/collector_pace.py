@@ -18,7 +18,7 @@ a step's objects die of reference counting before any collection sees them:
 the collector's share fell to 1.5 s of 17.7 s (one full collection), and the
 bench completed 59-61 runs a second against 46-51 at the default (two
 alternated pairs; 5,000 and 25,000 measured no better). Reference cycles are
-still collected, a little later: a young collection walks at most 10,000
+still collected, a little later: a young collection walks about 10,000
 objects (about 12 ms here), and the older generations keep their defaults.
 """
 
