@@ -321,7 +321,9 @@ class AgentRuntime(HostServices):
                       effect_resolutions: Mapping[str, JsonObject] | None,
                       expired_owner: str | None = None) -> RunResult:
         self.check_budget(budget)
-        record = await self.store_thread.call(existing_run, self.store, run_id)
+        # The run and its latest checkpoint in one store call (one trip to the store
+        # thread and back); a finished run's checkpoint is not read.
+        record, latest = await self.store_thread.call(self._run_and_latest, run_id)
         agent = self.stored_manifest(record)
         if manifest is not None:
             given, _, source = self._load(manifest)
@@ -334,7 +336,6 @@ class AgentRuntime(HostServices):
         if record.status in TERMINAL:
             return finished_result(record)
         # Checked before an attempt is reserved: nothing runs from a damaged checkpoint.
-        latest = await self.store_thread.call(self.store.load_latest_checkpoint, run_id)
         check_checkpoint(record, latest, agent)
         try:
             reserved = await self.store_thread.call(
@@ -366,11 +367,7 @@ class AgentRuntime(HostServices):
                          budget: Budget | None = None,
                          deadline: datetime | None = None) -> Execution:
         """A reserved attempt's execution; `CorruptRecord` if its checkpoints or effects fail."""
-        checkpoint = await self.store_thread.call(self.store.load_latest_checkpoint,
-                                                  record.run_id)
-        await self.store_thread.call(self.store.list_effects, record.run_id)
-        if checkpoint is None and isinstance(record.options.get(FORKED_FROM), dict):
-            checkpoint = await self.store_thread.call(self._start_fork, record)
+        checkpoint = await self.store_thread.call(self._attempt_start, record)
         if checkpoint is None:
             state = RunState.initial(record.variables, record.budget.max_total_tokens)
             cursor = []
@@ -454,6 +451,23 @@ class AgentRuntime(HostServices):
         record = await self.store_thread.call(self.create_fork, run_id, seq=seq,
                                               new_run_id=new_run_id, budget=budget)
         return await self.run(run_id=record.run_id, resume=True)
+
+    def _run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
+        """The run and, unless it finished, its latest checkpoint (on the store thread)."""
+        record = existing_run(self.store, run_id)
+        if record.status in TERMINAL:
+            return record, None
+        return record, self.store.load_latest_checkpoint(run_id)
+
+    def _attempt_start(self, record: RunRecord) -> Checkpoint | None:
+        """What a reserved attempt starts from, read in one store call (on the store
+        thread): its latest checkpoint, a fork's first one saved now, or None. Its
+        effects are read too, so that a damaged one fails the attempt before it begins."""
+        checkpoint = self.store.load_latest_checkpoint(record.run_id)
+        self.store.list_effects(record.run_id)
+        if checkpoint is None and isinstance(record.options.get(FORKED_FROM), dict):
+            checkpoint = self._start_fork(record)
+        return checkpoint
 
     def _start_fork(self, record: RunRecord) -> Checkpoint:
         """A forked run's first checkpoint, saved as this run's seq 1 (`forks`)."""

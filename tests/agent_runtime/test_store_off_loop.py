@@ -238,6 +238,32 @@ def test_a_store_that_never_waits_on_io_is_called_on_the_loop_thread(
     assert all(name.startswith(THREAD_NAME) == off_loop for name in store.threads)
 
 
+def test_a_resume_reaches_its_first_step_in_three_trips_to_the_store_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each store call is a trip to the store thread and back, which a loaded server
+    pays in queueing too: a resume reads the run with its latest checkpoint in one
+    trip, reserves the attempt in a second, and reads what the attempt starts from
+    (checkpoint, effects) in a third; a one-step run then ends in a fourth."""
+    store = WaitsLikeADisk()
+    runtime = AgentRuntime(store=store)
+    record, _ = runtime.new_run(manifest=manifest({"id": "one", "type": "prompt",
+                                                   "prompt": "a"}),
+                                options={"model": "scripted/echo"})
+    store.create_run(record)
+    trips: list[str] = []
+    call = StoreThread.call
+
+    async def counted(self: StoreThread, function: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(getattr(function, "__name__", repr(function)))
+        return await call(self, function, *args, **kwargs)
+
+    monkeypatch.setattr(StoreThread, "call", counted)
+    result = runtime.run_sync(run_id=record.run_id, resume=True)
+    assert result.status is RunStatus.COMPLETED
+    assert len(trips) == 4, trips
+    assert (trips[1], trips[3]) == ("resume_run", "complete_run")
+
+
 # -- the store thread itself ---------------------------------------------------------
 
 
