@@ -4,10 +4,12 @@ caller's process is left alone (agent_runtime/startup_heap.py)."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,30 +92,27 @@ def test_the_cli_called_in_process_leaves_its_callers_heap_alone(tmp_path: Path)
     assert gc.get_freeze_count() == before
 
 
-def test_serve_freezes_what_it_imported_before_it_serves(tmp_path: Path) -> None:
+def _collector_as_serve_exits(tmp_path: Path) -> dict[str, Any]:
+    """How many objects serve's collector held frozen, and its thresholds, as it exited."""
     # Python imports a `sitecustomize` from the path at start-up: this one writes
-    # down, as serve exits, how many objects the collector holds frozen.
+    # both down from an exit hook.
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     (plugin / "sitecustomize.py").write_text(
-        "import atexit, gc, pathlib\n"
-        "atexit.register(lambda: pathlib.Path('frozen.txt').write_text("
-        "str(gc.get_freeze_count())))\n")
+        "import atexit, gc, json, pathlib\n"
+        "atexit.register(lambda: pathlib.Path('collector.json').write_text(json.dumps("
+        "{'frozen': gc.get_freeze_count(), 'thresholds': gc.get_threshold()})))\n")
     serve = start_serve(tmp_path, pythonpath=[plugin])
     assert serve.stop() == 0, serve.output()
-    assert int((tmp_path / "frozen.txt").read_text()) > 10_000
+    found: dict[str, Any] = json.loads((tmp_path / "collector.json").read_text())
+    return found
+
+
+def test_serve_freezes_what_it_imported_before_it_serves(tmp_path: Path) -> None:
+    assert _collector_as_serve_exits(tmp_path)["frozen"] > 10_000
 
 
 def test_serve_collects_its_young_generation_less_often(tmp_path: Path) -> None:
-    # The same kind of `sitecustomize`, writing down the collector's thresholds.
-    plugin = tmp_path / "plugin"
-    plugin.mkdir()
-    (plugin / "sitecustomize.py").write_text(
-        "import atexit, gc, pathlib\n"
-        "atexit.register(lambda: pathlib.Path('thresholds.txt').write_text("
-        "' '.join(map(str, gc.get_threshold()))))\n")
-    serve = start_serve(tmp_path, pythonpath=[plugin])
-    assert serve.stop() == 0, serve.output()
-    young, middle, old = map(int, (tmp_path / "thresholds.txt").read_text().split())
+    young, middle, old = _collector_as_serve_exits(tmp_path)["thresholds"]
     assert young == YOUNG_COLLECTION_EVERY > gc.get_threshold()[0]
     assert (middle, old) == gc.get_threshold()[1:]
