@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
@@ -32,7 +32,6 @@ from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import (
     Budget,
-    Checkpoint,
     JsonObject,
     JsonValue,
     ParentRef,
@@ -41,12 +40,13 @@ from stores.records import (
     RunStatus,
 )
 
+from agent_runtime.attempt_reads import attempt_start, existing_run, run_and_latest
 from agent_runtime.blocking_run import blocking
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig
 from agent_runtime.continuations import migrated
-from agent_runtime.errors import InvalidInput, ManifestMismatch, NotFound
+from agent_runtime.errors import InvalidInput, ManifestMismatch
 from agent_runtime.events import (
     CONTINUE,
     Event,
@@ -55,9 +55,8 @@ from agent_runtime.events import (
     SinkFailurePolicy,
     TextSink,
 )
-from agent_runtime.excerpts import excerpt
 from agent_runtime.execution import Execution
-from agent_runtime.forks import first_checkpoint, fork_origin, forked_record
+from agent_runtime.forks import forked_record
 from agent_runtime.host_services import HostServices
 from agent_runtime.limits import use_limits
 from agent_runtime.manifest import AgentManifest, manifest_hash, manifest_json, parse_agent_manifest
@@ -69,7 +68,7 @@ from agent_runtime.policy import HostPolicy, PolicyHooks
 from agent_runtime.results import TERMINAL, RunResult, finished_result
 from agent_runtime.run_ids import generate_run_id
 from agent_runtime.run_manifest import LoadedManifest, load_manifest_file
-from agent_runtime.run_options import FORKED_FROM, without_origin
+from agent_runtime.run_options import without_origin
 from agent_runtime.sandbox.selection import build_sandbox
 from agent_runtime.state import RunState
 from agent_runtime.steps import StepRegistry, default_steps
@@ -103,17 +102,6 @@ def holding_store_thread(
             return await method(runtime, *args, **kwargs)
 
     return call
-
-
-def existing_run(store: RunStore, run_id: str, *, where: str = "this store",
-                 source: str | None = None) -> RunRecord:
-    """The record of `run_id`, or `NotFound` naming the run and where it was looked for
-    (`source` names the input that gave the id, else the field is `run_id`)."""
-    record = store.load_run(run_id)
-    if record is None:
-        raise NotFound(f"no run with id {excerpt(run_id)} in {where}", source=source,
-                       field=None if source is not None else "run_id")
-    return record
 
 
 class AgentRuntime(HostServices):
@@ -323,7 +311,7 @@ class AgentRuntime(HostServices):
         self.check_budget(budget)
         # The run and its latest checkpoint in one store call (one trip to the store
         # thread and back); a finished run's checkpoint is not read.
-        record, latest = await self.store_thread.call(self._run_and_latest, run_id)
+        record, latest = await self.store_thread.call(run_and_latest, self.store, run_id)
         agent = self.stored_manifest(record)
         if manifest is not None:
             given, _, source = self._load(manifest)
@@ -367,7 +355,9 @@ class AgentRuntime(HostServices):
                          budget: Budget | None = None,
                          deadline: datetime | None = None) -> Execution:
         """A reserved attempt's execution; `CorruptRecord` if its checkpoints or effects fail."""
-        checkpoint = await self.store_thread.call(self._attempt_start, record)
+        checkpoint = await self.store_thread.call(attempt_start, self.store, record,
+                                                  clock=self.clock,
+                                                  lease_seconds=self.lease_seconds)
         if checkpoint is None:
             state = RunState.initial(record.variables, record.budget.max_total_tokens)
             cursor = []
@@ -451,33 +441,6 @@ class AgentRuntime(HostServices):
         record = await self.store_thread.call(self.create_fork, run_id, seq=seq,
                                               new_run_id=new_run_id, budget=budget)
         return await self.run(run_id=record.run_id, resume=True)
-
-    def _run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
-        """The run and, unless it finished, its latest checkpoint (on the store thread)."""
-        record = existing_run(self.store, run_id)
-        if record.status in TERMINAL:
-            return record, None
-        return record, self.store.load_latest_checkpoint(run_id)
-
-    def _attempt_start(self, record: RunRecord) -> Checkpoint | None:
-        """What a reserved attempt starts from, read in one store call (on the store
-        thread): its latest checkpoint, a fork's first one saved now, or None. Its
-        effects are read too, so that a damaged one fails the attempt before it begins."""
-        checkpoint = self.store.load_latest_checkpoint(record.run_id)
-        self.store.list_effects(record.run_id)
-        if checkpoint is None and isinstance(record.options.get(FORKED_FROM), dict):
-            checkpoint = self._start_fork(record)
-        return checkpoint
-
-    def _start_fork(self, record: RunRecord) -> Checkpoint:
-        """A forked run's first checkpoint, saved as this run's seq 1 (`forks`)."""
-        source_id, seq = fork_origin(record)
-        source = self.store.load_checkpoint(source_id, seq) if seq is not None else None
-        now = self.clock.now()
-        start = first_checkpoint(record, source, now)
-        self.store.save_checkpoint(start, expected_attempt=record.attempt,
-                                   lease_expires_at=now + timedelta(seconds=self.lease_seconds))
-        return start
 
     async def _fail_unstarted(self, record: RunRecord, error_type: str,
                               message: str) -> RunResult:

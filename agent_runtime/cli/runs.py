@@ -19,6 +19,7 @@ from stores import transitions
 from stores.base import RunStore, StoreError
 from stores.records import RunRecord, RunStatus, utc_now
 
+from agent_runtime.attempt_reads import existing_run
 from agent_runtime.cli.errors import (
     EXIT_COMPLETED,
     EXIT_FAILED,
@@ -43,7 +44,7 @@ from agent_runtime.cli.runtime import budget_from, build_runtime, load_tools
 from agent_runtime.cli.store import store_flags_text
 from agent_runtime.cli.takeover import owner_status, takeover_refusal
 from agent_runtime.document_paths import quote
-from agent_runtime.engine import AgentRuntime, existing_run
+from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import Conflict, InvalidInput, ManifestError
 from agent_runtime.excerpts import excerpt, printable
 from agent_runtime.owner_liveness import Liveness
