@@ -69,6 +69,7 @@ from stores.sqlite_rows import (
     DEFINITION,
     RUN_COLUMNS,
     RUN_VALUES,
+    StoredRun,
     checkpoint_row,
     digest,
     run_seal,
@@ -221,11 +222,15 @@ class SqliteRunStore(SqliteReads, StateChanges):
             definition = seal_text(run.model_dump_json(include=DEFINITION))
             incarnation, values = uuid.uuid4().hex, run_values(run)
             seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
+            definition_checksum = digest(definition)
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
                          f" definition_checksum, agent, {RUN_COLUMNS}, columns_checksum)"
                          f" VALUES (?, ?, ?, ?, ?, {RUN_VALUES}, ?)",
-                         (run.run_id, incarnation, definition, digest(definition),
+                         (run.run_id, incarnation, definition, definition_checksum,
                           agent_of(run.manifest), *values, seal))
+            # Known as written, so the first attempt's reservation need not check it.
+            self._rows.decoded[run.run_id] = StoredRun(values[-1], run, values, incarnation, 0,
+                                                       definition_checksum, seal, current=False)
             count_runs(conn, self.path, +1)
             if run.run_key is not None:
                 conn.execute("INSERT INTO run_keys (run_key, run_id) VALUES (?, ?)",

@@ -149,6 +149,18 @@ class StoredRun:
     effect_count: int = 0
     definition_checksum: str = ""
     seal: str = ""  # the row's columns_checksum
+    # Whether `run` is what a read of this row decodes (`with_columns` applied): not
+    # the record a write was given, nor one a checkpoint moved the columns of.
+    current: bool = True
+
+    def is_row(self, row: Sequence[Any]) -> bool:
+        """Whether `row` (RUN_SELECT) is this very row: the same identity, columns, texts
+        and seal. This store computed or checked that seal over these columns, and
+        the record's checksum over its text (both in `values`), so such a row needs
+        neither checked again: equal inputs give equal digests."""
+        return (row[-1] == self.seal and row[1] == self.incarnation
+                and row[2] == self.effect_count and row[4] == self.definition_checksum
+                and tuple(row[5:-1]) == self.values)
 
 
 @dataclass(frozen=True)

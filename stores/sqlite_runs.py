@@ -5,13 +5,17 @@
 `sqlite_integrity`) and writes one back fenced by attempt, re-sealing it. It
 remembers the last decoded record per run with the column values it was
 stored with, so an unchanged record text is not decoded again and an update
-sets only the columns that changed. A remembered row is replaced only by a
-read or write in a write transaction: those are the rows the next write goes
-over.
+sets only the columns that changed. A row read back exactly as remembered
+(`StoredRun.is_row`: its columns, texts and seal) is not checked again
+either: this store checked or computed those digests over those very values,
+and any change to the row, damage included, is checked in full. A remembered
+row is replaced only by a read or write in a write transaction: those are the
+rows the next write goes over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -80,10 +84,18 @@ class RunRows:
         if found is None:
             check_orphans(conn, self.path, run_id)
             return None
+        cached = self.decoded.get(run_id)
+        if cached is not None and found[0] == run_id and cached.is_row(found):
+            # The row as this store last wrote or read it: its seal and record were
+            # checked then (every read of a running run, on every commit point that
+            # reads it, and every GET of it, would check them again).
+            if cached.current:
+                return cached
+            return dataclasses.replace(cached, run=with_columns(self.path, cached.run,
+                                                                cached.values), current=True)
         row = run_row(self.path, found)
         if row.run_id != run_id:
             raise CorruptRecord(f"run {run_id!r} in {self.path}: its row holds {row.run_id!r}")
-        cached = self.decoded.get(run_id)
         if cached is not None and cached.checksum == row.checksum \
                 and cached.incarnation == row.incarnation \
                 and cached.definition_checksum == row.definition_checksum \
@@ -118,9 +130,11 @@ class RunRows:
                               " WHERE run_id = ? AND attempt = ?",
                               (*(values[i] for i in changed), seal, run.run_id, fence))
         require_fenced(cursor, run.run_id, fence)
+        # Not `current`: `run` is the record as written, whose times a read gives back
+        # in UTC from the columns (`with_columns`).
         self.decoded[run.run_id] = StoredRun(values[-1], run, values, before.incarnation,
                                              before.effect_count, before.definition_checksum,
-                                             seal)
+                                             seal, current=False)
 
     def after_checkpoint(self, known: StoredRun, row: tuple[Any, ...]) -> StoredRun:
         """`known` as a checkpoint with CHECKPOINT_FIELDS values `row` leaves it: the
@@ -136,7 +150,8 @@ class RunRows:
         return StoredRun(known.checksum, known.run, moved, known.incarnation,
                          known.effect_count, known.definition_checksum,
                          run_seal(known.run.run_id, known.incarnation, moved,
-                                  known.effect_count, known.definition_checksum))
+                                  known.effect_count, known.definition_checksum),
+                         current=False)
 
     def counted_effect(self, run_id: str) -> None:
         """Follow the `effect_counts_on_run` trigger, which counted an effect inserted
@@ -148,7 +163,8 @@ class RunRows:
                 known.checksum, known.run, known.values, known.incarnation, count,
                 known.definition_checksum,
                 run_seal(run_id, known.incarnation, known.values, count,
-                         known.definition_checksum))
+                         known.definition_checksum),
+                current=known.current)
 
 
 def require_fenced(cursor: sqlite3.Cursor, run_id: str, attempt: int) -> None:
