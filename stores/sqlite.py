@@ -206,7 +206,10 @@ class SqliteRunStore(SqliteReads, StateChanges):
             lease_expires_at=lease_expires_at, linked=linked))
         known = self._rows.decoded.get(run_id)
         if changed is not None and changed.status.terminal and known is not None:
+            # An ended run saves no more: its lists and row go now, so that a server's
+            # memory holds the runs in flight, not every run it ever ran.
             self._saves.forget(known.incarnation)
+            self._rows.forget(run_id)
         return changed
 
     # -- writes --------------------------------------------------------------

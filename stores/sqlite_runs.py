@@ -63,19 +63,26 @@ class RunRows:
         remembered for the next write unless `remember` is False (a read on a
         connection of its own, which may see an older row than the writer's).
 
-        Such a read remembers the row only for a run this store knows nothing of
-        yet: an entry, once there, is replaced only by a write transaction. A
-        write transaction reads the row before it writes it, so between its read
-        and its write the entry is always the one it read (`setdefault` is
-        atomic); a row remembered stale only sends a save to its reading path."""
+        Such a read remembers the row only for a running run this store knows
+        nothing of yet: an entry, once there, is replaced only by a write
+        transaction. A write transaction reads the row before it writes it, so
+        between its read and its write the entry is always the one it read
+        (`setdefault` is atomic); a row remembered stale only sends a save to its
+        reading path. An ended run's row is not kept from such a read (`forget`)."""
         stored = self.stored(conn, run_id)
         if stored is None:
             return None, None, 0
         if remember:
             self.decoded[run_id] = stored
-        else:
+        elif not stored.run.status.terminal:
             self.decoded.setdefault(run_id, stored)
         return stored.run, stored.incarnation, stored.run.checkpoint_seq or 0
+
+    def forget(self, run_id: str) -> None:
+        """Drop the row of a run that ended: it saves no more, and a server that keeps
+        every run it ever ran or read would grow without bound. A later write reads
+        the row again (`write`)."""
+        self.decoded.pop(run_id, None)
 
     def stored(self, conn: sqlite3.Connection, run_id: str) -> StoredRun | None:
         """The run row as this transaction sees it, checked and decoded (None: no run)."""
@@ -113,9 +120,11 @@ class RunRows:
 
     def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
         """Write the run back; `fence` is the attempt of the row this transaction read."""
-        before = self.decoded.get(run.run_id)
-        if before is None:  # every write reads the run first: never reached
-            raise StaleAttempt(f"run {run.run_id!r} was not read before its write")
+        # Every write reads the run first; the entry may be gone since only if the
+        # run ended meanwhile (`forget`, on another thread): read it again.
+        before = self.decoded.get(run.run_id) or self.stored(conn, run.run_id)
+        if before is None:
+            raise StaleAttempt(f"run {run.run_id!r} is not in the store to write")
         values = run_values(run, before.values)
         # Set only the columns that changed: SQLite rewrites the entries of every
         # index whose columns an UPDATE sets, so an unchanged status or creation

@@ -14,6 +14,7 @@ import pytest
 
 from stores import sqlite_runs, sqlite_schema
 from stores.base import CorruptRecord
+from stores.records import RunRecord, RunStatus
 from stores.sqlite import SqliteRunStore
 from stores.sqlite_rows import RUN_SEAL_SQL
 from tests.stores.sqlite_owned_run import NOW, checkpoint, owned_run_store
@@ -114,3 +115,45 @@ def test_a_row_the_store_wrote_reads_as_the_file_holds_it(tmp_path: Path, write:
     assert fresh is not None
     assert known == [fresh, fresh]
     assert all(run is not None and run.updated_at.tzinfo is UTC for run in known)
+
+
+def test_the_rows_kept_are_the_runs_in_flight_not_every_run_ever_seen(tmp_path: Path) -> None:
+    """A server's store remembers rows for its runs' next writes; an ended run writes no
+    more, so neither running it to its end nor reading it afterwards keeps its row
+    (every run a long-lived `serve` ran, with its output, would stay in memory)."""
+    with SqliteRunStore(tmp_path / "runs.sqlite") as store:
+        for index in range(50):
+            run_id = f"r{index}"
+            store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:m"))
+            store.resume_run(run_id, owner="me", now=NOW, lease_seconds=60)
+            store.complete_run(run_id, expected_attempt=1, output="x" * 1000, at=NOW)
+            assert store.load_run(run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+        store.create_run(RunRecord(run_id="live", manifest_hash="sha256:m"))
+        store.resume_run("live", owner="me", now=NOW, lease_seconds=60)
+        assert set(store._rows.decoded) == {"live"}
+    with SqliteRunStore(tmp_path / "runs.sqlite") as reader:  # another process's reads
+        for index in range(50):
+            reader.load_run(f"r{index}")
+        reader.load_run("live")
+        assert set(reader._rows.decoded) == {"live"}
+
+
+def test_a_write_whose_row_was_dropped_after_its_read_reads_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row may go between a write's read and its write (its run ended on another
+    thread): the write reads it again rather than failing."""
+    with owned_run_store(tmp_path / "runs.sqlite") as store:
+        rows = store._rows
+        read = rows.read
+
+        def read_then_lose_the_row(conn: sqlite3.Connection, run_id: str,
+                                   *, remember: bool = True) -> Any:
+            found = read(conn, run_id, remember=remember)
+            rows.forget(run_id)
+            return found
+
+        monkeypatch.setattr(rows, "read", read_then_lose_the_row)
+        store.cancel_run("r1", at=NOW)
+        monkeypatch.undo()
+        cancelled = store.load_run("r1")
+        assert cancelled is not None and cancelled.status is RunStatus.CANCELLED
