@@ -224,8 +224,8 @@ class SqliteRunStore(SqliteReads, StateChanges):
                                   run_id=holder)
             definition = seal_text(run.model_dump_json(include=DEFINITION))
             incarnation, values = uuid.uuid4().hex, run_values(run)
-            seal = run_seal(run.run_id, incarnation, values, 0, digest(definition))
             definition_checksum = digest(definition)
+            seal = run_seal(run.run_id, incarnation, values, 0, definition_checksum)
             conn.execute(f"INSERT INTO runs (run_id, incarnation, definition,"
                          f" definition_checksum, agent, {RUN_COLUMNS}, columns_checksum)"
                          f" VALUES (?, ?, ?, ?, ?, {RUN_VALUES}, ?)",
