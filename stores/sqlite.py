@@ -139,8 +139,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
         self.path = Path(path)
         self._lock = threading.Lock()
         self._rows = RunRows(self.path)
-        self._effects = EffectRows(self.path, self._run,
-                                   lambda run_id: self._rows.decoded[run_id].effect_count,
+        self._effects = EffectRows(self.path, self._run, self._rows.effect_count,
                                    self._rows.counted_effect)
         self._conn = connect(self.path, synchronous.upper(), busy_timeout_seconds)
         self._turns = WriterTurns(self.path)

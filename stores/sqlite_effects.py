@@ -57,7 +57,7 @@ class EffectRows:
 
     def __init__(self, path: Path, read_run: Callable[[sqlite3.Connection, str],
                                                           RunRecord | None],
-                 effect_count: Callable[[str], int],
+                 effect_count: Callable[[sqlite3.Connection, str], int],
                  counted: Callable[[str], None]) -> None:
         self.path = path
         self._read_run = read_run
@@ -84,7 +84,7 @@ class EffectRows:
 
     def check_count(self, conn: sqlite3.Connection, run_id: str) -> None:
         """The run's effects must all be there (the caller read the run in this transaction)."""
-        check_effect_count(conn, self.path, run_id, self._effect_count(run_id))
+        check_effect_count(conn, self.path, run_id, self._effect_count(conn, run_id))
 
     def begin(self, conn: sqlite3.Connection, key: str, *, run_id: str, expected_attempt: int,
               at: datetime) -> EffectRecord:

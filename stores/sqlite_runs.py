@@ -84,6 +84,12 @@ class RunRows:
         the row again (`write`)."""
         self.decoded.pop(run_id, None)
 
+    def effect_count(self, conn: sqlite3.Connection, run_id: str) -> int:
+        """The effects the run's row counts, as this transaction read it (read again if
+        its entry went meanwhile: the run ended on another thread, as for `write`)."""
+        known = self.decoded.get(run_id) or self.stored(conn, run_id)
+        return 0 if known is None else known.effect_count
+
     def stored(self, conn: sqlite3.Connection, run_id: str) -> StoredRun | None:
         """The run row as this transaction sees it, checked and decoded (None: no run)."""
         found = conn.execute(f"SELECT {RUN_SELECT} FROM runs WHERE run_id = ?",

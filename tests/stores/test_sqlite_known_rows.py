@@ -138,9 +138,18 @@ def test_the_rows_kept_are_the_runs_in_flight_not_every_run_ever_seen(tmp_path: 
         assert set(reader._rows.decoded) == {"live"}
 
 
+# Writes that read the run row, then use it: the run's end, an effect's reservation.
+AFTER_A_READ: dict[str, Callable[[SqliteRunStore], object]] = {
+    "a cancel": lambda store: store.cancel_run("r1", at=NOW),
+    "an effect's reservation": lambda store: store.begin_effect(
+        "call-1", run_id="r1", expected_attempt=1, at=NOW),
+}
+
+
+@pytest.mark.parametrize("write", sorted(AFTER_A_READ))
 def test_a_write_whose_row_was_dropped_after_its_read_reads_it_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The row may go between a write's read and its write (its run ended on another
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write: str) -> None:
+    """The row may go between a write's read and its use (its run ended on another
     thread): the write reads it again rather than failing."""
     with owned_run_store(tmp_path / "runs.sqlite") as store:
         rows = store._rows
@@ -153,7 +162,9 @@ def test_a_write_whose_row_was_dropped_after_its_read_reads_it_again(
             return found
 
         monkeypatch.setattr(rows, "read", read_then_lose_the_row)
-        store.cancel_run("r1", at=NOW)
+        AFTER_A_READ[write](store)
         monkeypatch.undo()
-        cancelled = store.load_run("r1")
-        assert cancelled is not None and cancelled.status is RunStatus.CANCELLED
+        with SqliteRunStore(tmp_path / "runs.sqlite") as reopened:
+            assert store.load_run("r1") == reopened.load_run("r1")
+            assert store.list_effects("r1") == reopened.list_effects("r1")
+            assert len(reopened.list_effects("r1")) == (write == "an effect's reservation")
