@@ -84,10 +84,15 @@ class RunRows:
         the row again (`write`)."""
         self.decoded.pop(run_id, None)
 
+    def read_before(self, conn: sqlite3.Connection, run_id: str) -> StoredRun | None:
+        """The row this write transaction read. Every write reads the run first, and
+        the entry can be gone since only if the run ended meanwhile (`forget`, on
+        another thread): then it is read again."""
+        return self.decoded.get(run_id) or self.stored(conn, run_id)
+
     def effect_count(self, conn: sqlite3.Connection, run_id: str) -> int:
-        """The effects the run's row counts, as this transaction read it (read again if
-        its entry went meanwhile: the run ended on another thread, as for `write`)."""
-        known = self.decoded.get(run_id) or self.stored(conn, run_id)
+        """The effects the run's row counts, as this transaction read it."""
+        known = self.read_before(conn, run_id)
         return 0 if known is None else known.effect_count
 
     def stored(self, conn: sqlite3.Connection, run_id: str) -> StoredRun | None:
@@ -126,9 +131,7 @@ class RunRows:
 
     def write(self, conn: sqlite3.Connection, run: RunRecord, *, fence: int) -> None:
         """Write the run back; `fence` is the attempt of the row this transaction read."""
-        # Every write reads the run first; the entry may be gone since only if the
-        # run ended meanwhile (`forget`, on another thread): read it again.
-        before = self.decoded.get(run.run_id) or self.stored(conn, run.run_id)
+        before = self.read_before(conn, run.run_id)
         if before is None:
             raise StaleAttempt(f"run {run.run_id!r} is not in the store to write")
         values = run_values(run, before.values)
