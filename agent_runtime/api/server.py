@@ -92,6 +92,11 @@ CONCURRENT_REQUESTS = 16
 # How much longer than the guard's idle timeout uvicorn's keep-alive timeout is
 # (seconds): the guard closes idle connections (`uvicorn_config`).
 KEEP_ALIVE_MARGIN = 3600
+# How many of the runs left executing at a forced stop the log line names: a
+# server stopped with a thousand runs waiting on their models would otherwise
+# write one line of tens of kilobytes. `agent-runtime list --status running`
+# names them all.
+NAMED_RUNS_LEFT = 20
 
 
 class _TooLarge(Exception):
@@ -354,6 +359,14 @@ def serve_until_stopped(app: ApiGuard, sock: socket.socket, *, launcher: LocalLa
             signal.signal(sig, handler)
 
 
+def _named(run_ids: list[str]) -> str:
+    """The first `NAMED_RUNS_LEFT` run ids, and how many more there are."""
+    named = ", ".join(run_ids[:NAMED_RUNS_LEFT])
+    more = len(run_ids) - NAMED_RUNS_LEFT
+    return f"{named} and {more} more (agent-runtime list --status running)" if more > 0 \
+        else named
+
+
 def _drain(stop: _Stop, launcher: LocalLauncher, reconcile: ReconcileLoop | None,
            grace_seconds: float, started: float) -> int:
     """Wait for the interrupted runs to suspend, within the grace counted from the
@@ -375,7 +388,7 @@ def _drain(stop: _Stop, launcher: LocalLauncher, reconcile: ReconcileLoop | None
         return 0
     logger.warning("stopping with %d run(s) still executing: %s; each keeps its latest "
                    "checkpoint and is taken over at once by the next `agent-runtime serve` "
-                   "(or `agent-runtime reconcile`) on this host", len(left), ", ".join(left))
+                   "(or `agent-runtime reconcile`) on this host", len(left), _named(left))
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     # A call in flight (a tool's thread, a store call) cannot be taken back and

@@ -21,6 +21,8 @@ from serve_process import (
 )
 from slow_receiver import SlowReceiver
 
+from agent_runtime.api.server import NAMED_RUNS_LEFT, _named
+
 pytestmark = pytest.mark.slow
 
 TOKEN = "stop-test-token-0123456789abcdef"
@@ -101,3 +103,13 @@ def test_a_run_stranded_by_a_killed_server_is_finished_by_the_next(
     keys = receiver.keys("/stranded/first")
     assert len(keys) == 2 and keys[0] == keys[1] is not None
     assert receiver.paths().count("/stranded/second") == 1
+
+
+def test_the_stop_line_names_at_most_twenty_runs_left_and_counts_the_rest() -> None:
+    few = [f"run_{index:04d}" for index in range(3)]
+    assert _named(few) == "run_0000, run_0001, run_0002"
+    many = [f"run_{index:04d}" for index in range(1020)]
+    line = _named(many)
+    assert line.startswith(", ".join(many[:NAMED_RUNS_LEFT]) + " and 1000 more ")
+    assert many[NAMED_RUNS_LEFT] not in line
+    assert _named(many[:NAMED_RUNS_LEFT]) == ", ".join(many[:NAMED_RUNS_LEFT])
