@@ -11,11 +11,12 @@ Prints the median import time of each, its ratio to boto3's, and the unzipped
 size of the layer (the deployed arm64 one from `make build` when present, and
 the twin).
 
-The floor is what every handler needs at import, whatever it trims: boto3,
-Powertools' logger and metrics, and the store's records, whose pydantic models
-each handler validates (its event, every run it reads). A handler cannot
-import less than that without moving the same work into its first invocation,
-which a cold start waits for just the same.
+The floor is what every handler needs at import, whatever it trims: botocore's
+session (every AWS client is botocore's; the handlers never import boto3,
+stores/aws_clients.py), Powertools' logger and metrics, and the store's
+records, whose pydantic models each handler validates (its event, every run
+it reads). A handler cannot import less than that without moving the same
+work into its first invocation, which a cold start waits for just the same.
 
     python bench/layer_cold_import.py [--rounds 7] [--layer DIR]
 """
@@ -33,8 +34,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FLOOR = ("floor (boto3, records, Powertools)",
-         "boto3, stores.records, aws_lambda_powertools.logging, aws_lambda_powertools.metrics")
+FLOOR = ("floor (botocore, records, Powertools)",
+         "botocore.session, stores.records, aws_lambda_powertools.logging, "
+         "aws_lambda_powertools.metrics")
 HANDLERS = {
     "Advance/Start (functions.step.app)": "functions.step.app",
     "Reconciler (functions.reconciler.app)": "functions.reconciler.app",

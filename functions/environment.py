@@ -46,9 +46,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
 from agent_runtime.clock import Clock, SystemClock
+from stores import aws_clients
 from stores.dynamodb.location import open_dynamodb_store
 from stores.dynamodb.store import DynamoDbRunStore
 
@@ -149,8 +148,8 @@ class Services:
     def from_environment(cls, *, clock: Clock | None = None) -> Services:
         settings = Settings.from_environment()
         return cls(settings=settings, store=open_dynamodb_store(settings.store_location),
-                   clock=clock or SystemClock(), stepfunctions=boto3.client("stepfunctions"),
-                   events=boto3.client("events"))
+                   clock=clock or SystemClock(), stepfunctions=aws_clients.client("stepfunctions"),
+                   events=aws_clients.client("events"))
 
     @property
     def config(self) -> RuntimeConfig:
@@ -206,7 +205,7 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
     from agent_runtime.config import empty_config  # noqa: PLC0415 - see the imports
 
     if settings.config_parameter:
-        ssm = boto3.client("ssm")
+        ssm = aws_clients.client("ssm")
         text = ssm.get_parameter(Name=settings.config_parameter,
                                  WithDecryption=True)["Parameter"].get("Value", "")
         return _parse_config_text(text, source=config_source(settings))

@@ -32,6 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from agent_runtime.js_json import js_json
 from agent_runtime.sandbox.contract import SandboxRequest, SandboxResult, SandboxUnavailable
 from agent_runtime.sandbox.settings import SandboxSettings
+from stores import aws_clients
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda.client import LambdaClient
@@ -62,12 +63,10 @@ def with_code_runners(settings: SandboxSettings | None, *,
 
 
 def lambda_client(runner_timeout_seconds: float) -> LambdaClient:
-    import boto3  # noqa: PLC0415 - only a function that runs code steps needs it
-
     # No retries by botocore: a retried invocation would run the code twice.
     config = Config(read_timeout=runner_timeout_seconds + READ_MARGIN_SECONDS,
                     connect_timeout=10, retries={"total_max_attempts": 1})
-    client: LambdaClient = boto3.client("lambda", config=config)
+    client: LambdaClient = aws_clients.client("lambda", config=config)
     return client
 
 

@@ -74,11 +74,13 @@ def _kms_data_key(blob: str) -> bytes:
         ciphertext = base64.b64decode(blob, validate=True)
     except (binascii.Error, ValueError):
         raise StoreKeyError(f"{KEY_VARIABLE}: the kms: data key is not base64") from None
-    import boto3  # noqa: PLC0415 - only for a KMS-wrapped key; boto3 is the aws extra
+    # Only for a KMS-wrapped key: botocore comes with the aws extra.
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
+    from stores import aws_clients  # noqa: PLC0415
+
     try:
-        plaintext: bytes = boto3.client("kms").decrypt(CiphertextBlob=ciphertext)["Plaintext"]
+        plaintext: bytes = aws_clients.client("kms").decrypt(CiphertextBlob=ciphertext)["Plaintext"]
     except (BotoCoreError, ClientError) as error:
         raise StoreKeyError(f"{KEY_VARIABLE}: KMS could not decrypt the data key: "
                             f"{type(error).__name__}") from None

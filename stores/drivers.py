@@ -70,7 +70,7 @@ def _built_in(driver: str, location: str) -> RunStore:
         from stores.file import FileRunStore  # noqa: PLC0415 - load backends on demand
 
         return FileRunStore(Path(location))
-    from stores.dynamodb.location import open_dynamodb_store  # noqa: PLC0415 - needs boto3
+    from stores.dynamodb.location import open_dynamodb_store  # noqa: PLC0415 - needs botocore
 
     return open_dynamodb_store(location)
 

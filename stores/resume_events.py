@@ -17,9 +17,9 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from stores import aws_clients
 from stores.base import StoreError
 
 if TYPE_CHECKING:
@@ -62,5 +62,5 @@ def resume_events(bus: str | None, *, region: str | None = None,
     name = bus or os.environ.get(BUS_VARIABLE)
     if not name:
         return None
-    session = boto3.session.Session(region_name=region)
-    return ResumeEvents(name, session.client("events", endpoint_url=endpoint_url))
+    return ResumeEvents(name, aws_clients.client_in(aws_clients.session(region), "events",
+                                                    endpoint_url=endpoint_url))

@@ -166,8 +166,8 @@ def open_run_store(args: argparse.Namespace, *, create: bool = True) -> RunStore
         return open_store(args.store_driver, store_location(args))
     except ValueError as error:
         raise ConfigError(str(error), source="--store") from error
-    except ImportError as error:  # the dynamodb driver without boto3
-        raise ConfigError(f"the {args.store_driver} driver needs {error.name or 'boto3'}, "
+    except ImportError as error:  # the dynamodb driver without botocore
+        raise ConfigError(f"the {args.store_driver} driver needs {error.name or 'botocore'}, "
                           "which is not installed: pip install 'agent-runtime-durable[aws]'",
                           source="--store-driver") from None
 

@@ -187,7 +187,7 @@ def request_from_stack(args: argparse.Namespace, store: RunStore, record: RunRec
                        reason: str) -> int:
     """Record the resume request (the stack's reconciler reads it) and put the
     `resume-requested` event on the stack's bus when it is known (the fast path)."""
-    from stores.dynamodb.location import stack_resume_events  # noqa: PLC0415 - needs boto3
+    from stores.dynamodb.location import stack_resume_events  # noqa: PLC0415 - needs botocore
 
     if record.status is not RunStatus.SUSPENDED:
         raise Conflict(f"run {excerpt(record.run_id)} is {record.status.value}: only a suspended "

@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import parse_qsl
 
-import boto3
 from botocore.exceptions import NoRegionError
 
+from stores.aws_clients import client_in, session
 from stores.dynamodb.s3 import S3BlobStore
 from stores.dynamodb.store import DEFAULT_RETENTION, DynamoDbRunStore
 from stores.resume_events import ResumeEvents, resume_events
@@ -28,10 +28,11 @@ def open_dynamodb_store(location: str) -> DynamoDbRunStore:
 
     `bucket` with `kms_key` (a key id, ARN or alias) adds the S3 blob store;
     `retention_days=0` turns the TTL off. Credentials, region and endpoint
-    otherwise come from boto3's own configuration: AWS_REGION /
-    AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_DYNAMODB /
-    AWS_ENDPOINT_URL_S3), which boto3 reads itself; `endpoint_url=` sets
-    one endpoint for both services, as a local emulator needs.
+    otherwise come from botocore's own configuration (`stores.aws_clients`):
+    AWS_REGION / AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL (or
+    AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_S3), which botocore reads
+    itself; `endpoint_url=` sets one endpoint for both services, as a local
+    emulator needs.
     """
     table, options = _parsed(location)
     if bool(options.get("bucket")) != bool(options.get("kms_key")):
@@ -41,13 +42,13 @@ def open_dynamodb_store(location: str) -> DynamoDbRunStore:
         days = float(options.get("retention_days", DEFAULT_RETENTION.days))
     except ValueError as error:
         raise ValueError(f"DynamoDB store location {location!r}: {error}") from error
-    session = boto3.session.Session(region_name=options.get("region") or None)
+    aws = session(options.get("region") or None)
     endpoint = options.get("endpoint_url") or None
     try:
         blobs = None if not options.get("bucket") else S3BlobStore(
             options["bucket"], options["kms_key"], prefix=options.get("prefix", "checkpoints/"),
-            client=session.client("s3", endpoint_url=endpoint))
-        client = session.client("dynamodb", endpoint_url=endpoint)
+            client=client_in(aws, "s3", endpoint_url=endpoint))
+        client = client_in(aws, "dynamodb", endpoint_url=endpoint)
     except NoRegionError:  # botocore's words name no setting; these do
         raise ValueError("no AWS region for the DynamoDB store: set AWS_REGION (or "
                          "AWS_DEFAULT_REGION), or add region=REGION to the location") from None

@@ -30,9 +30,9 @@ import hashlib
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
-import boto3
 from botocore.exceptions import ClientError
 
+from stores import aws_clients
 from stores.artifacts import run_segment
 from stores.base import CorruptRecord, StoreError, StoreUnavailable
 
@@ -60,7 +60,7 @@ class S3BlobStore:
         self.bucket = bucket
         self.kms_key_id = kms_key_id
         self.prefix = prefix
-        self.client: S3Client = client if client is not None else boto3.client("s3")
+        self.client: S3Client = client if client is not None else aws_clients.client("s3")
 
     def run_prefix(self, run_id: str) -> str:
         """Where the blobs of `run_id` live: the prefix `delete_run` clears."""

@@ -56,9 +56,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from stores import transitions
+from stores import aws_clients, transitions
 from stores.base import RunAlreadyExists, RunKeyTaken, StoreError
 from stores.deltas import SavedLists, encode_body
 from stores.dynamodb import run_keys
@@ -214,7 +212,8 @@ class DynamoDbRunStore(StateChanges):
             raise ValueError(f"inline_limit must be 1..{MAX_INLINE_LIMIT} bytes, "
                              f"not {inline_limit}")
         self.table_name = table_name
-        self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
+        self.client: DynamoDBClient = (client if client is not None
+                                       else aws_clients.client("dynamodb"))
         self.blobs = blobs
         self.retention = retention
         self._table = Table(self.client, table_name, sleep=sleep)
@@ -475,7 +474,7 @@ class DynamoDbRunStore(StateChanges):
         with self._lock(run_id):
             delete_run(self._reader, run_id, blobs=self.blobs)
 
-    def close(self) -> None:  # nothing to release: boto3 closes connections when collected
+    def close(self) -> None:  # nothing to release: botocore closes connections when collected
         pass
 
     def __enter__(self) -> DynamoDbRunStore:

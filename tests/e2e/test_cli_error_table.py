@@ -155,11 +155,11 @@ def test_the_file_driver_without_a_location_uses_its_own_default(
     assert not (tmp_path / STORE).exists()
 
 
-def test_the_dynamodb_driver_without_boto3_says_what_to_install(tmp_path: Path) -> None:
-    fake = tmp_path / "no-boto3" / "boto3"
+def test_the_dynamodb_driver_without_botocore_says_what_to_install(tmp_path: Path) -> None:
+    fake = tmp_path / "no-botocore" / "botocore"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'boto3'\", name='boto3')\n")
+        "raise ModuleNotFoundError(\"No module named 'botocore'\", name='botocore')\n")
     env = dict(os.environ, PYTHONPATH=f"{fake.parent}{os.pathsep}{REPO}")
     env.pop("AGENT_RUNTIME_STORE", None)
     done = subprocess.run([sys.executable, "-m", "agent_runtime.cli", "list", "--store-driver",
@@ -167,6 +167,6 @@ def test_the_dynamodb_driver_without_boto3_says_what_to_install(tmp_path: Path) 
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "error: --store-driver: the dynamodb driver needs boto3, which is not installed: "
+        "error: --store-driver: the dynamodb driver needs botocore, which is not installed: "
         "pip install 'agent-runtime-durable[aws]'"]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["no-boto3"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["no-botocore"]

@@ -21,6 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 # What no handler's import needs: executing a step loads them.
 STEP_MACHINERY = ("httpx", "jsonschema", "referencing", "re2", "agent_runtime.schemas",
                   "aiohttp", "anthropic", "mcp")
+# What the stores and the functions make their AWS clients without (stores/aws_clients.py):
+# boto3's import, and s3transfer's under it.
+BOTO3 = ("boto3", "s3transfer")
 # What only a path that builds a runtime (or runs a reconcile pass) needs.
 ENGINE = ("agent_runtime.engine", "agent_runtime.steps", "agent_runtime.config",
           "agent_runtime.reconcile", "agent_runtime.events", "asyncio", "yaml",
@@ -64,6 +67,12 @@ def test_the_api_loads_the_engine_and_the_manifest_reader_only_for_a_route_that_
 
 def test_the_retention_function_loads_no_engine() -> None:
     assert _loaded_by("functions.retention.app", ENGINE + STEP_MACHINERY) == []
+
+
+def test_no_handler_imports_boto3_for_clients_botocore_makes() -> None:
+    for handler in ("functions.step.app", "functions.reconciler.app", "functions.api.app",
+                    "functions.retention.app", "functions.code_runner.app"):
+        assert _loaded_by(handler, BOTO3) == [], handler
 
 
 def test_the_functions_ship_their_bytecode(tmp_path: Path) -> None:
