@@ -5,19 +5,23 @@ every store call to a thread, and awaits its end. Such a hand-off is on the
 hot path of every iteration, so what one costs is mostly how fast a worker
 wakes:
 
-- An idle worker sleeps in a read of the pool's wake pipe, and a job wakes
+- An idle worker sleeps in a read of its own wake pipe, and a job wakes
   one with a byte written there. A write lets go of the interpreter lock for
   its system call, so the woken worker takes the lock and starts the job at
   once; a queue or lock released under the interpreter lock (as
   `ThreadPoolExecutor`'s) wakes a worker only to have it wait for the caller
   to let go. Measured here, a bare round trip through this pool costs about
   half what one through an executor and `asyncio.wrap_future` does.
-- A byte is written only for a worker counted idle, so the pipe never holds
-  more bytes than there are workers and a write never waits for room. The
-  jobs themselves wait in a queue. Every queued job is promised to one
-  worker, which takes it: a worker asleep on the pipe (woken by its byte),
-  one started for it, or, when the pool is full, the first worker to end
-  its job.
+- The worker woken is the one idle last (its memory still in the caches). A
+  pool `on_caller_cpu` (the tool calls') pins it to its caller's CPU just
+  before its byte is written, and it frees itself to every CPU as it starts
+  the job (`agent_runtime.thread_placement`: on a virtual machine a short
+  hand-off between two CPUs cost several times one on a single CPU).
+- A byte is written only for a worker counted idle, so a pipe never holds
+  more than one byte and a write never waits for room. The jobs themselves
+  wait in a queue. Every queued job is promised to one worker, which takes
+  it: a worker asleep on its pipe (woken by its byte), one started for it,
+  or, when the pool is full, the first worker to end its job.
 - A job returns what to do once its worker counts itself idle again
   (typically: hand the outcome to the caller), so a caller's next job, made
   as soon as it hears, finds that worker rather than starting another.
@@ -45,37 +49,56 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from agent_runtime.thread_placement import Placement
+
 T = TypeVar("T")
 
 # A job runs on a worker and returns what to do once that worker is idle again.
 Job = Callable[[], Callable[[], object] | None]
 
 
-class WorkerThreads:
-    """Up to `max_workers` threads named `name-N`, running the jobs handed to them."""
+class _Worker:
+    """A worker thread and the pipe it sleeps on while idle."""
 
-    def __init__(self, max_workers: int, *, name: str) -> None:
+    __slots__ = ("__weakref__", "closing", "thread", "wake_read", "wake_write")
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.wake_read, self.wake_write = os.pipe()
+        # Closed once nothing can read or write it: when the worker is collected
+        # (its thread, its pool and a caller about to wake it hold it), so a
+        # pool per execution leaks no descriptors, and no write ever reaches a
+        # descriptor reused since.
+        self.closing = weakref.finalize(self, _close, self.wake_read, self.wake_write)
+        # Not at interpreter exit: the pool's shutdown wakes its workers then.
+        self.closing.atexit = False
+
+
+class WorkerThreads:
+    """Up to `max_workers` threads named `name-N`, running the jobs handed to them; with
+    `on_caller_cpu`, each woken on its caller's CPU (see the module doc)."""
+
+    def __init__(self, max_workers: int, *, name: str, on_caller_cpu: bool = False) -> None:
         if max_workers < 1:
             raise ValueError("a pool of worker threads needs 1 thread or more")
         self.max_workers = max_workers
         self._name = name
+        self._placement = Placement(enabled=on_caller_cpu)
         self._reset()
 
     def _reset(self) -> None:
         self._jobs: collections.deque[Job | None] = collections.deque()  # None: a worker's end
         self._lock = threading.Lock()
-        self._workers: list[threading.Thread] = []
-        self._idle = 0  # workers asleep, or about to be, with no byte written for them
+        self._workers: list[_Worker] = []
+        # Workers asleep, or about to be, with no byte written for them: the last
+        # to go idle last, to be woken first.
+        self._idle: list[_Worker] = []
         self._unpromised = 0  # queued jobs for the first worker to end its own
-        self._wake_read, self._wake_write = os.pipe()
-        # Closed once no worker can read it: when the pool is collected, which its
-        # workers prevent while they live (a pool per execution must not leak two
-        # descriptors per run).
-        self._closing = weakref.finalize(self, _close, self._wake_read, self._wake_write)
 
     def after_fork(self) -> None:
-        """In a forked child: none of the parent's workers is there, nor is the pipe theirs."""
-        self._closing()
+        """In a forked child: none of the parent's workers is there, nor are their pipes."""
+        for worker in self._workers:
+            worker.closing()
         self._reset()
 
     @property
@@ -85,28 +108,33 @@ class WorkerThreads:
 
     def submit(self, job: Job) -> None:
         """Run `job` on a worker: an idle one, a new one, or the first to be free."""
+        woken: _Worker | None = None
         with self._lock:
             self._jobs.append(job)
-            wake = self._idle > 0
-            if wake:
-                self._idle -= 1  # the byte below is that worker's
+            if self._idle:
+                woken = self._idle.pop()  # the byte below is that worker's
             elif len(self._workers) < self.max_workers:
-                worker = threading.Thread(target=self._work, daemon=True,
-                                          name=f"{self._name}-{len(self._workers)}")
+                worker = _Worker()
+                worker.thread = threading.Thread(target=self._work, args=(worker,), daemon=True,
+                                                 name=f"{self._name}-{len(self._workers)}")
                 self._workers.append(worker)
-                worker.start()
+                worker.thread.start()
             else:
                 self._unpromised += 1
-        if wake:
-            os.write(self._wake_write, b"\0")
+        if woken is not None:
+            assert woken.thread is not None
+            self._placement.pin(woken.thread.native_id, self._placement.caller_cpu())
+            os.write(woken.wake_write, b"\0")
 
     def _take(self) -> Job | None:
         with self._lock:
             return self._jobs.popleft()
 
-    def _work(self) -> None:
+    def _work(self, worker: _Worker) -> None:
+        allowed = self._placement.allowed()  # this thread's CPUs, before any pinning
         job = self._take()  # the job this worker was started for
         while job is not None:
+            self._placement.free(allowed)
             then = job()
             del job  # hold nothing of a job while idle
             with self._lock:
@@ -114,12 +142,12 @@ class WorkerThreads:
                 if promised:
                     self._unpromised -= 1
                 else:
-                    self._idle += 1
+                    self._idle.append(worker)
             if then is not None:
                 then()
                 del then
             if not promised:
-                os.read(self._wake_read, 1)
+                os.read(worker.wake_read, 1)
             job = self._take()
 
     def shutdown(self, *, wait: bool = True) -> None:
@@ -130,11 +158,13 @@ class WorkerThreads:
             # An end for each worker, queued behind the jobs still waiting: the
             # sleeping ones are woken for theirs, the others take theirs next.
             self._jobs.extend(None for _ in workers)
-            asleep, self._idle = self._idle, 0
-            self._unpromised += len(workers) - asleep
-        os.write(self._wake_write, b"\0" * asleep)
+            asleep, self._idle = self._idle, []
+            self._unpromised += len(workers) - len(asleep)
+        for worker in asleep:
+            os.write(worker.wake_write, b"\0")
         for worker in workers if wait else ():
-            worker.join()
+            if worker.thread is not None:
+                worker.thread.join()
 
 
 class LoopCall(Generic[T]):

@@ -18,9 +18,10 @@ before a worker took it never runs, and one cancelled while it runs goes on
 to its end unseen (a thread cannot be stopped), as `to_thread`'s does.
 
 The workers are an `agent_runtime.worker_threads` pool (woken through a
-pipe): started as calls need them, up to `max_workers`, and kept for the
-next calls. The pool is the process's, not an event loop's: one bound for
-every loop of a `serve` process (at least 32, as many as asyncio gives one
+pipe, on the caller's CPU: `agent_runtime.thread_placement`): started as
+calls need them, up to `max_workers`, and kept for the next calls. The pool
+is the process's, not an event loop's: one bound for every loop of a `serve`
+process (at least 32, as many as asyncio gives one
 loop on a host with 28 CPUs). At interpreter exit it waits for the calls
 still running, as `asyncio.run` waits for its default executor's; a forked
 child starts with no workers of its parent's.
@@ -49,7 +50,7 @@ class ToolThreads:
 
     def __init__(self, max_workers: int | None = None) -> None:
         self.max_workers = max_workers or max(32, (os.cpu_count() or 1) + 4)
-        self._pool = WorkerThreads(self.max_workers, name=THREAD_NAME)
+        self._pool = WorkerThreads(self.max_workers, name=THREAD_NAME, on_caller_cpu=True)
 
     @property
     def workers(self) -> int:
