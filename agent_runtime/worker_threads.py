@@ -15,7 +15,7 @@ wakes:
 - The worker woken is the one idle last (its memory still in the caches). A
   pool `on_caller_cpu` (the tool calls') pins it to its caller's CPU just
   before its byte is written, and it frees itself to every CPU as it starts
-  the job (`agent_runtime.thread_placement`: on a virtual machine a short
+  the job (`stores.thread_placement`: on a virtual machine a short
   hand-off between two CPUs cost several times one on a single CPU).
 - A byte is written only for a worker counted idle, so a pipe never holds
   more than one byte and a write never waits for room. The jobs themselves
@@ -49,7 +49,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from agent_runtime.thread_placement import Placement
+from stores.thread_placement import Placement, ours
 
 T = TypeVar("T")
 
@@ -132,23 +132,24 @@ class WorkerThreads:
 
     def _work(self, worker: _Worker) -> None:
         allowed = self._placement.allowed()  # this thread's CPUs, before any pinning
-        job = self._take()  # the job this worker was started for
-        while job is not None:
-            self._placement.free(allowed)
-            then = job()
-            del job  # hold nothing of a job while idle
-            with self._lock:
-                promised = self._unpromised > 0
-                if promised:
-                    self._unpromised -= 1
-                else:
-                    self._idle.append(worker)
-            if then is not None:
-                then()
-                del then
-            if not promised:
-                os.read(worker.wake_read, 1)
-            job = self._take()
+        with ours():  # a store's group commit may place it too (`stores.thread_placement`)
+            job = self._take()  # the job this worker was started for
+            while job is not None:
+                self._placement.free(allowed)
+                then = job()
+                del job  # hold nothing of a job while idle
+                with self._lock:
+                    promised = self._unpromised > 0
+                    if promised:
+                        self._unpromised -= 1
+                    else:
+                        self._idle.append(worker)
+                if then is not None:
+                    then()
+                    del then
+                if not promised:
+                    os.read(worker.wake_read, 1)
+                job = self._take()
 
     def shutdown(self, *, wait: bool = True) -> None:
         """Let every worker end the job it runs and the jobs queued, then stop; with

@@ -58,6 +58,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from stores.thread_placement import adopt
+
 from agent_runtime.api.access_log import hide_query_strings
 from agent_runtime.api.answers import (
     Answer,
@@ -125,9 +127,10 @@ class ApiGuard:
 
     def _request_slots(self) -> asyncio.Semaphore:
         if self._slots is None:  # first request: on the server's own event loop
+            # Threads of ours: a group commit may wake one on its leader's CPU.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
-                max_workers=CONCURRENT_REQUESTS,
-                thread_name_prefix="serve-request"))
+                max_workers=CONCURRENT_REQUESTS, thread_name_prefix="serve-request",
+                initializer=adopt))
             self._slots = asyncio.Semaphore(CONCURRENT_REQUESTS)
         return self._slots
 

@@ -18,7 +18,7 @@ before a worker took it never runs, and one cancelled while it runs goes on
 to its end unseen (a thread cannot be stopped), as `to_thread`'s does.
 
 The workers are an `agent_runtime.worker_threads` pool (woken through a
-pipe, on the caller's CPU: `agent_runtime.thread_placement`): started as
+pipe, on the caller's CPU: `stores.thread_placement`): started as
 calls need them, up to `max_workers`, and kept for the next calls. The pool
 is the process's, not an event loop's: one bound for every loop of a `serve`
 process (at least 32, as many as asyncio gives one

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pytest
 
 from agent_runtime.store_thread import StoreThread
-from agent_runtime.thread_placement import Placement
 from agent_runtime.worker_threads import WorkerThreads
+from stores.thread_placement import Placement
 
 HANG_DEADLINE = 30.0
 
