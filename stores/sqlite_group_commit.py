@@ -88,7 +88,7 @@ class _Write(Generic[T]):
 
     def wake(self) -> None:
         # A writer that is a pool's thread wakes on its waker's CPU (see the module doc).
-        _PLACEMENT.pin_ours(self.thread, _PLACEMENT.caller_cpu())
+        _PLACEMENT.pin_ours(self.thread)
         self._woken.release()
 
     def outcome(self) -> T:

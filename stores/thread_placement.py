@@ -116,10 +116,11 @@ class Placement:
         except OSError:  # a CPU the thread may not use (a cpuset changed): no pinning
             self._refused = True
 
-    def pin_ours(self, thread: threading.Thread, cpu: int | None) -> None:
-        """`pin` `thread` when it is one of ours; leave any other alone."""
+    def pin_ours(self, thread: threading.Thread) -> None:
+        """`pin` `thread` to the calling thread's CPU when it is one of ours; leave any
+        other alone (without so much as reading the CPU: every group commit wakes)."""
         if thread in _OURS:
-            self.pin(thread.native_id, cpu)
+            self.pin(thread.native_id, self.caller_cpu())
 
     def free(self, allowed: set[int] | None) -> None:
         """Let the calling thread run on every CPU in `allowed` again (its own set)."""

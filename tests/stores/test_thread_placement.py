@@ -75,7 +75,7 @@ def test_an_adopted_executor_thread_is_ours_for_its_life_and_no_other_is() -> No
     allowed = os.sched_getaffinity(0)
 
     def pinned_here() -> set[int]:
-        placement.pin_ours(threading.current_thread(), placement.caller_cpu())
+        placement.pin_ours(threading.current_thread())
         mask = os.sched_getaffinity(0)
         os.sched_setaffinity(0, allowed)
         return mask
