@@ -73,8 +73,11 @@ test: dev lint template-check
 # a CPU, and through `serve --processes` with a process per core
 # (SERVE_PROCESSES, `auto`), each pinned to its CPU.
 # The engine bench measures the engine of ENGINE_BASELINE in the same run too
-# (main before issue 34's leaner engine); `ENGINE_BASELINE=` skips it.
+# (main before issue 34's leaner engine); `ENGINE_BASELINE=` skips it. The
+# group commit bench measures the store of GROUP_COMMIT_BASELINE (the same
+# revision: before group commit) likewise.
 ENGINE_BASELINE ?= e17daf8
+GROUP_COMMIT_BASELINE ?= $(ENGINE_BASELINE)
 SERVE_PROCESSES ?= auto
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/step_overhead.py
@@ -82,7 +85,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/timeline_read.py
 	$(BIN)/python bench/engine_overhead.py $(if $(ENGINE_BASELINE),--baseline $(ENGINE_BASELINE))
 	$(BIN)/python bench/many_runs.py
-	$(BIN)/python bench/group_commit.py
+	$(BIN)/python bench/group_commit.py $(if $(GROUP_COMMIT_BASELINE),--baseline $(GROUP_COMMIT_BASELINE))
 	$(BIN)/python bench/cli_startup.py
 	$(BIN)/python bench/policy_limits.py
 	$(BIN)/python bench/aws_cost.py

@@ -62,14 +62,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import io
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Sequence
@@ -77,6 +75,7 @@ from pathlib import Path
 from typing import Any, ClassVar, overload
 
 from engine_peers import ENTRY_TEXT, measure_dbos, measure_langgraph
+from revisions import export_revision
 from sqlite_floor import CommitLog, replay_commits, stored_bytes, written_by_sqlite
 
 SUBJECTS = ("engine", "sqlite", "sqlite_normal", "floor", "busy_floor", "langgraph", "dbos")
@@ -419,23 +418,6 @@ def main() -> None:
                 report(size, variant, rounds, subjects=subjects, smallest=smallest,
                        peaks=peaks, revision=revision)
 
-
-def export_revision(revision: str, directory: Path) -> str:
-    """Write the tree of git `revision` of this checkout into `directory`; its short
-    commit id. Exits naming the revision when git cannot give it."""
-    def git(*arguments: str) -> bytes:
-        done = subprocess.run(["git", "-C", str(ROOT), *arguments], capture_output=True,
-                              check=False)
-        if done.returncode != 0:
-            reason = done.stderr.decode(errors="replace").strip().splitlines()
-            raise SystemExit(f"--baseline {revision}: git {arguments[0]} failed: "
-                             f"{reason[-1] if reason else done.returncode}")
-        return done.stdout
-
-    commit = git("rev-parse", "--short", f"{revision}^{{commit}}").decode().strip()
-    with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", commit))) as archive:
-        archive.extractall(directory, filter="data")
-    return commit
 
 if __name__ == "__main__":
     main()

@@ -19,19 +19,36 @@ measured in the same run: the disk's fsync (a 4 KiB append, the median of
 200), and the same saves at synchronous=NORMAL (WAL: no fsync at commit), the
 rate the CPU alone allows, which group commit approaches as groups grow.
 
-    python bench/group_commit.py [--runs 100] [--saves 20] [--rounds 5]
+The 100 threads are marked as ours (`stores.thread_placement`), as every
+engine's store calls are made on its pools' threads (`serve`'s store pool, a
+runtime's store thread): a group's leader wakes its writers on its own CPU,
+as it wakes theirs.
+
+With `--baseline REV` the store of git revision REV (exported to a temporary
+directory and imported from there, in a child process) makes the same saves
+in each round too, its own way (before group commit: a transaction and an
+fsync per save, on the code of that day), and its ratio is printed: "today's"
+commits per second of issue 34 measured in the same run, on the same disk.
+
+    python bench/group_commit.py [--runs 100] [--saves 20] [--rounds 5] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from revisions import export_revision
 
 from stores.records import (
     CONTRACT_VERSION,
@@ -44,11 +61,19 @@ from stores.records import (
 )
 from stores.sqlite import SqliteRunStore
 
+try:
+    from stores.thread_placement import ours
+except ImportError:  # a --baseline tree from before placement: nothing to place
+    ours = contextlib.nullcontext  # type: ignore[assignment]
+
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 # A frame's fields a step at the top level leaves at their defaults.
 _FRAME: dict[str, object] = {"loop_iteration": None, "child_index": None, "continuation": {},
           "continuation_version": 1}
 TARGET = 5.0  # issue 34, acceptance 3
+# A checkpoint's event log (`events`) is newer than some --baseline trees' records.
+_LATER_FIELDS: dict[str, object] = {"events": []} if "events" in Checkpoint.model_fields \
+    else {}
 
 
 def _owner(store: SqliteRunStore, run_id: str, saves: int, start: threading.Barrier,
@@ -57,12 +82,13 @@ def _owner(store: SqliteRunStore, run_id: str, saves: int, start: threading.Barr
     results: list[dict[str, object]] = []
     start.wait()
     try:
-        for seq in range(1, saves + 1):
-            transcript.append({"role": "assistant", "content": f"{seq:06d} " + "x" * 180})
-            results.append({"step_id": f"s{seq}", "output": seq})
-            store.save_checkpoint(_checkpoint(run_id, seq, results, transcript),
-                                  expected_attempt=1,
-                                  lease_expires_at=NOW + timedelta(seconds=600 + seq))
+        with ours():  # an engine's store calls are made on its pool's threads
+            for seq in range(1, saves + 1):
+                transcript.append({"role": "assistant", "content": f"{seq:06d} " + "x" * 180})
+                results.append({"step_id": f"s{seq}", "output": seq})
+                store.save_checkpoint(_checkpoint(run_id, seq, results, transcript),
+                                      expected_attempt=1,
+                                      lease_expires_at=NOW + timedelta(seconds=600 + seq))
     except Exception as error:  # a bench counts every failure, whatever its kind
         errors.append(f"{run_id}: {type(error).__name__}: {error}")
 
@@ -79,17 +105,20 @@ def _checkpoint(run_id: str, seq: int, results: list[dict[str, object]],
         "cursor": [trusted_record(Frame, {**_FRAME, "step_path": f"s{seq}",
                                           "step_id": f"s{seq}", "step_index": seq})],
         "variables": {"step": seq}, "step_results": results, "transcript": transcript,
-        "artifacts": [], "events": [],
+        "artifacts": [], **_LATER_FIELDS,
         "budget": trusted_record(CheckpointBudget, {"max_total_tokens": None,
                                                     "consumed_tokens": seq}),
         "created_at": NOW + timedelta(milliseconds=seq)})
 
 
-def measure(directory: Path, *, grouped: bool, synchronous: str, runs: int,
+def measure(directory: Path, *, grouped: bool | None, synchronous: str, runs: int,
             saves: int) -> tuple[float, float]:
-    """(commits per second, saves per transaction) of `runs` owners saving at once."""
+    """(commits per second, saves per transaction) of `runs` owners saving at once;
+    `grouped` None for a store that predates group commit (a --baseline tree's:
+    a transaction per save)."""
     path = directory / f"runs-{time.monotonic_ns()}.sqlite"
-    with SqliteRunStore(path, synchronous=synchronous, group_commit=grouped) as store:
+    options = {} if grouped is None else {"group_commit": grouped}
+    with SqliteRunStore(path, synchronous=synchronous, **options) as store:
         ids = [f"run-{index:04d}" for index in range(runs)]
         for run_id in ids:
             store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:bench"))
@@ -100,13 +129,13 @@ def measure(directory: Path, *, grouped: bool, synchronous: str, runs: int,
                   for run_id in ids]
         for owner in owners:
             owner.start()
-        before = store._commits.transactions
+        before = 0 if grouped is None else store._commits.transactions
         start.wait()
         started = time.perf_counter()
         for owner in owners:
             owner.join()
         elapsed = time.perf_counter() - started
-        transactions = store._commits.transactions - before
+        transactions = runs * saves if grouped is None else store._commits.transactions - before
         for run_id in ids:
             run = store.load_run(run_id)
             if run is None or run.checkpoint_seq != saves:
@@ -115,6 +144,20 @@ def measure(directory: Path, *, grouped: bool, synchronous: str, runs: int,
         if errors:
             raise SystemExit("saves failed:\n" + "\n".join(errors[:10]))
     return runs * saves / elapsed, runs * saves / max(transactions, 1)
+
+
+def measure_revision(tree: Path, directory: Path, *, runs: int, saves: int
+                     ) -> tuple[float, float]:
+    """`measure` of the store in `tree` (an exported revision), in a child process
+    that imports it from there."""
+    done = subprocess.run([sys.executable, __file__, "--runs", str(runs), "--saves", str(saves),
+                           "--measure-here", str(directory)],
+                          env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the --baseline store failed:\n{done.stderr[-2000:]}")
+    rate, size = json.loads(done.stdout.splitlines()[-1])
+    return float(rate), float(size)
 
 
 def fsync_micros(directory: Path, count: int = 200) -> float:
@@ -134,9 +177,11 @@ def fsync_micros(directory: Path, count: int = 200) -> float:
     return statistics.median(times) * 1e6
 
 
-# (label, group commit, synchronous)
-SUBJECTS = (("one commit each", False, "FULL"), ("group commit", True, "FULL"),
-            ("no fsync (NORMAL)", True, "NORMAL"))
+# (label, group commit, synchronous); group commit None: the --baseline revision's store.
+SUBJECTS: tuple[tuple[str, bool | None, str], ...] = (
+    ("one commit each", False, "FULL"), ("group commit", True, "FULL"),
+    ("no fsync (NORMAL)", True, "NORMAL"))
+BASELINE = "--baseline store"
 
 
 def main() -> None:
@@ -144,35 +189,59 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--saves", type=int, default=20, help="checkpoints per run")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also measure the store of git revision REV (today's, before "
+                             "group commit)")
+    # The child of --baseline: one measurement of the store it imports, in this directory.
+    parser.add_argument("--measure-here", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if min(args.runs, args.saves, args.rounds) < 1:
         parser.error("--runs, --saves and --rounds must be at least 1")
-    print(f"group commit: {args.runs} runs saving {args.saves} checkpoints each at once,"
-          f" one SqliteRunStore, median of {args.rounds} rounds")
-    rates: dict[str, list[float]] = {label: [] for label, _, _ in SUBJECTS}
-    sizes: dict[str, list[float]] = {label: [] for label, _, _ in SUBJECTS}
-    fsyncs: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-") as directory:
-        for _, grouped, synchronous in SUBJECTS:  # warm-up, not counted
-            measure(Path(directory), grouped=grouped, synchronous=synchronous,
-                    runs=args.runs, saves=2)
+    if args.measure_here is not None:
+        print(json.dumps(measure(args.measure_here, grouped=None, synchronous="FULL",
+                                 runs=args.runs, saves=args.saves)))
+        return
+    with tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-") as directory, \
+            tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-tree-") as tree:
+        subjects = SUBJECTS
+        revision = None
+        if args.baseline:
+            revision = export_revision(args.baseline, Path(tree))
+            subjects = ((BASELINE, None, "FULL"), *SUBJECTS)
+        print(f"group commit: {args.runs} runs saving {args.saves} checkpoints each at once,"
+              f" one SqliteRunStore, median of {args.rounds} rounds")
+
+        def one(grouped: bool | None, synchronous: str, saves: int) -> tuple[float, float]:
+            if grouped is None:
+                return measure_revision(Path(tree), Path(directory), runs=args.runs,
+                                        saves=saves)
+            return measure(Path(directory), grouped=grouped, synchronous=synchronous,
+                           runs=args.runs, saves=saves)
+
+        rates: dict[str, list[float]] = {label: [] for label, _, _ in subjects}
+        sizes: dict[str, list[float]] = {label: [] for label, _, _ in subjects}
+        fsyncs: list[float] = []
+        for _, grouped, synchronous in subjects:  # warm-up, not counted
+            one(grouped, synchronous, 2)
         for round_number in range(args.rounds):
             fsyncs.append(fsync_micros(Path(directory)))
             # Rotated, so no subject always runs first (or right after another).
-            turn = round_number % len(SUBJECTS)
-            for label, grouped, synchronous in SUBJECTS[turn:] + SUBJECTS[:turn]:
-                rate, size = measure(Path(directory), grouped=grouped,
-                                     synchronous=synchronous, runs=args.runs,
-                                     saves=args.saves)
+            turn = round_number % len(subjects)
+            for label, grouped, synchronous in subjects[turn:] + subjects[:turn]:
+                rate, size = one(grouped, synchronous, args.saves)
                 rates[label].append(rate)
                 sizes[label].append(size)
     print(f"  fsync of a 4 KiB append on this disk: {statistics.median(fsyncs):7.0f} us")
     median = {label: statistics.median(found) for label, found in rates.items()}
-    for label, _, synchronous in SUBJECTS:
+    for label, _, synchronous in subjects:
         print(f"  {label:18s} {median[label]:9.1f} commits/s  synchronous={synchronous:6s}"
               f" {statistics.median(sizes[label]):6.1f} saves per transaction")
     ratio = median["group commit"] / median["one commit each"]
     print(f"  ratio group commit / one commit each {ratio:6.2f}  (target >= {TARGET:g})")
+    if revision is not None:
+        today = median["group commit"] / median[BASELINE]
+        print(f"  ratio group commit / the store at {revision} {today:6.2f}  (target >= "
+              f"{TARGET:g}: today's commits per second, issue 34)")
     print(f"  group commit reaches {median['group commit'] / median['no fsync (NORMAL)']:.0%}"
           " of the rate without fsync")
 
