@@ -25,10 +25,11 @@ runtime's store thread): a group's leader wakes its writers on its own CPU,
 as it wakes theirs.
 
 With `--baseline REV` the store of git revision REV (exported to a temporary
-directory and imported from there, in a child process) makes the same saves
-in each round too, its own way (before group commit: a transaction and an
-fsync per save, on the code of that day), and its ratio is printed: "today's"
-commits per second of issue 34 measured in the same run, on the same disk.
+directory and imported from there, in a child process, which the bench
+checks) makes the same saves in each round too, its own way (before group
+commit: a transaction and an fsync per save, on the code of that day), and its
+ratio is printed: "today's" commits per second of issue 34 measured in the
+same run, on the same disk.
 
     python bench/group_commit.py [--runs 100] [--saves 20] [--rounds 5] [--baseline REV]
 """
@@ -156,7 +157,11 @@ def measure_revision(tree: Path, directory: Path, *, runs: int, saves: int
                           text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the --baseline store failed:\n{done.stderr[-2000:]}")
-    rate, size = json.loads(done.stdout.splitlines()[-1])
+    rate, size, imported = json.loads(done.stdout.splitlines()[-1])
+    if not Path(imported).resolve().is_relative_to(tree.resolve()):
+        # An editable install ahead of PYTHONPATH would measure this tree twice.
+        raise SystemExit(f"the --baseline child imported its store from {imported}, "
+                         f"not from the exported tree {tree}")
     return float(rate), float(size)
 
 
@@ -201,8 +206,9 @@ def main() -> None:
         # Warmed up as this process is before its rounds: a fresh process's first
         # saves would make the baseline look slower than it is.
         measure(args.measure_here, grouped=None, synchronous="FULL", runs=args.runs, saves=2)
-        print(json.dumps(measure(args.measure_here, grouped=None, synchronous="FULL",
-                                 runs=args.runs, saves=args.saves)))
+        rate, size = measure(args.measure_here, grouped=None, synchronous="FULL",
+                             runs=args.runs, saves=args.saves)
+        print(json.dumps([rate, size, sys.modules[SqliteRunStore.__module__].__file__]))
         return
     with tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-") as directory, \
             tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-tree-") as tree:
