@@ -230,7 +230,9 @@ def main() -> None:
         rates: dict[str, list[float]] = {label: [] for label, _, _ in subjects}
         sizes: dict[str, list[float]] = {label: [] for label, _, _ in subjects}
         fsyncs: list[float] = []
-        for _, grouped, synchronous in subjects:  # warm-up, not counted
+        # Warm-up, not counted (the --baseline child, a fresh process each time,
+        # warms itself up).
+        for _, grouped, synchronous in SUBJECTS:
             one(grouped, synchronous, 2)
         for round_number in range(args.rounds):
             fsyncs.append(fsync_micros(Path(directory)))

@@ -24,6 +24,8 @@ NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 
 
 def _bench(*arguments: str) -> subprocess.CompletedProcess[str]:
+    # The timeout only ends a hung bench: a run takes a few seconds even on a slow
+    # machine, so a loaded one is nowhere near it.
     return subprocess.run([sys.executable, str(BENCH), "--runs", "4", "--saves", "3",
                            "--rounds", "1", *arguments], capture_output=True, text=True,
                           check=False, cwd=REPO, timeout=300)
