@@ -172,14 +172,14 @@ class Execution(StepContext):
             if settlements or reserving:
                 # `settle_effect` left them for this commit, or the step asked to
                 # reserve: the store supports it.
-                await self.store_call(
-                    cast(SettlesInCheckpoint, self.store).save_checkpoint_settling,
-                    checkpoint, settlements, expected_attempt=self.attempt, at=now,
-                    lease_expires_at=lease_expires_at, reservations=reserving)
+                await self.runtime.store_thread.save_checkpoint_settling(
+                    cast(SettlesInCheckpoint, self.store), checkpoint, settlements,
+                    expected_attempt=self.attempt, at=now, lease_expires_at=lease_expires_at,
+                    reservations=reserving)
             else:
-                await self.store_call(self.store.save_checkpoint, checkpoint,
-                                      expected_attempt=self.attempt,
-                                      lease_expires_at=lease_expires_at)
+                await self.runtime.store_thread.save_checkpoint(
+                    self.store, checkpoint, expected_attempt=self.attempt,
+                    lease_expires_at=lease_expires_at)
         except (StaleAttempt, RunTerminal, CheckpointConflict) as error:
             # A conflicting seq under our own attempt means another execution of
             # this attempt (a retried Lambda invocation) saved it first: it owns

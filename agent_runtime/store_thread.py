@@ -29,6 +29,13 @@ order, while the calls of different runs are made side by side (a store that
 shares one transaction between concurrent commits needs them to be), and a
 thousand runs waiting on their models hold no thread at all.
 
+A store that queues saves (`QueuesCheckpoints`: SQLite) spares the pool its
+commits: a run's checkpoint save is queued from the loop and holds the run's
+lane until the store tells the outcome (`save_checkpoint`), posted back to
+the loop once per transaction for all the saves it held (`LoopPosts`). No
+thread waits on a commit, so runs saving at once cost the kernel no sleep and
+wake-up each, and their saves share the store's transactions.
+
 A store whose calls never wait on I/O says so with a class attribute
 `waits_on_io = False` (the memory store): its calls are made inline on the
 loop thread, as before, since they hold the loop no longer than any other
@@ -44,11 +51,17 @@ import contextlib
 import contextvars
 import functools
 import threading
+import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from agent_runtime.worker_threads import Job, LoopCall, WorkerThreads
+from agent_runtime.worker_threads import Job, LoopCall, LoopPosts, WorkerThreads
+
+if TYPE_CHECKING:
+    from stores.base import RunStore, Settlement, SettlesInCheckpoint
+    from stores.records import Checkpoint
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -69,6 +82,9 @@ class StorePool:
         self.threads = threads
         self._workers = WorkerThreads(threads, name=name)
         self._stopped = False
+        self._posts_lock = threading.Lock()
+        self._posts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPosts] = \
+            weakref.WeakKeyDictionary()
 
     def submit(self, job: Job) -> None:
         if self._stopped:
@@ -78,6 +94,14 @@ class StorePool:
     def shutdown(self, *, wait: bool = True) -> None:
         self._stopped = True
         self._workers.shutdown(wait=wait)
+
+    def posts(self, loop: asyncio.AbstractEventLoop) -> LoopPosts:
+        """The posts to `loop` of the saves its runs queue (one wake-up per transaction)."""
+        with self._posts_lock:
+            found = self._posts.get(loop)
+            if found is None:
+                found = self._posts[loop] = LoopPosts(loop)
+            return found
 
 
 class StoreThread:
@@ -192,6 +216,96 @@ class StoreThread:
                 if not handed.withdraw():  # it had started (or ended): see it end
                     await handed.outlast()
                 raise
+
+    async def save_checkpoint(self, store: RunStore, checkpoint: Checkpoint, *,
+                              expected_attempt: int, lease_expires_at: datetime | None) -> None:
+        """`store.save_checkpoint(...)`, as `call` makes it; with a pool and a store that
+        queues saves (`QueuesCheckpoints`), queued from the loop instead, so that no
+        thread waits for its commit."""
+        queue = self._queue_of(store, "queue_checkpoint", "save_checkpoint")
+        if queue is not None:
+            await queue(checkpoint, expected_attempt=expected_attempt,
+                        lease_expires_at=lease_expires_at)
+            return
+        await self.call(store.save_checkpoint, checkpoint, expected_attempt=expected_attempt,
+                        lease_expires_at=lease_expires_at)
+
+    async def save_checkpoint_settling(self, store: SettlesInCheckpoint, checkpoint: Checkpoint,
+                                       settlements: Sequence[Settlement], *,
+                                       expected_attempt: int, at: datetime,
+                                       lease_expires_at: datetime | None,
+                                       reservations: Sequence[str]) -> None:
+        """`store.save_checkpoint_settling(...)`, queued as `save_checkpoint` is."""
+        queue = self._queue_of(store, "queue_checkpoint_settling", "save_checkpoint_settling")
+        if queue is not None:
+            await queue(checkpoint, settlements, expected_attempt=expected_attempt, at=at,
+                        lease_expires_at=lease_expires_at, reservations=reservations)
+            return
+        await self.call(store.save_checkpoint_settling, checkpoint, settlements,
+                        expected_attempt=expected_attempt, at=at,
+                        lease_expires_at=lease_expires_at, reservations=reservations)
+
+    def _queue_of(self, store: object, queued: str, waiting: str
+                  ) -> Callable[..., Awaitable[None]] | None:
+        """The save queued with the store (`store.<queued>`), when the store queues the
+        saves of its `<waiting>` method and the lane is idle: the save holds the lane
+        until it is settled. None: make the call as any other (after those waiting)."""
+        if self._pool is None or not _queues(type(store), queued, waiting):
+            return None
+        with self._lock:
+            if self._lane_busy:
+                return None  # calls wait in the lane: the save goes after them
+            self._lane_busy = True
+        return functools.partial(self._queue_save, self._pool, getattr(store, queued))
+
+    async def _queue_save(self, pool: StorePool, queue: Callable[..., None], *args: Any,
+                          **kwargs: Any) -> None:
+        loop = asyncio.get_running_loop()
+        handed: LoopCall[None] = LoopCall(_queued, loop)
+        handed.begun()
+        posts = pool.posts(loop)
+
+        def settled(error: BaseException | None) -> None:  # on the store's thread
+            posts.post(functools.partial(self._queued_save_ended, pool, handed, error))
+
+        try:
+            queue(*args, settled=settled, **kwargs)
+        except BaseException:
+            self._turn_ended(pool, None)  # refused before it was queued
+            raise
+        try:
+            await handed.answer
+        except asyncio.CancelledError:
+            await handed.outlast()  # queued, it cannot be taken back: see it end
+            raise
+
+    def _queued_save_ended(self, pool: StorePool, handed: LoopCall[None],
+                           error: BaseException | None) -> None:
+        self._turn_ended(pool, None)
+        handed.arrive(None, error)
+
+
+def _queued() -> None:
+    raise AssertionError("a queued save is made by its store, not by a worker")
+
+
+_QUEUES: dict[tuple[type, str], bool] = {}
+
+
+def _queues(cls: type, queued: str, waiting: str) -> bool:
+    """Whether `cls` queues the saves of the very `waiting` method it has (a subclass
+    that changes that method alone, or a wrapper, does not: see `QueuesCheckpoints`)."""
+    found = _QUEUES.get((cls, queued))
+    if found is None:
+        owner = next((klass for klass in cls.__mro__ if queued in vars(klass)), None)
+        found = _QUEUES[cls, queued] = owner is not None and \
+            vars(owner).get(waiting) is getattr(cls, waiting, None)
+    return found
+
+
+def queues_saves(store: object) -> bool:
+    """Whether a runtime with a store pool queues `store`'s checkpoint saves."""
+    return _queues(type(store), "queue_checkpoint", "save_checkpoint")
 
 
 def store_thread_for(store: object, *, pool: StorePool | None = None) -> StoreThread:

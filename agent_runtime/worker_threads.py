@@ -209,6 +209,13 @@ class LoopCall(Generic[T]):
             outcome = (None, error)
         return functools.partial(self._hand_back, outcome)
 
+    def begun(self) -> None:
+        """Mark the call made elsewhere, not by a worker (a save queued with its store):
+        it can no longer be withdrawn, and `hand_back` brings its outcome."""
+        with self._lock:
+            self._started = True
+        self._call = None
+
     def fail(self, error: BaseException) -> None:
         """Fail a call no worker will take (its pool stopped), unless withdrawn."""
         with self._lock:
@@ -236,9 +243,10 @@ class LoopCall(Generic[T]):
 
     def _hand_back(self, outcome: tuple[Any, BaseException | None]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits
-            self._loop.call_soon_threadsafe(self._settle, *outcome)
+            self._loop.call_soon_threadsafe(self.arrive, *outcome)
 
-    def _settle(self, value: Any, error: BaseException | None) -> None:
+    def arrive(self, value: Any, error: BaseException | None) -> None:
+        """The call's outcome, on the loop: the caller's `answer` (unless cancelled)."""
         self.over = True
         if self._ended is not None and not self._ended.done():
             self._ended.set_result(None)
@@ -254,9 +262,36 @@ class LoopCall(Generic[T]):
         self.answer.set_exception(error)
 
 
+class LoopPosts:
+    """Actions posted to one event loop from other threads, run there in the order
+    posted, with one `call_soon_threadsafe` for all those posted before the loop
+    got to them: a store's committer settles the saves of many of a loop's runs
+    with each transaction, and the loop is woken once for them all."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._actions: list[Callable[[], object]] = []
+
+    def post(self, action: Callable[[], object]) -> None:
+        """Run `action` on the loop soon (never, once the loop is closed)."""
+        with self._lock:
+            self._actions.append(action)
+            if len(self._actions) > 1:
+                return  # the loop is to run the actions posted before, and this one
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits
+            self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            actions, self._actions = self._actions, []
+        for action in actions:
+            action()
+
+
 def _close(*descriptors: int) -> None:
     for descriptor in descriptors:
         os.close(descriptor)
 
 
-__all__ = ["Job", "LoopCall", "WorkerThreads"]
+__all__ = ["Job", "LoopCall", "LoopPosts", "WorkerThreads"]

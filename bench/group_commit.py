@@ -1,17 +1,22 @@
 """Group commit on SQLite: commits/s of 100 runs checkpointing at once, shared vs alone.
 
-100 threads, each the owner of its own run, save checkpoints as fast as they
-can on one `SqliteRunStore` at synchronous=FULL (a file in a temporary
-directory): each save appends a ~200-byte transcript entry and a step result,
-as an engine's iteration does, to a checkpoint made as the engine makes one.
-Measured twice in the same run, on the same disk: with group commit (saves
-that arrive while a transaction commits share the next one and its fsync) and
-with it disabled (`group_commit=False`: every save a transaction and an fsync
-of its own, as before). After a short round of
-each to warm up, rounds alternate the two; the median of each is printed with
-the ratio, and the mean number of saves per transaction. Every save must land:
-the bench checks each run's checkpoints afterwards and exits non-zero on any
-error.
+100 runs, each owned by the bench, save checkpoints as fast as they can on one
+`SqliteRunStore` at synchronous=FULL (a file in a temporary directory): each
+save appends a ~200-byte transcript entry and a step result, as an engine's
+iteration does, to a checkpoint made as the engine makes one. The runs save
+as `serve`'s do: each is a coroutine on one event loop with a store thread of
+its own, and all share a store pool of `serve`'s default size, so a save is
+queued from the loop (`StoreThread.save_checkpoint`) and settled once its
+transaction committed. Measured in the same run, on the same disk: with group
+commit (saves that arrive while a transaction commits share the next one and
+its fsync), with it disabled (`group_commit=False`: every save a transaction
+and an fsync of its own, as before), and with group commit again but each run
+saving on a thread of its own that waits for its commit (as a store's other
+callers do: the CLI's runtime, the API's routes). After a short round of each
+to warm up, rounds alternate the subjects; the median of each is printed with
+the ratio, and the mean number of saves per transaction. Every save must
+land: the bench checks each run's checkpoints afterwards and exits non-zero on
+any error.
 
 The ratio depends on the disk: a save costs the CPU of making it plus, alone,
 an fsync; shared, a share of one. So the bench also prints what bounds it,
@@ -19,17 +24,16 @@ measured in the same run: the disk's fsync (a 4 KiB append, the median of
 200), and the same saves at synchronous=NORMAL (WAL: no fsync at commit), the
 rate the CPU alone allows, which group commit approaches as groups grow.
 
-The 100 threads are marked as ours (`stores.thread_placement`), as every
-engine's store calls are made on its pools' threads (`serve`'s store pool, a
-runtime's store thread): a group's leader wakes its writers on its own CPU,
-as it wakes theirs.
+Threads that save are marked as ours (`stores.thread_placement`), as every
+engine's store calls are made on its pools' threads: a group's leader wakes
+its writers on its own CPU.
 
 With `--baseline REV` the store of git revision REV (exported to a temporary
 directory and imported from there, in a child process, which the bench
-checks) makes the same saves in each round too, its own way (before group
-commit: a transaction and an fsync per save, on the code of that day), and its
-ratio is printed: "today's" commits per second of issue 34 measured in the
-same run, on the same disk.
+checks) makes the same saves in each round too, as that day's engine made
+them (a thread per run, each save a transaction and an fsync of its own, on
+the code of that day), and its ratio is printed: "today's" commits per second
+of issue 34 measured in the same run, on the same disk.
 
     python bench/group_commit.py [--runs 100] [--saves 20] [--rounds 5] [--baseline REV]
 """
@@ -37,6 +41,7 @@ same run, on the same disk.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -46,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -62,6 +68,10 @@ from stores.records import (
 )
 from stores.sqlite import SqliteRunStore
 
+# A --baseline tree from before the store pool saves on threads only.
+with contextlib.suppress(ImportError):
+    from agent_runtime.store_thread import StorePool, StoreThread
+
 try:
     from stores.thread_placement import ours
 except ImportError:  # a --baseline tree from before placement: nothing to place
@@ -72,26 +82,77 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 _FRAME: dict[str, object] = {"loop_iteration": None, "child_index": None, "continuation": {},
           "continuation_version": 1}
 TARGET = 5.0  # issue 34, acceptance 3
+STORE_THREADS = 16  # `serve --store-threads`' default
+THREADED = "group commit, threads"
 # A checkpoint's event log (`events`) is newer than some --baseline trees' records.
 _LATER_FIELDS: dict[str, object] = {"events": []} if "events" in Checkpoint.model_fields \
     else {}
 
 
-def _owner(store: SqliteRunStore, run_id: str, saves: int, start: threading.Barrier,
-           errors: list[str]) -> None:
+def _saves(run_id: str, saves: int) -> Iterator[tuple[Checkpoint, datetime]]:
+    """A run's checkpoints, in order, each with the lease its save renews."""
     transcript: list[dict[str, object]] = []
     results: list[dict[str, object]] = []
+    for seq in range(1, saves + 1):
+        transcript.append({"role": "assistant", "content": f"{seq:06d} " + "x" * 180})
+        results.append({"step_id": f"s{seq}", "output": seq})
+        yield _checkpoint(run_id, seq, results, transcript), NOW + timedelta(seconds=600 + seq)
+
+
+def _owner(store: SqliteRunStore, run_id: str, saves: int, start: threading.Barrier,
+           errors: list[str]) -> None:
+    """A run saving on a thread of its own, which waits for each commit."""
     start.wait()
     try:
         with ours():  # an engine's store calls are made on its pool's threads
-            for seq in range(1, saves + 1):
-                transcript.append({"role": "assistant", "content": f"{seq:06d} " + "x" * 180})
-                results.append({"step_id": f"s{seq}", "output": seq})
-                store.save_checkpoint(_checkpoint(run_id, seq, results, transcript),
-                                      expected_attempt=1,
-                                      lease_expires_at=NOW + timedelta(seconds=600 + seq))
+            for checkpoint, lease in _saves(run_id, saves):
+                store.save_checkpoint(checkpoint, expected_attempt=1, lease_expires_at=lease)
     except Exception as error:  # a bench counts every failure, whatever its kind
         errors.append(f"{run_id}: {type(error).__name__}: {error}")
+
+
+async def _run(store: SqliteRunStore, lane: StoreThread, run_id: str, saves: int,
+               errors: list[str]) -> None:
+    """A run saving as `serve`'s do: from the event loop, through its store thread."""
+    try:
+        for checkpoint, lease in _saves(run_id, saves):
+            await lane.save_checkpoint(store, checkpoint, expected_attempt=1,
+                                       lease_expires_at=lease)
+    except Exception as error:  # a bench counts every failure, whatever its kind
+        errors.append(f"{run_id}: {type(error).__name__}: {error}")
+
+
+def _save_on_loop(store: SqliteRunStore, ids: list[str], saves: int,
+                  errors: list[str]) -> float:
+    """The seconds `ids` took to save `saves` checkpoints each as coroutines of one loop."""
+    pool = StorePool(STORE_THREADS)
+
+    async def all_runs() -> float:
+        lanes = [StoreThread(pool=pool) for _ in ids]
+        started = time.perf_counter()
+        await asyncio.gather(*(_run(store, lane, run_id, saves, errors)
+                               for lane, run_id in zip(lanes, ids, strict=True)))
+        return time.perf_counter() - started
+
+    try:
+        return asyncio.run(all_runs())
+    finally:
+        pool.shutdown()
+
+
+def _save_on_threads(store: SqliteRunStore, ids: list[str], saves: int,
+                     errors: list[str]) -> float:
+    """The seconds `ids` took to save `saves` checkpoints each, a thread per run."""
+    start = threading.Barrier(len(ids) + 1)
+    owners = [threading.Thread(target=_owner, args=(store, run_id, saves, start, errors))
+              for run_id in ids]
+    for owner in owners:
+        owner.start()
+    start.wait()
+    started = time.perf_counter()
+    for owner in owners:
+        owner.join()
+    return time.perf_counter() - started
 
 
 def _checkpoint(run_id: str, seq: int, results: list[dict[str, object]],
@@ -113,10 +174,10 @@ def _checkpoint(run_id: str, seq: int, results: list[dict[str, object]],
 
 
 def measure(directory: Path, *, grouped: bool | None, synchronous: str, runs: int,
-            saves: int) -> tuple[float, float]:
-    """(commits per second, saves per transaction) of `runs` owners saving at once;
-    `grouped` None for a store that predates group commit (a --baseline tree's:
-    a transaction per save)."""
+            saves: int, on_loop: bool) -> tuple[float, float]:
+    """(commits per second, saves per transaction) of `runs` owners saving at once, as
+    coroutines of one loop or a thread each; `grouped` None for a store that
+    predates group commit (a --baseline tree's: a transaction per save)."""
     path = directory / f"runs-{time.monotonic_ns()}.sqlite"
     options = {} if grouped is None else {"group_commit": grouped}
     with SqliteRunStore(path, synchronous=synchronous, **options) as store:
@@ -125,17 +186,9 @@ def measure(directory: Path, *, grouped: bool | None, synchronous: str, runs: in
             store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:bench"))
             store.resume_run(run_id, owner="bench", now=NOW, lease_seconds=600)
         errors: list[str] = []
-        start = threading.Barrier(runs + 1)
-        owners = [threading.Thread(target=_owner, args=(store, run_id, saves, start, errors))
-                  for run_id in ids]
-        for owner in owners:
-            owner.start()
         before = 0 if grouped is None else store._commits.transactions
-        start.wait()
-        started = time.perf_counter()
-        for owner in owners:
-            owner.join()
-        elapsed = time.perf_counter() - started
+        save = _save_on_loop if on_loop else _save_on_threads
+        elapsed = save(store, ids, saves, errors)
         transactions = runs * saves if grouped is None else store._commits.transactions - before
         for run_id in ids:
             run = store.load_run(run_id)
@@ -182,10 +235,12 @@ def fsync_micros(directory: Path, count: int = 200) -> float:
     return statistics.median(times) * 1e6
 
 
-# (label, group commit, synchronous); group commit None: the --baseline revision's store.
-SUBJECTS: tuple[tuple[str, bool | None, str], ...] = (
-    ("one commit each", False, "FULL"), ("group commit", True, "FULL"),
-    ("no fsync (NORMAL)", True, "NORMAL"))
+# (label, group commit, synchronous, saved from the loop); group commit None: the
+# --baseline revision's store, a thread per run.
+Subject = tuple[str, bool | None, str, bool]
+SUBJECTS: tuple[Subject, ...] = (
+    ("one commit each", False, "FULL", True), ("group commit", True, "FULL", True),
+    (THREADED, True, "FULL", False), ("no fsync (NORMAL)", True, "NORMAL", True))
 BASELINE = "--baseline store"
 
 
@@ -205,9 +260,10 @@ def main() -> None:
     if args.measure_here is not None:
         # Warmed up as this process is before its rounds: a fresh process's first
         # saves would make the baseline look slower than it is.
-        measure(args.measure_here, grouped=None, synchronous="FULL", runs=args.runs, saves=2)
+        measure(args.measure_here, grouped=None, synchronous="FULL", runs=args.runs, saves=2,
+                on_loop=False)
         rate, size = measure(args.measure_here, grouped=None, synchronous="FULL",
-                             runs=args.runs, saves=args.saves)
+                             runs=args.runs, saves=args.saves, on_loop=False)
         print(json.dumps([rate, size, sys.modules[SqliteRunStore.__module__].__file__]))
         return
     with tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-") as directory, \
@@ -216,36 +272,37 @@ def main() -> None:
         revision = None
         if args.baseline:
             revision = export_revision(args.baseline, Path(tree))
-            subjects = ((BASELINE, None, "FULL"), *SUBJECTS)
+            subjects = ((BASELINE, None, "FULL", False), *SUBJECTS)
         print(f"group commit: {args.runs} runs saving {args.saves} checkpoints each at once,"
               f" one SqliteRunStore, median of {args.rounds} rounds")
 
-        def one(grouped: bool | None, synchronous: str, saves: int) -> tuple[float, float]:
+        def one(grouped: bool | None, synchronous: str, on_loop: bool, saves: int
+                ) -> tuple[float, float]:
             if grouped is None:
                 return measure_revision(Path(tree), Path(directory), runs=args.runs,
                                         saves=saves)
             return measure(Path(directory), grouped=grouped, synchronous=synchronous,
-                           runs=args.runs, saves=saves)
+                           runs=args.runs, saves=saves, on_loop=on_loop)
 
-        rates: dict[str, list[float]] = {label: [] for label, _, _ in subjects}
-        sizes: dict[str, list[float]] = {label: [] for label, _, _ in subjects}
+        rates: dict[str, list[float]] = {label: [] for label, *_ in subjects}
+        sizes: dict[str, list[float]] = {label: [] for label, *_ in subjects}
         fsyncs: list[float] = []
         # Warm-up, not counted (the --baseline child, a fresh process each time,
         # warms itself up).
-        for _, grouped, synchronous in SUBJECTS:
-            one(grouped, synchronous, 2)
+        for _, grouped, synchronous, on_loop in SUBJECTS:
+            one(grouped, synchronous, on_loop, 2)
         for round_number in range(args.rounds):
             fsyncs.append(fsync_micros(Path(directory)))
             # Rotated, so no subject always runs first (or right after another).
             turn = round_number % len(subjects)
-            for label, grouped, synchronous in subjects[turn:] + subjects[:turn]:
-                rate, size = one(grouped, synchronous, args.saves)
+            for label, grouped, synchronous, on_loop in subjects[turn:] + subjects[:turn]:
+                rate, size = one(grouped, synchronous, on_loop, args.saves)
                 rates[label].append(rate)
                 sizes[label].append(size)
     print(f"  fsync of a 4 KiB append on this disk: {statistics.median(fsyncs):7.0f} us")
     median = {label: statistics.median(found) for label, found in rates.items()}
-    for label, _, synchronous in subjects:
-        print(f"  {label:18s} {median[label]:9.1f} commits/s  synchronous={synchronous:6s}"
+    for label, _, synchronous, _ in subjects:
+        print(f"  {label:22s} {median[label]:9.1f} commits/s  synchronous={synchronous:6s}"
               f" {statistics.median(sizes[label]):6.1f} saves per transaction")
     ratio = median["group commit"] / median["one commit each"]
     print(f"  ratio group commit / one commit each {ratio:6.2f}  (target >= {TARGET:g})")

@@ -68,7 +68,7 @@ managers (`close()` on exit).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
@@ -433,6 +433,45 @@ class SettlesInCheckpoint(Protocol):
         commit can hold. A key the run already has raises `InvalidTransition`
         (an existing record is never returned here, as `begin_effect` would).
         """
+
+
+# Told, on a thread of the store's, how a queued save ended: None once it committed,
+# else what `save_checkpoint` would have raised.
+SaveSettled = Callable[[BaseException | None], None]
+
+
+class QueuesCheckpoints(Protocol):
+    """A store that can take a checkpoint's save without its caller waiting on it.
+
+    Optional, for a caller that must not block (the engine on its event loop,
+    with many runs saving at once): instead of handing `save_checkpoint` (or
+    `save_checkpoint_settling`: a store that queues saves settles in them too)
+    to a thread that waits for the commit, the caller queues the save and is
+    told how it ended. Saves queued by many runs share transactions and their
+    fsync, and no thread waits for each.
+
+    Each method is the save its name says, returning before it is made:
+    `settled(None)` once it committed, or `settled(error)` with the error the
+    waiting method would have raised, called once on a thread of the store's
+    (quick, and never calling the store). An error found before queueing (a
+    checkpoint not the run's, a closed store) is raised at once and `settled`
+    is never called. Neither blocks on I/O: the caller may be an event loop.
+
+    The engine uses a method only where a store's class defines it next to
+    the waiting method it is the twin of: a subclass or wrapper that changes
+    `save_checkpoint` (fault injection, the crash kit) is called as it is.
+    """
+
+    def queue_checkpoint(self, checkpoint: Checkpoint, *, settled: SaveSettled,
+                         expected_attempt: int, lease_expires_at: datetime | None = None
+                         ) -> None:
+        """`save_checkpoint`, queued."""
+
+    def queue_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
+                                  *, settled: SaveSettled, expected_attempt: int, at: datetime,
+                                  lease_expires_at: datetime | None = None,
+                                  reservations: Sequence[str] = ()) -> None:
+        """`save_checkpoint_settling`, queued."""
 
 
 @runtime_checkable

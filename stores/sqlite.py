@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from stores import transitions
-from stores.base import CorruptRecord, RunAlreadyExists, RunKeyTaken, Settlement
+from stores.base import CorruptRecord, RunAlreadyExists, RunKeyTaken, SaveSettled, Settlement
 from stores.codecs import seal_text
 from stores.deltas import encode_body
 from stores.records import (
@@ -55,7 +55,7 @@ from stores.records import (
     encode_record,
 )
 from stores.sqlite_effects import EffectRows
-from stores.sqlite_group_commit import GroupCommit, Work
+from stores.sqlite_group_commit import GroupCommit, Settled, Work
 from stores.sqlite_integrity import (
     OWNED,
     count_runs,
@@ -255,6 +255,22 @@ class SqliteRunStore(SqliteReads, StateChanges):
 
     def save_checkpoint(self, checkpoint: Checkpoint, *, expected_attempt: int,
                         lease_expires_at: datetime | None = None) -> None:
+        save, statement = self._checkpoint_write(checkpoint, expected_attempt, lease_expires_at)
+        self._commits.write(save, statement=statement)
+
+    def queue_checkpoint(self, checkpoint: Checkpoint, *, settled: SaveSettled,
+                         expected_attempt: int, lease_expires_at: datetime | None = None
+                         ) -> None:
+        """`save_checkpoint` without waiting (`QueuesCheckpoints`): prepared here, made in
+        the next transaction, `settled` told on the thread that made it."""
+        save, statement = self._checkpoint_write(checkpoint, expected_attempt, lease_expires_at)
+        self._commits.submit(save, _told(settled), statement=statement)
+
+    def _checkpoint_write(self, checkpoint: Checkpoint, expected_attempt: int,
+                          lease_expires_at: datetime | None
+                          ) -> tuple[Work[bool], Work[bool | None]]:
+        """A checkpoint's save as a write: made by the reading path, and first tried as
+        the one statement it was prepared for."""
         # Prepared before the transaction, while other writes commit: the
         # statement saves only over the row it was prepared on (`sqlite_saves`).
         prepared = self._saves.prepare(checkpoint, expected_attempt, lease_expires_at)
@@ -269,7 +285,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
                          lease_expires_at=lease_expires_at)
             return True
 
-        self._commits.write(save, statement=statement)
+        return save, statement
 
     def save_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
                                  *, expected_attempt: int, at: datetime,
@@ -277,6 +293,22 @@ class SqliteRunStore(SqliteReads, StateChanges):
                                  reservations: Sequence[str] = ()) -> None:
         """The effects settled and reserved and the checkpoint saved in one transaction
         (one fsync)."""
+        self._write(self._settling_write(
+            checkpoint, settlements, expected_attempt=expected_attempt, at=at,
+            lease_expires_at=lease_expires_at, reservations=reservations))
+
+    def queue_checkpoint_settling(self, checkpoint: Checkpoint, settlements: Sequence[Settlement],
+                                  *, settled: SaveSettled, expected_attempt: int, at: datetime,
+                                  lease_expires_at: datetime | None = None,
+                                  reservations: Sequence[str] = ()) -> None:
+        """`save_checkpoint_settling` without waiting (`QueuesCheckpoints`)."""
+        self._commits.submit(self._settling_write(
+            checkpoint, settlements, expected_attempt=expected_attempt, at=at,
+            lease_expires_at=lease_expires_at, reservations=reservations), _told(settled))
+
+    def _settling_write(self, checkpoint: Checkpoint, settlements: Sequence[Settlement], *,
+                        expected_attempt: int, at: datetime, lease_expires_at: datetime | None,
+                        reservations: Sequence[str]) -> Work[None]:
         transitions.check_checkpoint_owner(checkpoint.run_id, checkpoint)
         run_id = checkpoint.run_id
         # Encoded before the transaction, while other writes commit; sealed in it,
@@ -300,7 +332,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
                                 lease_expires_at=lease_expires_at),
                          lease_expires_at=lease_expires_at)
 
-        self._write(save)
+        return save
 
     def resolve_approval(self, run_id: str, approval_id: str, *, approved: bool, response: Any,
                          responded_by: str | None, at: datetime) -> None:
@@ -348,6 +380,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
         self._write(delete)
 
     def close(self) -> None:
+        self._commits.close()
         self._readers.close()
         with self._lock, translated(self.path):
             self._conn.close()
@@ -359,3 +392,8 @@ class SqliteRunStore(SqliteReads, StateChanges):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.close()
+
+
+def _told(settled: SaveSettled) -> Settled:
+    """A queued save's callback for the group commit: its outcome's error alone."""
+    return lambda _, error: settled(error)

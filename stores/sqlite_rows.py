@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from stores.event_log import events_fold
 from stores.records import Checkpoint, RunEvent, RunRecord, agent_of
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _T = TypeVar("_T")
 MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" that still uses the key
 
@@ -109,7 +111,7 @@ def micros(at: datetime) -> int:
     """Microseconds since the epoch; a naive datetime is taken as UTC."""
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
-    return (at - EPOCH) // timedelta(microseconds=1)
+    return (at - EPOCH) // _MICROSECOND
 
 
 def moment(value: int | None) -> datetime | None:
@@ -183,13 +185,20 @@ class RunRow:
         return self.values[-1]
 
 
+# RUN_SEALED picked from (run_id, incarnation, effect_count, definition_checksum,
+# *values): every save seals the run row it leaves.
+_RUN_SEALED_FROM = itemgetter(*(
+    ("run_id", "incarnation", "effect_count", "definition_checksum", *RUN_FIELDS).index(name)
+    for name in RUN_SEALED))
+
+
 def run_seal(run_id: str, incarnation: str, values: Sequence[Any], effect_count: int,
              definition_checksum: object) -> str:
     """The columns_checksum of a run row with these columns (`values` in RUN_FIELDS order)."""
-    row = dict(zip(RUN_FIELDS, values, strict=True))
-    row.update(run_id=run_id, incarnation=incarnation, effect_count=effect_count,
-               definition_checksum=definition_checksum)
-    return row_digest("run", *(row[name] for name in RUN_SEALED))
+    if len(values) != len(RUN_FIELDS):
+        raise ValueError(f"a run row has {len(RUN_FIELDS)} columns, not {len(values)}")
+    return row_digest("run", *_RUN_SEALED_FROM(
+        (run_id, incarnation, effect_count, definition_checksum, *values)))
 
 
 def run_row(path: Path, row: Sequence[Any]) -> RunRow:

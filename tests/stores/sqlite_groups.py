@@ -13,13 +13,31 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from stores.records import Checkpoint, RunRecord
 from stores.sqlite import SqliteRunStore
 from stores.sqlite_group_commit import GroupCommit
 
 HANG = 60.0  # seconds: a wait this long means a hang, not a slow machine
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def numbered_checkpoint(run_id: str, seq: int, attempt: int = 1) -> Checkpoint:
+    """Checkpoint `seq` of a run, its transcript `seq` entries long."""
+    return Checkpoint(run_id=run_id, seq=seq, attempt=attempt, manifest_hash="sha256:m",
+                      transcript=[{"n": index} for index in range(seq)],
+                      created_at=NOW + timedelta(seconds=seq))
+
+
+def start_runs(store: SqliteRunStore, run_ids: Sequence[str]) -> None:
+    """Every run created, owned at attempt 1, with checkpoint 1."""
+    for run_id in run_ids:
+        store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:m"))
+        store.resume_run(run_id, owner="me", now=NOW, lease_seconds=600)
+        store.save_checkpoint(numbered_checkpoint(run_id, 1), expected_attempt=1)
 
 
 class Outcome:
@@ -126,3 +144,22 @@ class AccompaniedStore:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self._store.close()
+
+
+@contextlib.contextmanager
+def statements_of(store: SqliteRunStore) -> Iterator[list[str]]:
+    """The statements the store's connection runs in the block (each once: SQLite
+    traces a statement again for each trigger program it runs)."""
+    statements: list[str] = []
+    last = [""]
+
+    def trace(statement: str) -> None:
+        if statement != last[0] and not statement.startswith("--"):
+            statements.append(statement)
+        last[0] = statement
+
+    store._conn.set_trace_callback(trace)
+    try:
+        yield statements
+    finally:
+        store._conn.set_trace_callback(None)

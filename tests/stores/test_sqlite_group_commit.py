@@ -12,52 +12,33 @@ import resource
 import sqlite3
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
 import pytest
 
 from stores.base import StaleAttempt, StoreError, StoreUnavailable
-from stores.records import Checkpoint, RunRecord, RunStatus
+from stores.records import RunRecord, RunStatus
 from stores.sqlite import SqliteRunStore
-from tests.stores.sqlite_groups import HANG, started, together, wait_until
+from tests.stores.sqlite_groups import (
+    HANG,
+    NOW,
+    numbered_checkpoint,
+    start_runs,
+    started,
+    statements_of,
+    together,
+    wait_until,
+)
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RUNS = [f"r{index}" for index in range(6)]
-
-
-def _checkpoint(run_id: str, seq: int, attempt: int = 1) -> Checkpoint:
-    return Checkpoint(run_id=run_id, seq=seq, attempt=attempt, manifest_hash="sha256:m",
-                      transcript=[{"n": index} for index in range(seq)],
-                      created_at=NOW + timedelta(seconds=seq))
+_checkpoint = numbered_checkpoint
 
 
 def _started(store: SqliteRunStore) -> None:
     """Every run of RUNS created, owned at attempt 1, with checkpoint 1."""
-    for run_id in RUNS:
-        store.create_run(RunRecord(run_id=run_id, manifest_hash="sha256:m"))
-        store.resume_run(run_id, owner="me", now=NOW, lease_seconds=600)
-        store.save_checkpoint(_checkpoint(run_id, 1), expected_attempt=1)
-
-
-@contextlib.contextmanager
-def _statements(store: SqliteRunStore) -> Iterator[list[str]]:
-    """The statements the store's connection runs in the block (each once: SQLite
-    traces a statement again for each trigger program it runs)."""
-    statements: list[str] = []
-    last = [""]
-
-    def trace(statement: str) -> None:
-        if statement != last[0] and not statement.startswith("--"):
-            statements.append(statement)
-        last[0] = statement
-
-    store._conn.set_trace_callback(trace)
-    try:
-        yield statements
-    finally:
-        store._conn.set_trace_callback(None)
+    start_runs(store, RUNS)
 
 
 @contextlib.contextmanager
@@ -81,7 +62,7 @@ def test_writes_queued_during_a_transaction_share_the_next_commit(tmp_path: Path
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
         _started(store)
-        with _statements(store) as statements:
+        with statements_of(store) as statements:
             outcomes = together(store, [*_saves(store, 2),
                                         partial(store.renew_lease, "r0", expected_attempt=1,
                                                 now=NOW, lease_seconds=900)])
@@ -104,7 +85,7 @@ def test_writes_queued_during_a_transaction_share_the_next_commit(tmp_path: Path
 def test_a_write_alone_makes_the_transaction_it_always_made(tmp_path: Path) -> None:
     with SqliteRunStore(tmp_path / "runs.sqlite") as store:
         _started(store)
-        with _statements(store) as statements:
+        with statements_of(store) as statements:
             store.renew_lease("r0", expected_attempt=1, now=NOW, lease_seconds=900)
         assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
         assert not [s for s in statements if "SAVEPOINT" in s or "RELEASE" in s]
@@ -116,7 +97,7 @@ def test_without_group_commit_every_write_commits_alone(tmp_path: Path) -> None:
         threads = [threading.Thread(target=store.renew_lease, args=(run_id,),
                                     kwargs={"expected_attempt": 1, "now": NOW,
                                             "lease_seconds": 900}) for run_id in RUNS]
-        with _statements(store) as statements:
+        with statements_of(store) as statements:
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -139,7 +120,7 @@ def test_a_refused_write_fails_alone_and_the_others_land(tmp_path: Path) -> None
         writes = _saves(store, 2)
         writes[4] = partial(store.complete_run, "r4", expected_attempt=1, output="done",
                             at=NOW, checkpoint=_checkpoint("r4", 2))
-        with _statements(store) as statements:
+        with statements_of(store) as statements:
             outcomes = together(store, writes)
         assert statements.count("COMMIT") == 1
         with pytest.raises(StaleAttempt):
@@ -166,7 +147,7 @@ def test_writes_refused_one_after_another_each_see_the_one_before(tmp_path: Path
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
         store.create_run(RunRecord(run_id="r", manifest_hash="sha256:m"))
-        with _statements(store) as statements:
+        with statements_of(store) as statements:
             outcomes = together(store, [partial(store.resume_run, "r", owner=f"o{index}",
                                                 now=NOW, lease_seconds=60)
                                         for index in range(8)])
