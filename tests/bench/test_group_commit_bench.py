@@ -43,7 +43,8 @@ def test_every_figure_is_printed_with_the_baseline_revisions_store() -> None:
     done = _bench("--baseline", BASELINE)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for label in ("--baseline store", "one commit each", "group commit", "no fsync (NORMAL)"):
+    for label in ("--baseline store", "one commit each", "group commit", "group commit, threads",
+                  "no fsync (NORMAL)"):
         assert re.search(rf"^  {re.escape(label)} +{NUMBER} commits/s  synchronous=\w+ +"
                          rf"{NUMBER} saves per transaction$", out, re.MULTILINE), out
     # The old store makes a transaction of every save.
