@@ -172,10 +172,11 @@ def test_closing_the_store_makes_the_queued_saves_first_and_refuses_later_ones(
     told = [Told() for _ in RUNS]
     for run_id, each in zip(RUNS, told, strict=True):
         _queue(store, run_id, 2, each)
+    committer = store._commits._committer
     store.close()
     # Every save queued before the close was made and told before it returned.
     assert [each.errors for each in told] == [[None]] * len(RUNS)
-    assert not [t for t in threading.enumerate() if t.name == COMMITTER_THREAD_NAME]
+    assert committer is not None and not committer.is_alive()
     late = Told()
     with pytest.raises(StoreUnavailable, match="closed"):
         _queue(store, "r0", 3, late)
@@ -200,11 +201,12 @@ def test_a_caller_that_fails_on_its_outcome_does_not_stop_the_committer(
         assert after.wait() is None
         assert after.seen_committed == 2
         assert _committed_seq(path, "r0") == 2
-        assert "telling a queued write's writer its outcome failed" in caplog.text
-        # The committer is still there for the next save.
+        # The committer is still there for the next save. (It led r0's save, so
+        # it told r0 last, after r1: once it makes the next save, it has logged.)
         again = Told(path, "r0")
         _queue(store, "r0", 3, again)
         assert again.wait() is None and again.seen_committed == 3
+        assert "telling a queued write's writer its outcome failed" in caplog.text
 
 
 def test_a_queued_settling_save_reserves_settles_and_saves_in_one_commit(
