@@ -261,8 +261,7 @@ class StoreThread:
     async def _queue_save(self, pool: StorePool, queue: Callable[..., None], *args: Any,
                           **kwargs: Any) -> None:
         loop = asyncio.get_running_loop()
-        handed: LoopCall[None] = LoopCall(_queued, loop)
-        handed.begun()
+        handed = LoopCall.made_elsewhere(loop)
         posts = pool.posts(loop)
 
         def settled(error: BaseException | None) -> None:  # on the store's thread
@@ -283,10 +282,6 @@ class StoreThread:
                            error: BaseException | None) -> None:
         self._turn_ended(pool, None)
         handed.arrive(None, error)
-
-
-def _queued() -> None:
-    raise AssertionError("a queued save is made by its store, not by a worker")
 
 
 _QUEUES: dict[tuple[type, str], bool] = {}

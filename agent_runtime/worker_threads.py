@@ -209,12 +209,14 @@ class LoopCall(Generic[T]):
             outcome = (None, error)
         return functools.partial(self._hand_back, outcome)
 
-    def begun(self) -> None:
-        """Mark the call made elsewhere, not by a worker (a save queued with its store):
-        it can no longer be withdrawn, and `hand_back` brings its outcome."""
-        with self._lock:
-            self._started = True
-        self._call = None
+    @staticmethod
+    def made_elsewhere(loop: asyncio.AbstractEventLoop) -> LoopCall[None]:
+        """A call no worker makes (a save queued with its store), begun already: it
+        cannot be withdrawn, and `arrive` brings its outcome."""
+        call: LoopCall[None] = LoopCall(_made_elsewhere, loop)
+        call._started = True
+        call._call = None
+        return call
 
     def fail(self, error: BaseException) -> None:
         """Fail a call no worker will take (its pool stopped), unless withdrawn."""
@@ -260,6 +262,10 @@ class LoopCall(Generic[T]):
             wrapped.__cause__ = error
             error = wrapped
         self.answer.set_exception(error)
+
+
+def _made_elsewhere() -> None:
+    raise AssertionError("a call made elsewhere is not a worker's to make")
 
 
 class LoopPosts:

@@ -55,7 +55,7 @@ from stores.records import (
     encode_record,
 )
 from stores.sqlite_effects import EffectRows
-from stores.sqlite_group_commit import GroupCommit, Settled, Work
+from stores.sqlite_group_commit import GroupCommit, Work
 from stores.sqlite_integrity import (
     OWNED,
     count_runs,
@@ -264,7 +264,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
         """`save_checkpoint` without waiting (`QueuesCheckpoints`): prepared here, made in
         the next transaction, `settled` told on the thread that made it."""
         save, statement = self._checkpoint_write(checkpoint, expected_attempt, lease_expires_at)
-        self._commits.submit(save, _told(settled), statement=statement)
+        self._commits.submit(save, settled, statement=statement)
 
     def _checkpoint_write(self, checkpoint: Checkpoint, expected_attempt: int,
                           lease_expires_at: datetime | None
@@ -304,7 +304,7 @@ class SqliteRunStore(SqliteReads, StateChanges):
         """`save_checkpoint_settling` without waiting (`QueuesCheckpoints`)."""
         self._commits.submit(self._settling_write(
             checkpoint, settlements, expected_attempt=expected_attempt, at=at,
-            lease_expires_at=lease_expires_at, reservations=reservations), _told(settled))
+            lease_expires_at=lease_expires_at, reservations=reservations), settled)
 
     def _settling_write(self, checkpoint: Checkpoint, settlements: Sequence[Settlement], *,
                         expected_attempt: int, at: datetime, lease_expires_at: datetime | None,
@@ -392,8 +392,3 @@ class SqliteRunStore(SqliteReads, StateChanges):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.close()
-
-
-def _told(settled: SaveSettled) -> Settled:
-    """A queued save's callback for the group commit: its outcome's error alone."""
-    return lambda _, error: settled(error)

@@ -59,7 +59,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
-from stores.base import StoreError, StoreUnavailable
+from stores.base import SaveSettled, StoreError, StoreUnavailable
 from stores.sqlite_schema import begin, roll_back, translation
 from stores.thread_placement import Placement, ours
 
@@ -68,8 +68,6 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 # What a write came to: its result, or the error its writer is to raise.
 _Outcome = tuple[Any, BaseException | None]
-# Told, from any thread, what a queued write came to: its result, or its error.
-Settled = Callable[[Any, BaseException | None], None]
 _SAVEPOINT = "group_member"
 _PLACEMENT = Placement()
 COMMITTER_THREAD_NAME = "agent-runtime-sqlite-committer"
@@ -78,13 +76,13 @@ logger = logging.getLogger(__name__)
 
 class _Write(Generic[T]):
     """One writer's write, from its queueing to its outcome: a writer's thread waits
-    for it, or, queued (`settled` given), nobody waits and `settled` is told."""
+    for it, or, queued (`settled` given), nobody waits and `settled` is told its error."""
 
     __slots__ = ("_woken", "done", "error", "leads", "settled", "statement", "taken", "thread",
                  "value", "work")
 
     def __init__(self, work: Work[T], statement: Work[T | None] | None,
-                 settled: Settled | None = None) -> None:
+                 settled: SaveSettled | None = None) -> None:
         self.work = work
         self.statement = statement
         self.settled = settled
@@ -114,7 +112,7 @@ class _Write(Generic[T]):
             settled, self.settled = self.settled, None
             error, self.error = self.error, None
             try:
-                settled(self.value, error)
+                settled(error)
             except Exception:  # the committer goes on: other writes are its to settle
                 logger.exception("telling a queued write's writer its outcome failed")
             return
@@ -192,11 +190,12 @@ class GroupCommit:
             raise
         return write.outcome()
 
-    def submit(self, work: Work[T], settled: Settled, *,
-               statement: Work[T | None] | None = None) -> None:
-        """Queue the write and return at once: `settled(result, error)` is called, on
-        the store's committer thread, once the transaction it was made in has ended
-        (as `write` would have returned or raised then).
+    def submit(self, work: Work[Any], settled: SaveSettled, *,
+               statement: Work[Any] | None = None) -> None:
+        """Queue the write and return at once: `settled(error)` is called, by the thread
+        that made the transaction holding the write (the committer, or a writer that
+        led it), once that transaction has ended: None when it committed, else what
+        `write` would have raised. (Its result goes to no one.)
 
         For a caller that must not block (an event loop): the write is queued
         for the next transaction as any other, and when no transaction is
