@@ -28,6 +28,13 @@ Threads that save are marked as ours (`stores.thread_placement`), as every
 engine's store calls are made on its pools' threads: a group's leader wakes
 its writers on its own CPU.
 
+The cycle collector is set as `serve` sets it once started: the startup heap
+frozen, a young collection every `YOUNG_COLLECTION_EVERY` net allocations
+(agent_runtime/api/collector_pace.py). With Python's defaults, collections
+took a tenth of the group commit subject's time, walking objects that live as
+long as the process. The --baseline child is set the same way, so the
+subjects differ in their store alone.
+
 With `--baseline REV` the store of git revision REV (exported to a temporary
 directory and imported from there, in a child process, which the bench
 checks) makes the same saves in each round too, as that day's engine made
@@ -43,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -200,12 +208,22 @@ def measure(directory: Path, *, grouped: bool | None, synchronous: str, runs: in
     return runs * saves / elapsed, runs * saves / max(transactions, 1)
 
 
-def measure_revision(tree: Path, directory: Path, *, runs: int, saves: int
+def collect_as_serve(young: int) -> None:
+    """The cycle collector as `serve` sets it once started (agent_runtime/cli/serve.py):
+    every object alive now frozen, a young collection every `young` net allocations.
+    Made with `gc` itself, not serve's functions, so a --baseline tree from before
+    them is measured the same way."""
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, old)
+
+
+def measure_revision(tree: Path, directory: Path, *, runs: int, saves: int, young: int
                      ) -> tuple[float, float]:
     """`measure` of the store in `tree` (an exported revision), in a child process
     that imports it from there."""
     done = subprocess.run([sys.executable, __file__, "--runs", str(runs), "--saves", str(saves),
-                           "--measure-here", str(directory)],
+                           "--measure-here", str(directory), "--young-collection", str(young)],
                           env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
                           text=True, check=False)
     if done.returncode != 0:
@@ -254,10 +272,14 @@ def main() -> None:
                              "group commit)")
     # The child of --baseline: one measurement of the store it imports, in this directory.
     parser.add_argument("--measure-here", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--young-collection", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if min(args.runs, args.saves, args.rounds) < 1:
         parser.error("--runs, --saves and --rounds must be at least 1")
     if args.measure_here is not None:
+        if args.young_collection is None:
+            parser.error("--measure-here needs --young-collection")
+        collect_as_serve(args.young_collection)
         # Warmed up as this process is before its rounds: a fresh process's first
         # saves would make the baseline look slower than it is.
         measure(args.measure_here, grouped=None, synchronous="FULL", runs=args.runs, saves=2,
@@ -266,6 +288,9 @@ def main() -> None:
                              runs=args.runs, saves=args.saves, on_loop=False)
         print(json.dumps([rate, size, sys.modules[SqliteRunStore.__module__].__file__]))
         return
+    from agent_runtime.api.collector_pace import YOUNG_COLLECTION_EVERY
+
+    collect_as_serve(YOUNG_COLLECTION_EVERY)
     with tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-") as directory, \
             tempfile.TemporaryDirectory(prefix="agent-runtime-group-commit-tree-") as tree:
         subjects = SUBJECTS
@@ -280,7 +305,7 @@ def main() -> None:
                 ) -> tuple[float, float]:
             if grouped is None:
                 return measure_revision(Path(tree), Path(directory), runs=args.runs,
-                                        saves=saves)
+                                        saves=saves, young=YOUNG_COLLECTION_EVERY)
             return measure(Path(directory), grouped=grouped, synchronous=synchronous,
                            runs=args.runs, saves=saves, on_loop=on_loop)
 

@@ -9,12 +9,16 @@ the bench's error.
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import group_commit
 import pytest
+
+from agent_runtime.api.collector_pace import YOUNG_COLLECTION_EVERY
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench" / "group_commit.py"
@@ -66,3 +70,14 @@ def test_a_revision_git_cannot_give_is_named() -> None:
     done = _bench("--baseline", "no-such-revision")
     assert done.returncode != 0
     assert "--baseline no-such-revision: git rev-parse failed" in done.stderr, done.stderr
+
+
+def test_the_collector_is_set_as_serve_sets_it() -> None:
+    threshold = gc.get_threshold()
+    try:
+        group_commit.collect_as_serve(YOUNG_COLLECTION_EVERY)
+        assert gc.get_threshold() == (YOUNG_COLLECTION_EVERY, *threshold[1:])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
