@@ -71,7 +71,8 @@ test: dev lint template-check
 # through one `serve` vs LangGraph and DBOS on the same fake model (a serve
 # flag it lacks is left out, with a note), then through one `serve` pinned to
 # a CPU, and through `serve --processes` with a process per core
-# (SERVE_PROCESSES, `auto`), each pinned to its CPU.
+# (SERVE_PROCESSES, `auto`), each pinned to its CPU; and each Lambda handler's
+# cold import from a twin of the runtime layer vs `import boto3`.
 # The engine bench measures the engine of ENGINE_BASELINE in the same run too
 # (main before issue 34's leaner engine); `ENGINE_BASELINE=` skips it. The
 # group commit bench measures the store of GROUP_COMMIT_BASELINE (the same
@@ -94,6 +95,7 @@ bench: $(VENV)/.installed-bench
 		--serve-arg=--pin-cpus
 	$(BIN)/python bench/serve_concurrency.py --no-peers --serve-arg=--max-concurrent-runs=2000 \
 		--serve-arg=--processes=$(SERVE_PROCESSES) --serve-arg=--pin-cpus
+	$(BIN)/python bench/layer_cold_import.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
