@@ -10,10 +10,12 @@ queued by then.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +32,14 @@ def numbered_checkpoint(run_id: str, seq: int, attempt: int = 1) -> Checkpoint:
     return Checkpoint(run_id=run_id, seq=seq, attempt=attempt, manifest_hash="sha256:m",
                       transcript=[{"n": index} for index in range(seq)],
                       created_at=NOW + timedelta(seconds=seq))
+
+
+@contextlib.contextmanager
+def other_connection(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection of someone else's to the store's file: it sees only what was
+    committed."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        yield conn
 
 
 def start_runs(store: SqliteRunStore, run_ids: Sequence[str]) -> None:
@@ -70,7 +80,8 @@ def wait_for_queue(commits: GroupCommit, length: int) -> None:
     wait_until(lambda: queued(commits) >= length, f"{length} writes queued")
 
 
-def _call(write: Callable[[], Any], outcome: Outcome) -> None:
+def record_outcome(write: Callable[[], Any], outcome: Outcome) -> None:
+    """Make `write`, keeping what it returned or raised in `outcome`."""
     try:
         outcome.value = write()
     except BaseException as error:  # every outcome is for the test to assert
@@ -86,7 +97,7 @@ def started(commits: GroupCommit, lock: threading.Lock,
     the next transaction. The block runs while they are made, with their outcomes,
     filled in as they return; the threads are joined on the way out."""
     outcomes = [Outcome() for _ in writes]
-    threads = [threading.Thread(target=_call, args=(write, outcome), daemon=True)
+    threads = [threading.Thread(target=record_outcome, args=(write, outcome), daemon=True)
                for write, outcome in zip(writes, outcomes, strict=True)]
     try:
         with lock:

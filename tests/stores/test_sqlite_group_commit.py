@@ -7,11 +7,8 @@ traces on the store's connection, never by timing.
 
 from __future__ import annotations
 
-import contextlib
 import resource
-import sqlite3
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -25,6 +22,7 @@ from tests.stores.sqlite_groups import (
     HANG,
     NOW,
     numbered_checkpoint,
+    other_connection,
     start_runs,
     started,
     statements_of,
@@ -36,20 +34,8 @@ RUNS = [f"r{index}" for index in range(6)]
 _checkpoint = numbered_checkpoint
 
 
-def _started(store: SqliteRunStore) -> None:
-    """Every run of RUNS created, owned at attempt 1, with checkpoint 1."""
-    start_runs(store, RUNS)
-
-
-@contextlib.contextmanager
-def _other(path: Path) -> Iterator[sqlite3.Connection]:
-    """A connection of someone else's: it sees only what was committed."""
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        yield conn
-
-
 def _latest_seqs(path: Path) -> dict[str, int]:
-    with _other(path) as conn:
+    with other_connection(path) as conn:
         return dict(conn.execute("SELECT run_id, max(seq) FROM checkpoints GROUP BY run_id"))
 
 
@@ -61,7 +47,7 @@ def _saves(store: SqliteRunStore, seq: int) -> list[partial[None]]:
 def test_writes_queued_during_a_transaction_share_the_next_commit(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         with statements_of(store) as statements:
             outcomes = together(store, [*_saves(store, 2),
                                         partial(store.renew_lease, "r0", expected_attempt=1,
@@ -84,7 +70,7 @@ def test_writes_queued_during_a_transaction_share_the_next_commit(tmp_path: Path
 
 def test_a_write_alone_makes_the_transaction_it_always_made(tmp_path: Path) -> None:
     with SqliteRunStore(tmp_path / "runs.sqlite") as store:
-        _started(store)
+        start_runs(store, RUNS)
         with statements_of(store) as statements:
             store.renew_lease("r0", expected_attempt=1, now=NOW, lease_seconds=900)
         assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
@@ -93,7 +79,7 @@ def test_a_write_alone_makes_the_transaction_it_always_made(tmp_path: Path) -> N
 
 def test_without_group_commit_every_write_commits_alone(tmp_path: Path) -> None:
     with SqliteRunStore(tmp_path / "runs.sqlite", group_commit=False) as store:
-        _started(store)
+        start_runs(store, RUNS)
         threads = [threading.Thread(target=store.renew_lease, args=(run_id,),
                                     kwargs={"expected_attempt": 1, "now": NOW,
                                             "lease_seconds": 900}) for run_id in RUNS]
@@ -109,11 +95,11 @@ def test_without_group_commit_every_write_commits_alone(tmp_path: Path) -> None:
 def test_a_refused_write_fails_alone_and_the_others_land(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         with SqliteRunStore(path) as other:  # another process takes r2 over
             other.resume_run("r2", owner="them", now=NOW + timedelta(seconds=900),
                              lease_seconds=600, allow_running_takeover=True)
-        with _other(path) as raw:  # r4's end is refused after its checkpoint is written
+        with other_connection(path) as raw:  # r4's end is refused after its checkpoint is written
             raw.execute("CREATE TRIGGER refuse BEFORE UPDATE ON runs"
                         " WHEN NEW.run_id = 'r4' AND NEW.status = 'completed'"
                         " BEGIN SELECT RAISE(ABORT, 'disk trouble'); END")
@@ -133,7 +119,7 @@ def test_a_refused_write_fails_alone_and_the_others_land(tmp_path: Path) -> None
         assert _latest_seqs(path) == {"r0": 2, "r1": 2, "r2": 1, "r3": 2, "r4": 1, "r5": 2}
         run = store.load_run("r4")
         assert run is not None and run.status is RunStatus.RUNNING
-        with _other(path) as raw:
+        with other_connection(path) as raw:
             raw.execute("DROP TRIGGER refuse")
         # The refused write left nothing behind: r4 ends as it should now.
         store.complete_run("r4", expected_attempt=1, output="done", at=NOW,
@@ -165,7 +151,7 @@ def test_a_failed_commit_fails_every_write_in_it_and_shows_none(tmp_path: Path) 
     path = tmp_path / "runs.sqlite"
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         refused = threading.Event()
 
         def trace(statement: str) -> None:
@@ -198,7 +184,7 @@ def test_a_failed_commit_fails_every_write_in_it_and_shows_none(tmp_path: Path) 
 def test_no_writer_returns_before_the_commit_of_its_write(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         committing, go_on = threading.Event(), threading.Event()
 
         def trace(statement: str) -> None:

@@ -9,8 +9,6 @@ the COMMITs SQLite traces on the store's connection, never by timing.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -26,24 +24,21 @@ from tests.stores.sqlite_groups import (
     NOW,
     Outcome,
     numbered_checkpoint,
+    other_connection,
+    record_outcome,
     start_runs,
     statements_of,
     wait_for_queue,
     wait_until,
 )
-from tests.stores.sqlite_groups import _call as _outcome
 
 RUNS = [f"r{index}" for index in range(5)]
 _checkpoint = numbered_checkpoint
 
 
-def _started(store: SqliteRunStore) -> None:
-    start_runs(store, RUNS)
-
-
 def _committed_seq(path: Path, run_id: str) -> int | None:
     """The run's latest checkpoint as another connection sees it: committed only."""
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+    with other_connection(path) as conn:
         row = conn.execute("SELECT max(seq) FROM checkpoints WHERE run_id = ?",
                            (run_id,)).fetchone()
     return None if row is None else row[0]
@@ -80,15 +75,15 @@ def _queue(store: SqliteRunStore, run_id: str, seq: int, told: Told) -> None:
 def test_queued_saves_and_waiting_writers_share_one_commit(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         told = [Told() for _ in RUNS[:3]]
         renewing = Outcome()
         saving = Outcome()
         writers = [
-            threading.Thread(target=_outcome, name="renewing", daemon=True, args=(
+            threading.Thread(target=record_outcome, name="renewing", daemon=True, args=(
                 lambda: store.renew_lease("r3", expected_attempt=1, now=NOW,
                                           lease_seconds=900), renewing)),
-            threading.Thread(target=_outcome, name="saving", daemon=True, args=(
+            threading.Thread(target=record_outcome, name="saving", daemon=True, args=(
                 lambda: store.save_checkpoint(_checkpoint("r4", 2), expected_attempt=1),
                 saving))]
         with statements_of(store) as statements:
@@ -116,7 +111,7 @@ def test_queued_saves_and_waiting_writers_share_one_commit(tmp_path: Path) -> No
 def test_a_queued_save_is_told_only_once_it_committed(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         told = [Told(path, run_id) for run_id in RUNS]
         for run_id, each in zip(RUNS, told, strict=True):
             _queue(store, run_id, 2, each)
@@ -129,7 +124,7 @@ def test_a_queued_save_is_told_only_once_it_committed(tmp_path: Path) -> None:
 def test_a_refused_queued_save_is_told_its_error_and_the_others_land(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         with SqliteRunStore(path) as other:  # another process takes r2 over
             other.resume_run("r2", owner="them", now=NOW + timedelta(seconds=900),
                              lease_seconds=600, allow_running_takeover=True)
@@ -151,7 +146,7 @@ def test_a_refused_queued_save_is_told_its_error_and_the_others_land(tmp_path: P
 def test_without_group_commit_every_queued_save_commits_alone(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path, group_commit=False) as store:
-        _started(store)
+        start_runs(store, RUNS)
         told = [Told(path, run_id) for run_id in RUNS]
         with statements_of(store) as statements:
             for run_id, each in zip(RUNS, told, strict=True):
@@ -168,7 +163,7 @@ def test_closing_the_store_makes_the_queued_saves_first_and_refuses_later_ones(
         tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     store = SqliteRunStore(path)
-    _started(store)
+    start_runs(store, RUNS)
     told = [Told() for _ in RUNS]
     for run_id, each in zip(RUNS, told, strict=True):
         _queue(store, run_id, 2, each)
@@ -188,7 +183,7 @@ def test_a_caller_that_fails_on_its_outcome_does_not_stop_the_committer(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
 
         def broken(error: BaseException | None) -> None:
             raise RuntimeError("the caller's own bug")
@@ -213,7 +208,7 @@ def test_a_queued_settling_save_reserves_settles_and_saves_in_one_commit(
         tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     with SqliteRunStore(path) as store:
-        _started(store)
+        start_runs(store, RUNS)
         reserved = Told(path, "r0")
         store.queue_checkpoint_settling(_checkpoint("r0", 2), [], settled=reserved,
                                         expected_attempt=1, at=NOW, reservations=["call-1"])
