@@ -32,6 +32,7 @@ from stores.base import ArtifactStore, CorruptRecord, RunAlreadyExists, RunStore
 from stores.memory import MemoryRunStore
 from stores.records import (
     Budget,
+    Checkpoint,
     JsonObject,
     JsonValue,
     ParentRef,
@@ -40,7 +41,12 @@ from stores.records import (
     RunStatus,
 )
 
-from agent_runtime.attempt_reads import attempt_start, existing_run, run_and_latest
+from agent_runtime.attempt_reads import (
+    attempt_start,
+    existing_run,
+    reserve_attempt,
+    run_and_latest,
+)
 from agent_runtime.blocking_run import blocking
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
@@ -304,6 +310,18 @@ class AgentRuntime(HostServices):
     def stored_manifest(self, record: RunRecord) -> AgentManifest:
         return parse_agent_manifest(record.manifest, source=f"run {record.run_id}")
 
+    @holding_store_thread
+    async def resume_read(self, record: RunRecord, latest: Checkpoint | None, *,
+                          budget: Budget | None = None, allow_running_takeover: bool = False,
+                          expired_owner: str | None = None) -> RunResult:
+        """`run(run_id=record.run_id, resume=True, ...)` for a caller that has just read
+        the run with its latest checkpoint (`attempt_reads.run_and_latest`), as `serve`'s
+        launcher does to build the run's runtime: one store call fewer at each start."""
+        self.check_budget(budget)
+        return await self._resume_read(record, latest, manifest=None, budget=budget,
+                                       allow_running_takeover=allow_running_takeover,
+                                       effect_resolutions=None, expired_owner=expired_owner)
+
     async def _resume(self, run_id: str, *, manifest: ManifestSource | None,
                       budget: Budget | None, allow_running_takeover: bool,
                       effect_resolutions: Mapping[str, JsonObject] | None,
@@ -312,6 +330,17 @@ class AgentRuntime(HostServices):
         # The run and its latest checkpoint in one store call (one trip to the store
         # thread and back); a finished run's checkpoint is not read.
         record, latest = await self.store_thread.call(run_and_latest, self.store, run_id)
+        return await self._resume_read(record, latest, manifest=manifest, budget=budget,
+                                       allow_running_takeover=allow_running_takeover,
+                                       effect_resolutions=effect_resolutions,
+                                       expired_owner=expired_owner)
+
+    async def _resume_read(self, record: RunRecord, latest: Checkpoint | None, *,
+                           manifest: ManifestSource | None, budget: Budget | None,
+                           allow_running_takeover: bool,
+                           effect_resolutions: Mapping[str, JsonObject] | None,
+                           expired_owner: str | None) -> RunResult:
+        run_id = record.run_id
         agent = self.stored_manifest(record)
         if manifest is not None:
             given, _, source = self._load(manifest)
@@ -326,21 +355,25 @@ class AgentRuntime(HostServices):
         # Checked before an attempt is reserved: nothing runs from a damaged checkpoint.
         check_checkpoint(record, latest, agent)
         try:
+            # Reserved, and what the attempt starts from read, in one store call.
             reserved = await self.store_thread.call(
-                self.store.resume_run, run_id, owner=self.owner, now=self.clock.now(),
-                lease_seconds=self.lease_seconds, allow_running_takeover=allow_running_takeover,
-                expired_owner=expired_owner)
+                reserve_attempt, self.store, run_id, owner=self.owner, now=self.clock.now(),
+                lease_seconds=self.lease_seconds, clock=self.clock,
+                allow_running_takeover=allow_running_takeover, expired_owner=expired_owner)
         except RunTerminal:  # it finished since it was read
             finished = await self.store_thread.call(self.store.load_run, run_id)
             return finished_result(finished or record)
+        if reserved.cannot is not None:
+            return await self._fail_unstarted(reserved.record, *unstartable(reserved.cannot))
         try:
-            execution = await self._execution(reserved, agent, budget=budget)
+            execution = self._execution_from(reserved.record, reserved.start, agent,
+                                             budget=budget)
         except (ForkSourceMissing, CorruptRecord) as cannot:
-            return await self._fail_unstarted(reserved, *unstartable(cannot))
+            return await self._fail_unstarted(reserved.record, *unstartable(cannot))
         execution.resolutions = dict(effect_resolutions or {})
         # Its owner's lease was taken: the run was running, or the store counted one.
         execution.takeover = (record.status is RunStatus.RUNNING
-                              or reserved.takeovers > record.takeovers)
+                              or reserved.record.takeovers > record.takeovers)
         return await self._execute(execution)
 
     async def _execute(self, execution: Execution) -> RunResult:
@@ -358,6 +391,13 @@ class AgentRuntime(HostServices):
         checkpoint = await self.store_thread.call(attempt_start, self.store, record,
                                                   clock=self.clock,
                                                   lease_seconds=self.lease_seconds)
+        return self._execution_from(record, checkpoint, agent, budget=budget, deadline=deadline)
+
+    def _execution_from(self, record: RunRecord, checkpoint: Checkpoint | None,
+                        agent: AgentManifest, *, budget: Budget | None = None,
+                        deadline: datetime | None = None) -> Execution:
+        """The execution of a reserved attempt that starts from `checkpoint`
+        (`attempt_reads.attempt_start`)."""
         if checkpoint is None:
             state = RunState.initial(record.variables, record.budget.max_total_tokens)
             cursor = []

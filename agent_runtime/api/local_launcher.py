@@ -52,11 +52,12 @@ from stores.base import (
     RunTerminal,
     StaleAttempt,
 )
-from stores.records import Budget, RunRecord, RunStatus
+from stores.records import Budget, Checkpoint, RunRecord, RunStatus
 
 from agent_runtime.api.place_ledger import PlaceLedger
 from agent_runtime.api.run_capacity import DEFAULT_MAX_RUNS, RunPlaces
 from agent_runtime.api.run_loops import RunLoops
+from agent_runtime.attempt_reads import latest_unless_finished
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.engine import AgentRuntime
 from agent_runtime.errors import AgentRuntimeError
@@ -260,12 +261,14 @@ class LocalLauncher:
                         "continues it", job.run_id, job.why)
             return False
         try:
-            record = await calls.call(self.store.load_run, job.run_id)
+            # With its latest checkpoint, which the engine's resume reads otherwise.
+            found = await calls.call(_run_and_latest, self.store, job.run_id)
         except Exception as error:
             return await self._store_failed(job, calls, error)
-        if record is None:
+        if found is None:
             logger.info("run %s: deleted before it started", job.run_id)
             return False
+        record, latest = found
         if record.status is RunStatus.SUSPENDED and record.resume_requested_at is None:
             # Its resume request was served meanwhile (here, by the reconciler or
             # the CLI); resuming again would only re-ask.
@@ -275,9 +278,9 @@ class LocalLauncher:
         if runtime is None:
             return False
         try:
-            result = await runtime.run(run_id=job.run_id, resume=True, budget=job.budget,
-                                       allow_running_takeover=job.allow_running_takeover,
-                                       expired_owner=job.expired_owner)
+            result = await runtime.resume_read(record, latest, budget=job.budget,
+                                               allow_running_takeover=job.allow_running_takeover,
+                                               expired_owner=job.expired_owner)
         except (LeaseHeld, StaleAttempt) as error:
             logger.info("run %s: %s: another owner is executing it (%s)", job.run_id, job.why,
                         error)
@@ -409,6 +412,13 @@ class LocalLauncher:
     def close(self, timeout: float | None = None) -> None:
         """Stop the event loops (after the runs ended: a task still on one is cancelled)."""
         self._loops.stop(timeout)
+
+
+def _run_and_latest(store: RunStore, run_id: str) -> tuple[RunRecord, Checkpoint | None] | None:
+    """The run and, unless it finished, its latest checkpoint; None: it was deleted.
+    (On the store thread: one trip there and back.)"""
+    record = store.load_run(run_id)
+    return None if record is None else (record, latest_unless_finished(store, record))
 
 
 def _unsaved(result: RunResult) -> bool:

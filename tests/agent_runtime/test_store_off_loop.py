@@ -238,12 +238,12 @@ def test_a_store_that_never_waits_on_io_is_called_on_the_loop_thread(
     assert all(name.startswith(THREAD_NAME) == off_loop for name in store.threads)
 
 
-def test_a_resume_reaches_its_first_step_in_three_trips_to_the_store_thread(
+def test_a_resume_reaches_its_first_step_in_two_trips_to_the_store_thread(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each store call is a trip to the store thread and back, which a loaded server
     pays in queueing too: a resume reads the run with its latest checkpoint in one
-    trip, reserves the attempt in a second, and reads what the attempt starts from
-    (checkpoint, effects) in a third; a one-step run then ends in a fourth."""
+    trip, and reserves the attempt and reads what it starts from (checkpoint,
+    effects) in a second; a one-step run then ends in a third."""
     store = WaitsLikeADisk()
     runtime = AgentRuntime(store=store)
     record, _ = runtime.new_run(manifest=manifest({"id": "one", "type": "prompt",
@@ -260,8 +260,41 @@ def test_a_resume_reaches_its_first_step_in_three_trips_to_the_store_thread(
     monkeypatch.setattr(StoreThread, "call", counted)
     result = runtime.run_sync(run_id=record.run_id, resume=True)
     assert result.status is RunStatus.COMPLETED
-    assert len(trips) == 4, trips
-    assert (trips[1], trips[3]) == ("resume_run", "complete_run")
+    assert trips == ["run_and_latest", "reserve_attempt", "complete_run"]
+
+
+def test_serve_starts_a_run_in_two_trips_to_the_store_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve`'s launcher reads the run with its latest checkpoint itself (it builds
+    the run's runtime from the record) and hands both to the engine, which then
+    only reserves the attempt: a started run reaches its step in two trips, ends
+    in a third."""
+    pool = StorePool(2)
+    trips: list[str] = []
+    call = StoreThread.call
+
+    async def counted(self: StoreThread, function: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(getattr(function, "__name__", repr(function)))
+        return await call(self, function, *args, **kwargs)
+
+    with SqliteRunStore(tmp_path / "runs.sqlite") as store:
+        def runtime_for(record: RunRecord | None) -> AgentRuntime:
+            return AgentRuntime(store=store, store_pool=pool)
+
+        launcher = LocalLauncher(store, runtime_for, store_pool=pool)
+        try:
+            record = runtime_for(None).create_run(
+                manifest=manifest({"id": "one", "type": "prompt", "prompt": "a"}),
+                options={"model": "scripted/echo"})
+            monkeypatch.setattr(StoreThread, "call", counted)
+            launcher.start(record)
+            assert launcher.wait(HANG_DEADLINE) == []
+        finally:
+            launcher.shutdown(timeout=HANG_DEADLINE)
+            pool.shutdown()
+        finished = store.load_run(record.run_id)
+    assert finished is not None and finished.status is RunStatus.COMPLETED
+    assert trips == ["_run_and_latest", "reserve_attempt", "complete_run"]
 
 
 # -- the store thread itself ---------------------------------------------------------

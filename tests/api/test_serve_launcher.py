@@ -71,8 +71,8 @@ class WindingDown(AgentRuntime):
         self.gate = gate
         self.ended = threading.Event()
 
-    async def run(self, **kwargs: Any) -> Any:  # type: ignore[override]
-        result = await super().run(**kwargs)
+    async def resume_read(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        result = await super().resume_read(*args, **kwargs)
         self.ended.set()
         while not self.gate.is_set():
             await asyncio.sleep(0.005)
