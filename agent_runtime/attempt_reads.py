@@ -14,7 +14,7 @@ checkpoint, saved then. Each function here runs whole on the store thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from stores.base import CorruptRecord, RunStore
 from stores.records import Checkpoint, RunRecord
@@ -74,12 +74,12 @@ class ReservedAttempt:
     cannot: ForkSourceMissing | CorruptRecord | None = None
 
 
-def reserve_attempt(store: RunStore, run_id: str, *, owner: str, now: datetime,
-                    lease_seconds: float, clock: Clock, allow_running_takeover: bool = False,
+def reserve_attempt(store: RunStore, run_id: str, *, owner: str, clock: Clock,
+                    lease_seconds: float, allow_running_takeover: bool = False,
                     expired_owner: str | None = None) -> ReservedAttempt:
-    """The run's next attempt reserved (`RunStore.resume_run`, raising what it raises),
-    then what the attempt starts from, read once the reservation committed."""
-    record = store.resume_run(run_id, owner=owner, now=now, lease_seconds=lease_seconds,
+    """The run's next attempt reserved now (`RunStore.resume_run`, raising what it
+    raises), then what the attempt starts from, read once the reservation committed."""
+    record = store.resume_run(run_id, owner=owner, now=clock.now(), lease_seconds=lease_seconds,
                               allow_running_takeover=allow_running_takeover,
                               expired_owner=expired_owner)
     try:

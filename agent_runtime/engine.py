@@ -41,6 +41,7 @@ from stores.records import (
     RunStatus,
 )
 
+from agent_runtime.attempt_begin import execution_from
 from agent_runtime.attempt_reads import (
     attempt_start,
     existing_run,
@@ -51,7 +52,6 @@ from agent_runtime.blocking_run import blocking
 from agent_runtime.checkpoint_check import ForkSourceMissing, check_checkpoint, unstartable
 from agent_runtime.clock import Clock, SystemClock
 from agent_runtime.config import RuntimeConfig
-from agent_runtime.continuations import migrated
 from agent_runtime.errors import InvalidInput, ManifestMismatch
 from agent_runtime.events import (
     CONTINUE,
@@ -357,8 +357,8 @@ class AgentRuntime(HostServices):
         try:
             # Reserved, and what the attempt starts from read, in one store call.
             reserved = await self.store_thread.call(
-                reserve_attempt, self.store, run_id, owner=self.owner, now=self.clock.now(),
-                lease_seconds=self.lease_seconds, clock=self.clock,
+                reserve_attempt, self.store, run_id, owner=self.owner, clock=self.clock,
+                lease_seconds=self.lease_seconds,
                 allow_running_takeover=allow_running_takeover, expired_owner=expired_owner)
         except RunTerminal:  # it finished since it was read
             finished = await self.store_thread.call(self.store.load_run, run_id)
@@ -366,8 +366,8 @@ class AgentRuntime(HostServices):
         if reserved.cannot is not None:
             return await self._fail_unstarted(reserved.record, *unstartable(reserved.cannot))
         try:
-            execution = self._execution_from(reserved.record, reserved.start, agent,
-                                             budget=budget)
+            execution = execution_from(self, reserved.record, reserved.start, agent,
+                                       budget=budget)
         except (ForkSourceMissing, CorruptRecord) as cannot:
             return await self._fail_unstarted(reserved.record, *unstartable(cannot))
         execution.resolutions = dict(effect_resolutions or {})
@@ -391,28 +391,7 @@ class AgentRuntime(HostServices):
         checkpoint = await self.store_thread.call(attempt_start, self.store, record,
                                                   clock=self.clock,
                                                   lease_seconds=self.lease_seconds)
-        return self._execution_from(record, checkpoint, agent, budget=budget, deadline=deadline)
-
-    def _execution_from(self, record: RunRecord, checkpoint: Checkpoint | None,
-                        agent: AgentManifest, *, budget: Budget | None = None,
-                        deadline: datetime | None = None) -> Execution:
-        """The execution of a reserved attempt that starts from `checkpoint`
-        (`attempt_reads.attempt_start`)."""
-        if checkpoint is None:
-            state = RunState.initial(record.variables, record.budget.max_total_tokens)
-            cursor = []
-        else:
-            checkpoint = migrated(checkpoint, agent.steps,
-                                  f"run {record.run_id}: checkpoint {checkpoint.seq}")
-            state = RunState.from_checkpoint(checkpoint)
-            cursor = list(checkpoint.cursor)
-        if budget is not None:
-            # A resume limit replaces the persisted one; omitting it keeps it.
-            state.budget.max_total_tokens = budget.max_total_tokens
-        # A later slice of an attempt (`advance`) starts from the attempt's own checkpoint.
-        continues = checkpoint is not None and checkpoint.attempt == record.attempt
-        return Execution(self, record, agent, state, cursor, deadline=deadline,
-                         continues=continues)
+        return execution_from(self, record, checkpoint, agent, budget=budget, deadline=deadline)
 
     @holding_store_thread
     async def advance(self, run_id: str, *, deadline: datetime | None = None,
