@@ -33,6 +33,12 @@ Figures (issue 34, acceptance 1 and 2):
   shown), each timed from sending to the answer read. Each POST carries an
   Idempotency-Key, and one whose connection failed (e.g. the server closed it
   as idle as the request was sent) is sent again; how many is shown.
+- serve's CPU: the CPU seconds of its process tree from the first submission
+  until every run settled (answering the POSTs included), per run; and how
+  many CPUs it kept busy, on average over that time and at most over any
+  second of it (sampled with the RSS). Near the CPUs it may use, serve was
+  saturated, and the added time per step and the POST latency are mostly
+  waiting for a turn (ours only).
 - peak RSS of the serve process (its process tree, sampled, and its own
   VmHWM), its idle RSS after one warm-up run, and (peak - idle) / N: the
   memory of a waiting run. Peers' the same, from their own process.
@@ -52,6 +58,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
@@ -64,7 +71,15 @@ from typing import Any
 import httpx
 from concurrency_workload import TOOL_ITERATIONS, percentile, run_tag
 from process_memory import tree_rss_kb
-from serve_load import Load, ServeProcess, accepted_flags, drive, peak_rss_kb
+from serve_load import (
+    BUSY_WINDOW,
+    Load,
+    ServeProcess,
+    accepted_flags,
+    drive,
+    peak_cpus_busy,
+    peak_rss_kb,
+)
 
 BENCH = Path(__file__).resolve().parent
 PEERS = ("langgraph", "dbos")
@@ -266,6 +281,14 @@ def report(args: argparse.Namespace, engines: list[Figures], load: Load,
     failed = ", ".join(f"{count} x {name}" for name, count in sorted(load.transport_errors.items()))
     row("POST /runs connection failed", [failed or "0", *blank],
         "   (each sent again with its Idempotency-Key)" if failed else "")
+    # The CPU the load took: per run, and how many CPUs it kept busy on average.
+    # A busy figure near the CPUs serve may use means it was saturated, and a
+    # step or a POST then waits its turn behind the others.
+    row("serve CPU per run (ms)", [_cell(load.cpu_seconds * 1000 / ours.runs), *blank])
+    row("serve CPUs busy, mean", [_cell(load.cpu_seconds / load.cpu_wall_seconds, 2), *blank],
+        f"   (of {os.cpu_count()} on this machine)")
+    row(f"serve CPUs busy, peak {BUSY_WINDOW:g} s", [_cell(peak_cpus_busy(load.cpu_samples), 2),
+                                                     *blank])
     row("idle RSS (MiB)", [_cell(f.idle_rss_kb / 1024) for f in present])
     row("peak RSS (MiB)", [_cell(f.peak_rss_kb / 1024) for f in present])
     row("RSS per waiting run (KiB)", [_cell(f.rss_per_run_kb) for f in present])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import secrets
@@ -27,6 +28,7 @@ from typing import Any
 
 import aiohttp
 from concurrency_workload import MODEL_NAME, PROMPT, SYSTEM_PROMPT, TOOL_NAME
+from process_cpu import tree_cpu_seconds
 from process_memory import rss_kb, tree_rss_kb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +45,8 @@ POLL_EVERY = 0.5
 # connection serve is closing (the request would fail: "Server disconnected").
 KEEPALIVE_SECONDS = 2.0
 RSS_EVERY = 0.25
+# The span `peak_cpus_busy` reads the CPUs serve kept busy over.
+BUSY_WINDOW = 1.0
 
 MANIFEST: dict[str, Any] = {
     "schemaVersion": "1.0", "id": "concurrency-bench", "name": "Concurrency bench",
@@ -178,6 +182,12 @@ class Load:
     statuses: dict[str, int] = field(default_factory=dict)
     first_submit: float = 0.0
     peak_tree_rss_kb: int = 0
+    # serve's CPU seconds (its process tree) from the first submission until
+    # every run settled: what the load cost it, answering the POSTs included.
+    cpu_seconds: float = math.nan
+    cpu_wall_seconds: float = math.nan  # the wall time those CPU seconds were spent in
+    # (monotonic time, the tree's CPU seconds so far), every RSS_EVERY seconds.
+    cpu_samples: list[tuple[float, float]] = field(default_factory=list)
     timed_out: bool = False
 
 
@@ -196,11 +206,14 @@ async def drive(serve: ServeProcess, tags: list[str], *, connections: int,
             timeout=aiohttp.ClientTimeout(total=120.0),
             headers={"Authorization": f"Bearer {serve.token}"}) as http:
         gate = asyncio.Semaphore(connections)
-        sampler = asyncio.create_task(_sample_rss(serve.pid, load))
+        sampler = asyncio.create_task(_sample(serve.pid, load))
+        cpu_before = tree_cpu_seconds(serve.pid)
         load.first_submit = time.time()
         ids = await asyncio.gather(*(_submit(http, gate, tag, load) for tag in tags))
         submitted = {tag: run_id for tag, run_id in zip(tags, ids, strict=True) if run_id}
         load.timed_out = not await _settled(http, timeout)
+        load.cpu_seconds = tree_cpu_seconds(serve.pid) - cpu_before
+        load.cpu_wall_seconds = time.time() - load.first_submit
         sampler.cancel()
         views = await asyncio.gather(*(_read(http, gate, run_id)
                                        for run_id in submitted.values()))
@@ -283,11 +296,32 @@ async def _read(http: aiohttp.ClientSession, gate: asyncio.Semaphore,
     return view
 
 
-async def _sample_rss(pid: int, load: Load) -> None:
-    """The most the serve process tree held at once, sampled while the load runs."""
+async def _sample(pid: int, load: Load) -> None:
+    """The most the serve process tree held at once, and its CPU seconds so far, sampled
+    while the load runs."""
     while True:
         load.peak_tree_rss_kb = max(load.peak_tree_rss_kb, tree_rss_kb(pid)[0])
+        load.cpu_samples.append((time.monotonic(), tree_cpu_seconds(pid)))
         await asyncio.sleep(RSS_EVERY)
+
+
+def peak_cpus_busy(samples: list[tuple[float, float]], window: float = BUSY_WINDOW) -> float:
+    """The most CPUs a process tree kept busy over any `window` seconds, from samples of
+    `(time, CPU seconds so far)` in time order (NaN: none spans the window). The
+    average over a whole load hides a saturated burst behind its quiet tail."""
+    peak = math.nan
+    end = 0
+    for start, (began, spent) in enumerate(samples):
+        end = max(end, start + 1)
+        while end < len(samples) and samples[end][0] - began < window:
+            end += 1
+        if end == len(samples):
+            break
+        ended, total = samples[end]
+        busy = (total - spent) / (ended - began)
+        if not busy <= peak:  # the first figure, or a higher one (NaN never is)
+            peak = busy
+    return peak
 
 
 def peak_rss_kb(serve: ServeProcess, load: Load) -> int:

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import pytest
 from serve_concurrency import Figures, peak_overlap, timing_figures
+from serve_load import peak_cpus_busy
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 
 NUMBER = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"
-OURS_ONLY = ("POST /runs p50 (ms)", "POST /runs p99 (ms)")
+OURS_ONLY = ("POST /runs p50 (ms)", "POST /runs p99 (ms)", "serve CPU per run (ms)",
+             "serve CPUs busy, mean")
 EVERY_ENGINE = ("runs/s", "added per step p50 (ms)", "added per step p99 (ms)",
                 "start delay p50 (s)", "start delay p99 (s)", "runs in flight, peak",
                 "idle RSS (MiB)",
@@ -67,6 +69,18 @@ def test_a_run_the_model_never_saw_adds_no_step() -> None:
     assert math.isnan(Figures("x", runs=1).rss_per_run_kb)
 
 
+def test_the_busy_peak_is_the_busiest_second_of_the_samples() -> None:
+    # (time, CPU seconds so far): a quiet second, a busy one, a quiet tail.
+    samples = [(0.0, 0.0), (0.5, 0.1), (1.0, 0.2), (1.5, 1.0), (2.0, 1.8), (2.5, 1.9)]
+    # Windows 0-1: 0.2 CPUs; 0.5-1.5: 0.9; 1-2: 1.6; 1.5-2.5: 0.9.
+    assert peak_cpus_busy(samples) == pytest.approx(1.6)
+    # Samples unevenly spaced: a window is the first sample a second or more on.
+    assert peak_cpus_busy([(0.0, 0.0), (0.4, 0.0), (1.3, 1.3), (3.3, 2.3)]) \
+        == pytest.approx(1.0)
+    assert math.isnan(peak_cpus_busy(samples[:2]))  # none spans a second
+    assert math.isnan(peak_cpus_busy([]))
+
+
 def _figure(output: str, label: str) -> list[str]:
     """The cells of a table row, by its label."""
     found = re.search(rf"^  {re.escape(label)}\s+(.*)$", output, re.MULTILINE)
@@ -105,7 +119,10 @@ def test_the_quick_bench_prints_every_figure(tmp_path: Path) -> None:
         pattern = figure if "RSS" in label else NUMBER
         assert all(re.fullmatch(pattern, cell) for cell in cells), (label, cells)
     for label in OURS_ONLY:
-        assert re.fullmatch(NUMBER, _figure(output, label)[0]), label
+        pattern = figure if "CPU" in label else NUMBER
+        assert re.fullmatch(pattern, _figure(output, label)[0]), label
+    # Five quick runs may all end within a second: then no window spans one.
+    assert re.fullmatch(rf"{NUMBER}|n/a", _figure(output, "serve CPUs busy, peak 1 s")[0])
     assert _figure(output, "POST /runs rejected")[0] == "0"
     # A count, "0" on a quiet machine (or "N x ReadError, ..."): each was sent again.
     assert re.fullmatch(NUMBER, _figure(output, "POST /runs connection failed")[0])
