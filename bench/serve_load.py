@@ -319,8 +319,7 @@ def peak_cpus_busy(samples: list[tuple[float, float]], window: float = BUSY_WIND
             break
         ended, total = samples[end]
         busy = (total - spent) / (ended - began)
-        if not busy <= peak:  # the first figure, or a higher one (NaN never is)
-            peak = busy
+        peak = busy if math.isnan(peak) else max(peak, busy)
     return peak
 
 
