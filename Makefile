@@ -62,12 +62,12 @@ $(SERVE): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[serve]'
 	@touch $(STAMP) $@
 
-# The suite runs on a worker process per CPU (pytest-xdist): on two CPUs it
-# takes about half the time of one process. TEST_WORKERS=0 runs it in this
-# process (one test at a time, as a debugger wants).
+# The suite runs on a worker process per CPU, at most 8 (pytest-xdist): on
+# two CPUs it takes about half the time of one process. TEST_WORKERS=0 runs
+# it in this process (one test at a time, as a debugger wants).
 TEST_WORKERS ?= auto
 test: dev lint template-check
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --maxprocesses 8
 
 # Speed and storage, printed as ratios measured in one run (ours vs a raw
 # SQLite floor and vs LangGraph's SqliteSaver; group commit vs a commit per
