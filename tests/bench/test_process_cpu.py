@@ -50,9 +50,11 @@ def test_a_tree_counts_its_children() -> None:
     try:
         assert child.stdout is not None and child.stdout.readline() == "burning\n"
         own = cpu_seconds()
-        # Wait (without spending CPU here) until the child alone has spent 0.2 s.
-        while cpu_seconds(child.pid) < 0.2:
-            time.sleep(0.01)
+        # Poll (without spending CPU here) until the child alone has spent 0.2 s;
+        # a child that died first fails the test below instead of stalling it.
+        while child.poll() is None and cpu_seconds(child.pid) < 0.2:
+            time.sleep(0.01)  # the poll's pace, not a limit
+        assert child.poll() is None, "the burning child exited"
         tree = tree_cpu_seconds(child.pid)
         assert tree >= 0.2
         # The parent's tree holds the child's seconds besides its own.
