@@ -43,6 +43,7 @@ from stores.records import (
     utc_now,
 )
 
+from agent_runtime.clock import iso_stamp
 from agent_runtime.conditions import evaluate_condition
 from agent_runtime.deadlines import SliceDeadline
 from agent_runtime.errors import (
@@ -105,6 +106,7 @@ class Execution(StepContext):
         self.continues = continues  # of an attempt an earlier execution began (a slice)
         self.takeover = False  # the attempt was taken over from an owner found gone
         self.slice = SliceDeadline(deadline, runtime.clock.now)  # bounds every call
+        self.stamp = iso_stamp(runtime.clock.now)
         self.stack: list[Frame] = []
         self.scopes: list[JsonObject] = []
         self.projecting = projects(manifest.extensions)
@@ -135,9 +137,7 @@ class Execution(StepContext):
 
     def scope(self) -> JsonObject:
         """Variables as templates and conditions see them: loop scopes over run variables."""
-        if not self.scopes:
-            return self.state.variables
-        merged = dict(self.state.variables)
+        merged = dict(self.state.variables) if self.scopes else self.state.variables
         for scope in self.scopes:
             merged.update(scope)
         return merged
@@ -312,7 +312,7 @@ class Execution(StepContext):
                 step.when, step_path=frame.step_path, field="when"):
             self.state.add_result({"kind": STEP, "step_path": frame.step_path,
                                    "step_id": step.id, "depth": depth, "status": SKIPPED,
-                                   "at": self.now().isoformat()})
+                                   "at": self.stamp()})
             self.events.emit("step.skipped", step_id=step.id, step_path=frame.step_path)
             return
         executor = self.runtime.steps.get(step.type)
@@ -336,7 +336,7 @@ class Execution(StepContext):
             self.state.variables[step.output_variable] = output
         self.state.add_result({"kind": STEP, "step_path": frame.step_path, "step_id": step.id,
                                "depth": depth, "status": COMPLETED, "output": output,
-                               "at": self.now().isoformat()})
+                               "at": self.stamp()})
         if listening:
             self.events.emit("step.completed", step_id=step.id, step_path=frame.step_path,
                              kind=step.type,

@@ -93,6 +93,9 @@ class StepContext:
     # The models this execution resolved, by the identity of the step's model
     # reference (kept, so the identity stays its own): a loop's prompt asks once.
     resolved_models: dict[int, tuple[ModelRef | None, ResolvedModel]]
+    # `now().isoformat()`, by the system clock's cheaper text where it is one
+    # (`clock.iso_stamp`): every transcript entry and step result is stamped.
+    stamp: Callable[[], str]
 
     @property
     def store(self) -> RunStore:

@@ -200,6 +200,11 @@ def _variables_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     return {"set": changed, "unset": [key for key in before if key not in after]}
 
 
+# The values a body shares with a step result's output (a tuple, not `list | dict |
+# str`: that union is built anew each time it is evaluated, per entry of every save).
+_SHAREABLE = (list, dict, str)
+
+
 def _share_outputs(delta: dict[str, Any], step_results: dict[str, Any] | None) -> None:
     """Write a set variable, or a key of a set variable's object, whose value is the
     very object a new step result holds as its output as a reference to that result
@@ -209,7 +214,7 @@ def _share_outputs(delta: dict[str, Any], step_results: dict[str, Any] | None) -
     if not step_results or not delta["set"]:
         return
     produced = {id(entry["output"]): index for index, entry in enumerate(step_results["items"])
-                if isinstance(entry, dict) and isinstance(entry.get("output"), list | dict | str)}
+                if isinstance(entry, dict) and isinstance(entry.get("output"), _SHAREABLE)}
     if not produced:
         return
     shared: list[list[Any]] = []

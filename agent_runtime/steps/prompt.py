@@ -93,7 +93,7 @@ def _item(ctx: Execution, frame: Frame, type_: str, role: str,
           content: list[JsonObject], **extra: JsonValue) -> JsonObject:
     item: JsonObject = {"id": random_id(), "type": type_, "role": role,
                         "step_id": frame.step_id, "step_path": frame.step_path,
-                        "content": content, "created_at": ctx.now().isoformat()}
+                        "content": content, "created_at": ctx.stamp()}
     item.update({key: value for key, value in extra.items() if value is not None})
     return item
 
