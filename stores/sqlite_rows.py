@@ -110,8 +110,8 @@ _ROW_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_foreign)
 
 def _row_json(values: tuple[object, ...]) -> str:
     """`_ROW_ENCODER.encode(values)`, by the C encoder that call builds, built once:
-    `encode` makes a new one for every call, which cost most of a seal (every save
-    computes two). The very same encoder and arguments, so the very same text:
+    `encode` makes a new one for every call, about a third of a seal's cost (every
+    save computes two seals). The very same encoder and arguments, so the very same text:
     seals already stored stay valid. No check for circular values: a row's are
     columns, never containers. Without the C encoder (another interpreter), the
     encoder's own call."""
